@@ -1,0 +1,1 @@
+"""Pieces every graphfeed service shares."""

@@ -1,0 +1,79 @@
+"""Sampled message-flow-graph blocks as typed values, and their protobuf form.
+
+Layout (as DGL): ``input_nodes`` lists every node the minibatch touches; layer ``l``'s src
+nodes are ``input_nodes[:blocks[l].num_src]`` and its dst nodes the prefix
+``input_nodes[:blocks[l].num_dst]``; the last block's dst nodes are the seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphfeed.common import codec
+from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.v1 import tensor_pb2
+
+
+@dataclass(frozen=True)
+class Block:
+    """Edges ``edge_src[i] -> edge_dst[i]`` as local indices into the layer's src/dst nodes."""
+
+    num_src: int
+    num_dst: int
+    edge_src: np.ndarray  # int64 [E]
+    edge_dst: np.ndarray  # int64 [E]
+    edge_ids: np.ndarray  # int64 [E], global edge ids
+
+    @property
+    def num_edges(self) -> int:
+        return int(len(self.edge_src))
+
+
+@dataclass(frozen=True)
+class SampledBlocks:
+    """A sampled L-hop neighborhood: blocks ordered input layer first."""
+
+    input_nodes: np.ndarray  # int64 [num_src of blocks[0]]
+    output_nodes: np.ndarray  # int64 [num_dst of blocks[-1]] == input_nodes[:num_seeds]
+    blocks: list[Block]
+
+    @property
+    def num_sampled_edges(self) -> int:
+        return sum(b.num_edges for b in self.blocks)
+
+
+def to_proto(sb: SampledBlocks, out: tensor_pb2.SampledBlocks | None = None) -> tensor_pb2.SampledBlocks:
+    msg = tensor_pb2.SampledBlocks() if out is None else out
+    codec.encode(sb.input_nodes, msg.input_nodes)
+    codec.encode(sb.output_nodes, msg.output_nodes)
+    for b in sb.blocks:
+        pb = msg.blocks.add(num_src=b.num_src, num_dst=b.num_dst)
+        codec.encode(b.edge_src, pb.edge_src)
+        codec.encode(b.edge_dst, pb.edge_dst)
+        codec.encode(b.edge_ids, pb.edge_ids)
+    msg.num_sampled_edges = sb.num_sampled_edges
+    return msg
+
+
+def from_proto(msg: tensor_pb2.SampledBlocks) -> SampledBlocks:
+    """Decodes (zero-copy) and checks the invariants a trainer relies on."""
+    blocks = [
+        Block(
+            num_src=int(b.num_src),
+            num_dst=int(b.num_dst),
+            edge_src=codec.decode(b.edge_src, "edge_src"),
+            edge_dst=codec.decode(b.edge_dst, "edge_dst"),
+            edge_ids=codec.decode(b.edge_ids, "edge_ids"),
+        )
+        for b in msg.blocks
+    ]
+    sb = SampledBlocks(
+        input_nodes=codec.decode(msg.input_nodes, "input_nodes"),
+        output_nodes=codec.decode(msg.output_nodes, "output_nodes"),
+        blocks=blocks,
+    )
+    if blocks and (blocks[0].num_src != len(sb.input_nodes) or blocks[-1].num_dst != len(sb.output_nodes)):
+        raise InvalidArgument("sampled blocks: node counts do not match input/output nodes")
+    return sb

@@ -1,0 +1,109 @@
+"""numpy <-> ``graphfeed.common.v1.Tensor``: dtype + shape + raw little-endian bytes.
+
+Decoding is zero-copy (``np.frombuffer`` over the message's bytes); the returned array is
+read-only. Nothing here pickles.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.v1 import tensor_pb2
+
+DType = tensor_pb2.DType
+
+_TO_PROTO: dict[np.dtype, int] = {
+    np.dtype(np.bool_): DType.DTYPE_BOOL,
+    np.dtype(np.int8): DType.DTYPE_INT8,
+    np.dtype(np.uint8): DType.DTYPE_UINT8,
+    np.dtype(np.int16): DType.DTYPE_INT16,
+    np.dtype(np.uint16): DType.DTYPE_UINT16,
+    np.dtype(np.int32): DType.DTYPE_INT32,
+    np.dtype(np.uint32): DType.DTYPE_UINT32,
+    np.dtype(np.int64): DType.DTYPE_INT64,
+    np.dtype(np.uint64): DType.DTYPE_UINT64,
+    np.dtype(np.float16): DType.DTYPE_FLOAT16,
+    np.dtype(np.float32): DType.DTYPE_FLOAT32,
+    np.dtype(np.float64): DType.DTYPE_FLOAT64,
+}
+_FROM_PROTO: dict[int, np.dtype] = {v: k.newbyteorder("<") for k, v in _TO_PROTO.items()}
+
+if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
+    raise ImportError("graphfeed's wire format assumes a little-endian host")
+
+
+def dtype_to_proto(dtype: np.dtype | type) -> int:
+    """The proto enum value of a numpy dtype; :class:`InvalidArgument` if unsupported."""
+    dt = np.dtype(dtype)
+    try:
+        return _TO_PROTO[dt.newbyteorder("=")]
+    except KeyError:
+        raise InvalidArgument(f"dtype {dt} cannot travel as a Tensor") from None
+
+
+def dtype_from_proto(value: int) -> np.dtype:
+    """The numpy dtype of a proto enum value; :class:`InvalidArgument` if unknown."""
+    try:
+        return _FROM_PROTO[value]
+    except KeyError:
+        name = DType.Name(value) if value in DType.values() else str(value)
+        raise InvalidArgument(f"tensor dtype {name} is not a valid element type") from None
+
+
+def encode(array: np.ndarray, out: tensor_pb2.Tensor | None = None) -> tensor_pb2.Tensor:
+    """Encodes an array (any supported dtype, any shape, empty included).
+
+    Args:
+        array: the array; made C-contiguous if it is not.
+        out: an existing message field to fill (e.g. ``request.seeds``); a new Tensor if None.
+    """
+    arr = np.asarray(array)
+    msg = tensor_pb2.Tensor() if out is None else out
+    msg.dtype = dtype_to_proto(arr.dtype)
+    del msg.shape[:]
+    msg.shape.extend(arr.shape)
+    msg.data = np.ascontiguousarray(arr).tobytes()
+    return msg
+
+
+def decode(msg: tensor_pb2.Tensor, what: str = "tensor") -> np.ndarray:
+    """Decodes a Tensor without copying; the result is read-only.
+
+    Args:
+        msg: the message.
+        what: name used in error messages (e.g. ``"seeds"``).
+
+    Raises:
+        InvalidArgument: unknown dtype, negative dims, or a byte count that does not match.
+    """
+    dtype = dtype_from_proto(msg.dtype)
+    shape = tuple(int(d) for d in msg.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"{what}: negative dimension in shape {shape}")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if count * dtype.itemsize != len(msg.data):
+        raise InvalidArgument(
+            f"{what}: shape {shape} of {np.dtype(dtype).name} needs {count * dtype.itemsize} "
+            f"bytes, got {len(msg.data)}"
+        )
+    return np.frombuffer(msg.data, dtype=dtype, count=count).reshape(shape)
+
+
+def decode_ids(msg: tensor_pb2.Tensor, what: str = "ids", allow_empty: bool = False) -> np.ndarray:
+    """Decodes a 1-D int64 id tensor, the common case for requests.
+
+    Raises:
+        InvalidArgument: wrong dtype or rank, or empty when ``allow_empty`` is False.
+    """
+    if msg.dtype != DType.DTYPE_INT64:
+        got = DType.Name(msg.dtype) if msg.dtype in DType.values() else str(msg.dtype)
+        raise InvalidArgument(f"{what} must be DTYPE_INT64, got {got}")
+    ids = decode(msg, what)
+    if ids.ndim != 1:
+        raise InvalidArgument(f"{what} must be 1-D, got shape {ids.shape}")
+    if not allow_empty and ids.size == 0:
+        raise InvalidArgument(f"{what} must not be empty")
+    return ids

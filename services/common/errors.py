@@ -1,0 +1,86 @@
+"""One exception hierarchy; each class declares the gRPC status code it maps to.
+
+Core objects raise these; the server interceptor (:mod:`graphfeed.common.rpc`) turns them into
+a gRPC status with the message, and clients turn statuses back into these classes.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class GraphfeedError(Exception):
+    """Base class. ``code`` is the gRPC status a server answers with."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    retryable: bool = False
+
+
+class InvalidArgument(GraphfeedError):
+    """The request is malformed (bad dtype, shape, fanout, empty seeds, ...)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(GraphfeedError):
+    """A node id, node-data name or split does not exist (here)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class ResourceExhausted(GraphfeedError):
+    """A request exceeds a configured limit (ids per request, message bytes)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class OutOfRange(GraphfeedError):
+    """A position past the end (e.g. a start step beyond the epoch)."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class FailedPrecondition(GraphfeedError):
+    """The system is in the wrong state for the request (e.g. partition layout mismatch)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Unavailable(GraphfeedError):
+    """A peer could not be reached; the call may be retried."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class DeadlineExceeded(GraphfeedError):
+    """A peer did not answer within the deadline; the call may be retried."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    retryable = True
+
+
+_BY_CODE: dict[grpc.StatusCode, type[GraphfeedError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        ResourceExhausted,
+        OutOfRange,
+        FailedPrecondition,
+        Unavailable,
+        DeadlineExceeded,
+    )
+}
+
+
+def from_rpc_error(err: grpc.RpcError, peer: str = "") -> GraphfeedError:
+    """Turns a client-side ``grpc.RpcError`` into the matching :class:`GraphfeedError`."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = err.details() if hasattr(err, "details") else str(err)
+    cls = _BY_CODE.get(code, GraphfeedError)
+    where = f" (from {peer})" if peer else ""
+    exc = cls(f"{details}{where}")
+    if cls is GraphfeedError:
+        exc.code = code
+    return exc

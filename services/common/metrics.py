@@ -1,0 +1,70 @@
+"""RPC metrics every service exports (each service's own ``metrics.py`` adds domain ones).
+
+Names follow ``graphfeed_<what>_<unit>``; labels come from small fixed sets (service, method,
+code) only. A ``CollectorRegistry`` is always passed in, so tests use a fresh one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+# RPC latencies span sub-millisecond lookups to multi-second epoch streams.
+RPC_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
+# Message sizes from a few bytes to ~1 GB minibatches.
+BYTES_BUCKETS = tuple(float(4**k) for k in range(3, 16))
+
+
+@dataclass
+class RpcMetrics:
+    """Server-side per-RPC metrics, recorded by :class:`graphfeed.common.rpc.ServerInterceptor`."""
+
+    requests: Counter
+    latency: Histogram
+    request_bytes: Counter
+    response_bytes: Counter
+    response_messages: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> "RpcMetrics":
+        labels = ("service", "method")
+        return cls(
+            requests=Counter(
+                "graphfeed_rpc_requests_total",
+                "RPCs handled, by final status code.",
+                (*labels, "code"),
+                registry=registry,
+            ),
+            latency=Histogram(
+                "graphfeed_rpc_latency_seconds",
+                "Time from request arrival to the last response message.",
+                labels,
+                buckets=RPC_LATENCY_BUCKETS,
+                registry=registry,
+            ),
+            request_bytes=Counter(
+                "graphfeed_rpc_request_bytes_total",
+                "Serialized request bytes received.",
+                labels,
+                registry=registry,
+            ),
+            response_bytes=Counter(
+                "graphfeed_rpc_response_bytes_total",
+                "Serialized response bytes sent.",
+                labels,
+                registry=registry,
+            ),
+            response_messages=Counter(
+                "graphfeed_rpc_response_messages_total",
+                "Response messages sent (more than one per call for server streams).",
+                labels,
+                registry=registry,
+            ),
+        )
+
+
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
+    """Serves ``/metrics`` for ``registry`` on a background thread; returns the bound port."""
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return int(server.server_port)

@@ -1,0 +1,224 @@
+"""The on-disk layout of a partitioned graph: written by ingest, served by graph-store.
+
+Global ids ("gids"): ingest relabels nodes so that partition ``p`` owns the contiguous range
+``[node_offsets[p], node_offsets[p+1])``; the owner of any id is one ``searchsorted`` away and
+no id map is needed at serving time. ``orig_ids.npy`` keeps each node's id in the input.
+
+::
+
+    <root>/manifest.json              GraphManifest (the schema version lives here)
+    <root>/part-00000/manifest.json   the same manifest plus "partition_id"
+    <root>/part-00000/indptr.npy      int64 [n_owned+1]  in-CSR over owned nodes (row = gid - offset)
+    <root>/part-00000/indices.npy     int64 [E_p]        gid of each in-neighbor (edge source)
+    <root>/part-00000/edge_ids.npy    int64 [E_p]        global edge id
+    <root>/part-00000/edge_ts.npy     int64 [E_p]        edge timestamp (only when the input had ts)
+    <root>/part-00000/orig_ids.npy    int64 [n_owned]    input id of each owned node
+    <root>/part-00000/halo.npy        int64 [H]          sorted unique non-owned gids in indices
+    <root>/part-00000/db/             RocksDB: node data in row chunks, splits
+
+RocksDB keys: ``nd/<name>/<chunk:08d>`` -> raw C-order rows ``[chunk*rows_per_chunk, ...)`` of
+the owned-node table; ``split/<name>`` -> int64 gids (ascending). Arrays are ``.npy`` so that
+graph-store memory-maps them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rocksdict import Options, Rdict, WriteOptions
+
+from graphfeed.common.errors import FailedPrecondition
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+CHUNK_BYTES = 1 << 20  # target size of one RocksDB value holding node-data rows
+
+
+def part_dir_name(p: int) -> str:
+    return f"part-{p:05d}"
+
+
+@dataclass(frozen=True)
+class NodeDataSpec:
+    """One per-node tensor: element type and the shape of one row."""
+
+    dtype: str
+    row_shape: tuple[int, ...]
+    rows_per_chunk: int
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.dtype(self.dtype).itemsize * int(np.prod(self.row_shape, dtype=np.int64)))
+
+
+@dataclass(frozen=True)
+class GraphManifest:
+    """Describes the whole partitioned graph; written once by ingest."""
+
+    dataset: str
+    num_nodes: int
+    num_edges: int
+    num_partitions: int
+    node_offsets: tuple[int, ...]
+    num_classes: int
+    node_data: dict[str, NodeDataSpec]
+    splits: tuple[str, ...]
+    partition_method: str
+    has_edge_timestamps: bool = False
+    schema_version: int = SCHEMA_VERSION
+    extra: dict = field(default_factory=dict)
+
+    def owner(self, gids: np.ndarray) -> np.ndarray:
+        """Owning partition of each gid (gids must lie in [0, num_nodes))."""
+        return np.searchsorted(np.asarray(self.node_offsets[1:]), gids, side="right")
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["node_data"] = {k: asdict(v) for k, v in self.node_data.items()}
+        return json.dumps(d, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "GraphManifest":
+        d = json.loads(text)
+        d.pop("partition_id", None)
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise FailedPrecondition(
+                f"partition layout version {version} is not supported (this build reads {SCHEMA_VERSION}); re-run ingest"
+            )
+        d["node_offsets"] = tuple(d["node_offsets"])
+        d["splits"] = tuple(d["splits"])
+        d["node_data"] = {
+            k: NodeDataSpec(dtype=v["dtype"], row_shape=tuple(v["row_shape"]), rows_per_chunk=v["rows_per_chunk"])
+            for k, v in d["node_data"].items()
+        }
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: Path) -> "GraphManifest":
+        """Reads ``path/manifest.json`` (a graph root or a partition directory)."""
+        f = Path(path) / MANIFEST
+        if not f.exists():
+            raise FailedPrecondition(f"{f} not found: not a graphfeed partition directory (run `graphfeed ingest`)")
+        return cls.from_json(f.read_text())
+
+
+def rows_per_chunk(dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
+    row_bytes = np.dtype(dtype).itemsize * max(1, int(np.prod(row_shape, dtype=np.int64)))
+    return max(1, CHUNK_BYTES // row_bytes)
+
+
+def _db_options() -> Options:
+    opt = Options(raw_mode=True)
+    opt.create_if_missing(True)
+    return opt
+
+
+@dataclass
+class PartitionArrays:
+    """Everything ingest writes for one partition (all gids are global)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    edge_ids: np.ndarray
+    orig_ids: np.ndarray
+    halo: np.ndarray
+    node_data: dict[str, np.ndarray]
+    splits: dict[str, np.ndarray]
+    edge_ts: np.ndarray | None = None
+
+
+def write_partition(root: Path, p: int, manifest: GraphManifest, arrays: PartitionArrays) -> Path:
+    """Writes partition ``p`` under ``root``; RocksDB writes are synced before returning."""
+    d = Path(root) / part_dir_name(p)
+    d.mkdir(parents=True, exist_ok=True)
+    np.save(d / "indptr.npy", np.ascontiguousarray(arrays.indptr, dtype=np.int64))
+    np.save(d / "indices.npy", np.ascontiguousarray(arrays.indices, dtype=np.int64))
+    np.save(d / "edge_ids.npy", np.ascontiguousarray(arrays.edge_ids, dtype=np.int64))
+    np.save(d / "orig_ids.npy", np.ascontiguousarray(arrays.orig_ids, dtype=np.int64))
+    np.save(d / "halo.npy", np.ascontiguousarray(arrays.halo, dtype=np.int64))
+    if arrays.edge_ts is not None:
+        np.save(d / "edge_ts.npy", np.ascontiguousarray(arrays.edge_ts, dtype=np.int64))
+    db = Rdict(str(d / "db"), options=_db_options())
+    try:
+        wo = WriteOptions()
+        wo.sync = True
+        for name, table in arrays.node_data.items():
+            spec = manifest.node_data[name]
+            table = np.ascontiguousarray(table, dtype=np.dtype(spec.dtype))
+            for c, start in enumerate(range(0, len(table), spec.rows_per_chunk)):
+                db.put(f"nd/{name}/{c:08d}".encode(), table[start : start + spec.rows_per_chunk].tobytes(), wo)
+        for name, gids in arrays.splits.items():
+            db.put(f"split/{name}".encode(), np.sort(np.asarray(gids, dtype=np.int64)).tobytes(), wo)
+        db.flush()
+    finally:
+        db.close()
+    part_manifest = json.loads(manifest.to_json())
+    part_manifest["partition_id"] = p
+    (d / MANIFEST).write_text(json.dumps(part_manifest, indent=2, sort_keys=True))
+    return d
+
+
+def write_graph_manifest(root: Path, manifest: GraphManifest) -> None:
+    Path(root).mkdir(parents=True, exist_ok=True)
+    (Path(root) / MANIFEST).write_text(manifest.to_json())
+
+
+class PartitionReader:
+    """Read access to one partition directory (what a graph-store pod mounts).
+
+    Topology arrays are memory-mapped; node data and splits come from RocksDB.
+    """
+
+    def __init__(self, part_dir: Path) -> None:
+        self.path = Path(part_dir)
+        self.manifest = GraphManifest.load(self.path)
+        raw = json.loads((self.path / MANIFEST).read_text())
+        if "partition_id" not in raw:
+            raise FailedPrecondition(f"{self.path} is a graph root, not a partition directory (use {self.path}/part-00000)")
+        self.partition_id: int = int(raw["partition_id"])
+        m = self.manifest
+        self.start = int(m.node_offsets[self.partition_id])
+        self.stop = int(m.node_offsets[self.partition_id + 1])
+        load = lambda name: np.load(self.path / name, mmap_mode="r")  # noqa: E731
+        self.indptr: np.ndarray = load("indptr.npy")
+        self.indices: np.ndarray = load("indices.npy")
+        self.edge_ids: np.ndarray = load("edge_ids.npy")
+        self.orig_ids: np.ndarray = load("orig_ids.npy")
+        self.halo: np.ndarray = load("halo.npy")
+        ts = self.path / "edge_ts.npy"
+        self.edge_ts: np.ndarray | None = np.load(ts, mmap_mode="r") if ts.exists() else None
+        if len(self.indptr) != self.num_owned + 1:
+            raise FailedPrecondition(f"{self.path}: indptr has {len(self.indptr)} entries for {self.num_owned} owned nodes")
+        self._db = Rdict(str(self.path / "db"), options=_db_options())
+
+    @property
+    def num_owned(self) -> int:
+        return self.stop - self.start
+
+    def node_data(self, name: str) -> np.ndarray:
+        """The full owned-node table of ``name`` (shape [num_owned, *row_shape]), read from RocksDB."""
+        spec = self.manifest.node_data[name]
+        dtype = np.dtype(spec.dtype)
+        out = np.empty((self.num_owned, *spec.row_shape), dtype=dtype)
+        flat = out.reshape(self.num_owned, -1) if self.num_owned else out
+        n_chunks = -(-self.num_owned // spec.rows_per_chunk)
+        keys = [f"nd/{name}/{c:08d}".encode() for c in range(n_chunks)]
+        for c, value in enumerate(self._db.get(keys)):
+            if value is None:
+                raise FailedPrecondition(f"{self.path}: node data {name!r} chunk {c} missing from RocksDB")
+            rows = np.frombuffer(value, dtype=dtype).reshape(-1, *flat.shape[1:]) if flat.ndim > 1 else np.frombuffer(value, dtype=dtype)
+            start = c * spec.rows_per_chunk
+            flat[start : start + len(rows)] = rows
+        return out
+
+    def split(self, name: str) -> np.ndarray | None:
+        """Owned gids in split ``name`` (ascending), or None if the split does not exist."""
+        value = self._db.get(f"split/{name}".encode())
+        return None if value is None else np.frombuffer(value, dtype=np.int64)
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,239 @@
+"""gRPC plumbing shared by the services: server assembly, error mapping, metrics, channels.
+
+Servicers stay thin: they raise :class:`~graphfeed.common.errors.GraphfeedError` subclasses
+(from the core objects) and :class:`ServerInterceptor` turns them into statuses, logs
+unexpected exceptions with their traceback, and records :class:`RpcMetrics` for every call.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from graphfeed.common.errors import GraphfeedError
+from graphfeed.common.metrics import RpcMetrics
+
+log = logging.getLogger(__name__)
+
+# Large enough for a minibatch of the 1M-node preset (~114 MB of features); requests are
+# limited separately by each service's own `max_*` settings.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+
+def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """Options for channels and servers: message limits and keepalive."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+    ]
+
+
+def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> None:
+    if isinstance(exc, GraphfeedError):
+        log.info("%s -> %s: %s", method, exc.code.name, exc)
+        context.abort(exc.code, str(exc))
+    log.exception("%s failed unexpectedly", method)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}: {exc}")
+
+
+class ServerInterceptor(grpc.ServerInterceptor):
+    """Maps exceptions to statuses and records per-RPC metrics (count, latency, bytes)."""
+
+    def __init__(self, metrics: RpcMetrics) -> None:
+        self._m = metrics
+
+    def intercept_service(self, continuation, handler_call_details):  # noqa: ANN001
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        full = handler_call_details.method  # "/pkg.Service/Method"
+        service, _, method = full.rpartition("/")
+        service = service.lstrip("/").rsplit(".", 1)[-1]
+        labels = (service, method)
+        m = self._m
+
+        def record(start: float, code: grpc.StatusCode, req: object) -> None:
+            m.requests.labels(*labels, code.name).inc()
+            m.latency.labels(*labels).observe(time.perf_counter() - start)
+            if hasattr(req, "ByteSize"):
+                m.request_bytes.labels(*labels).inc(req.ByteSize())
+
+        def sent(resp: object) -> None:
+            m.response_messages.labels(*labels).inc()
+            m.response_bytes.labels(*labels).inc(resp.ByteSize())
+
+        def code_of(context: grpc.ServicerContext, exc: BaseException | None) -> grpc.StatusCode:
+            if isinstance(exc, GraphfeedError):
+                return exc.code
+            if exc is not None:
+                return context.code() or grpc.StatusCode.INTERNAL if hasattr(context, "code") else grpc.StatusCode.INTERNAL
+            return grpc.StatusCode.OK
+
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            def unary_unary(request, context):  # noqa: ANN001
+                start = time.perf_counter()
+                try:
+                    resp = inner(request, context)
+                except Exception as exc:  # noqa: BLE001 - mapped to a status right here
+                    record(start, code_of(context, exc), request)
+                    _abort(context, exc, full)
+                record(start, grpc.StatusCode.OK, request)
+                sent(resp)
+                return resp
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, handler.request_deserializer, handler.response_serializer
+            )
+
+        if handler.unary_stream:
+            inner_stream = handler.unary_stream
+
+            def unary_stream(request, context):  # noqa: ANN001
+                start = time.perf_counter()
+                try:
+                    for resp in inner_stream(request, context):
+                        sent(resp)
+                        yield resp
+                except Exception as exc:  # noqa: BLE001 - mapped to a status right here
+                    record(start, code_of(context, exc), request)
+                    _abort(context, exc, full)
+                else:
+                    code = grpc.StatusCode.OK if context.is_active() else grpc.StatusCode.CANCELLED
+                    record(start, code, request)
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream, handler.request_deserializer, handler.response_serializer
+            )
+        return handler  # client/bidi streaming: none in graphfeed yet
+
+
+@dataclass
+class RunningServer:
+    """A started gRPC server with its bound ports."""
+
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    metrics_port: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Marks the server NOT_SERVING, then stops it, letting calls finish for ``grace_s``."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace_s).wait()
+
+
+def start_server(
+    *,
+    register: Callable[[grpc.Server], None],
+    service_names: Iterable[str],
+    metrics: RpcMetrics,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_workers: int = 16,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> RunningServer:
+    """Builds and starts a server with health checking, reflection and the interceptor.
+
+    Args:
+        register: adds the service's servicers to the server.
+        service_names: full names of the registered services (for health and reflection).
+        metrics: where the interceptor records RPC metrics.
+        host: bind address.
+        port: TCP port; 0 picks a free one (read it back from the result).
+        max_workers: handler threads.
+        max_message_bytes: largest message sent or received.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        interceptors=[ServerInterceptor(metrics)],
+        options=channel_options(max_message_bytes),
+    )
+    register(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = list(service_names)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"could not bind gRPC server to {host}:{port}")
+    server.start()
+    for name in ("", *names):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server=server, port=bound, health=health_servicer)
+
+
+def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callable[[], None] | None = None) -> None:
+    """Blocks until SIGTERM/SIGINT, then shuts down gracefully within ``grace_s`` seconds."""
+    stop = threading.Event()
+
+    def _handler(signum: int, _frame: object) -> None:
+        log.info("signal %d: shutting down (grace %.1fs)", signum, grace_s)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    stop.wait()
+    running.stop(grace_s)
+    if on_stop is not None:
+        on_stop()
+
+
+def call_with_retry(fn: Callable[[], object], *, attempts: int = 3, backoff_s: float = 0.1, what: str = "rpc"):
+    """Calls ``fn`` and retries UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff."""
+    from graphfeed.common.errors import from_rpc_error
+
+    delay = backoff_s
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except grpc.RpcError as err:
+            exc = from_rpc_error(err, what)
+            if not exc.retryable or attempt == attempts - 1:
+                raise exc from None
+            log.warning("%s: %s; retrying in %.2fs", what, exc, delay)
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def drain(stream: Iterator, what: str) -> list:
+    """Collects a server stream, turning a gRPC error into a GraphfeedError."""
+    from graphfeed.common.errors import from_rpc_error
+
+    try:
+        return list(stream)
+    except grpc.RpcError as err:
+        raise from_rpc_error(err, what) from None
+
+
+def announce(service: str, running: RunningServer) -> None:
+    """Prints the machine-readable READY line that `graphfeed demo` and the tests wait for."""
+    metrics = f" metrics=127.0.0.1:{running.metrics_port}" if running.metrics_port else ""
+    print(f"GRAPHFEED_READY service={service} grpc={running.address}{metrics}", flush=True)
+
+
+def parse_ready_line(line: str) -> dict[str, str] | None:
+    """Inverse of :func:`announce`: ``{"service": ..., "grpc": host:port, "metrics": ...}``."""
+    if not line.startswith("GRAPHFEED_READY "):
+        return None
+    return dict(part.split("=", 1) for part in line.split()[1:])

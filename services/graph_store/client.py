@@ -1,0 +1,210 @@
+"""Clients of the graph-store: one partition over gRPC, and a whole partition set.
+
+:class:`RemotePartitionSet` is what samplers and loaders use in production;
+:class:`LocalPartitionSet` wraps in-process :class:`~graphfeed.graph_store.store.GraphStore`
+cores with the same interface, so multi-partition logic is unit-tested without sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import grpc
+import numpy as np
+
+from graphfeed.common import codec
+from graphfeed.common.errors import FailedPrecondition, from_rpc_error
+from graphfeed.common.rpc import call_with_retry, channel_options
+from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
+from graphfeed.graph_store.v1 import graph_store_pb2 as pb
+from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
+
+
+def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
+    return PartitionInfo(
+        partition_id=resp.partition_id,
+        num_partitions=resp.num_partitions,
+        num_nodes=resp.num_nodes,
+        num_edges=resp.num_edges,
+        node_offsets=np.asarray(resp.node_offsets, dtype=np.int64),
+        node_data={
+            s.name: NodeDataInfo(s.name, codec.dtype_from_proto(s.dtype), tuple(s.row_shape)) for s in resp.node_data
+        },
+        num_classes=resp.num_classes,
+        dataset=resp.dataset,
+        schema_version=resp.schema_version,
+        num_local_edges=resp.num_local_edges,
+        num_halo_nodes=resp.num_halo_nodes,
+    )
+
+
+class GraphStoreClient:
+    """One graph-store over gRPC. Every call has a deadline; errors arrive as GraphfeedError."""
+
+    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._stub = pb_grpc.GraphStoreServiceStub(self._channel)
+
+    def info(self) -> PartitionInfo:
+        resp = call_with_retry(
+            lambda: self._stub.GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=self.timeout_s, wait_for_ready=True),
+            what=f"graph-store {self.address}",
+        )
+        return info_from_proto(resp)
+
+    def _unary_future(self, method, request) -> "Future":  # noqa: ANN001
+        """Starts a unary call; the returned future raises GraphfeedError on failure."""
+        call = method.future(request, timeout=self.timeout_s)
+        out: Future = Future()
+
+        def done(c: grpc.Future) -> None:
+            try:
+                out.set_result(c.result())
+            except grpc.RpcError as err:
+                out.set_exception(from_rpc_error(err, f"graph-store {self.address}"))
+
+        call.add_done_callback(done)
+        return out
+
+    def sample_neighbors_future(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> "Future[SampledNeighbors]":
+        req = pb.SampleNeighborsRequest(fanout=fanout, replace=replace, rng_seed=rng_seed)
+        codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
+        raw = self._unary_future(self._stub.SampleNeighbors, req)
+        return _then(raw, lambda r: SampledNeighbors(codec.decode(r.offsets), codec.decode(r.src), codec.decode(r.edge_ids)))
+
+    def sample_neighbors(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> SampledNeighbors:
+        return self.sample_neighbors_future(seeds, fanout, replace, rng_seed).result()
+
+    def get_node_data(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``name`` for ``ids`` (owned here), reassembled from the server's chunks."""
+        req = pb.GetNodeDataRequest(name=name)
+        codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
+        try:
+            chunks = [codec.decode(m.rows, name) for m in self._stub.GetNodeData(req, timeout=self.timeout_s)]
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, f"graph-store {self.address}") from None
+        if len(chunks) == 1:
+            return chunks[0]
+        return np.concatenate(chunks) if chunks else np.empty((0,), dtype=np.float32)
+
+    def get_degrees_future(self, ids: np.ndarray) -> "Future[np.ndarray]":
+        req = pb.GetDegreesRequest()
+        codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
+        return _then(self._unary_future(self._stub.GetDegrees, req), lambda r: codec.decode(r.degrees))
+
+    def get_split(self, name: str) -> np.ndarray:
+        try:
+            resp = self._stub.GetSplit(pb.GetSplitRequest(name=name), timeout=self.timeout_s)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, f"graph-store {self.address}") from None
+        return codec.decode(resp.ids)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _then(fut: Future, fn) -> Future:  # noqa: ANN001
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(fn(f.result()))
+        except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
+            out.set_exception(exc)
+
+    fut.add_done_callback(done)
+    return out
+
+
+class _PartitionSetBase:
+    info: PartitionInfo
+
+    @property
+    def num_partitions(self) -> int:
+        return self.info.num_partitions
+
+    @property
+    def node_offsets(self) -> np.ndarray:
+        return self.info.node_offsets
+
+    def owner(self, gids: np.ndarray) -> np.ndarray:
+        """Owning partition of each gid; gids must be in [0, num_nodes)."""
+        return np.searchsorted(self.info.node_offsets[1:], gids, side="right")
+
+
+class RemotePartitionSet(_PartitionSetBase):
+    """All graph-stores of a graph, addressed by partition id, over gRPC.
+
+    Args:
+        addresses: ``host:port`` of each graph-store, any order; each one's partition id is
+            read from GetPartitionInfo and checked for consistency.
+        timeout_s: deadline of each call.
+        max_parallel: threads for the streaming calls (GetNodeData) run in parallel.
+    """
+
+    def __init__(self, addresses: Sequence[str], timeout_s: float = 30.0, max_parallel: int = 8) -> None:
+        clients = [GraphStoreClient(a, timeout_s) for a in addresses]
+        infos = [c.info() for c in clients]
+        n = infos[0].num_partitions
+        by_id = {i.partition_id: c for i, c in zip(infos, clients)}
+        if sorted(by_id) != list(range(n)) or len(clients) != n:
+            got = sorted(i.partition_id for i in infos)
+            raise FailedPrecondition(f"need one graph-store per partition 0..{n - 1}, got partitions {got} at {list(addresses)}")
+        for i in infos:
+            if i.dataset != infos[0].dataset or not np.array_equal(i.node_offsets, infos[0].node_offsets):
+                raise FailedPrecondition(f"graph-stores serve different graphs: {i.dataset!r} vs {infos[0].dataset!r}")
+        self.clients = [by_id[p] for p in range(n)]
+        self.info = next(i for i in infos if i.partition_id == 0)
+        self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="gs-fetch")
+
+    def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> "Future[SampledNeighbors]":
+        return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed)
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+        return self._pool.submit(self.clients[p].get_node_data, name, ids)
+
+    def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]":
+        return self.clients[p].get_degrees_future(ids)
+
+    def get_split(self, p: int, name: str) -> np.ndarray:
+        return self.clients[p].get_split(name)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for c in self.clients:
+            c.close()
+
+
+def _done(fn, *args) -> Future:  # noqa: ANN001
+    fut: Future = Future()
+    try:
+        fut.set_result(fn(*args))
+    except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
+        fut.set_exception(exc)
+    return fut
+
+
+class LocalPartitionSet(_PartitionSetBase):
+    """In-process partition set over GraphStore cores (tests, embedded use). Same semantics."""
+
+    def __init__(self, stores: Sequence["GraphStore"]) -> None:  # noqa: F821
+        self.stores = sorted(stores, key=lambda s: s.partition_id)
+        self.info = self.stores[0].info()
+
+    def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> "Future[SampledNeighbors]":
+        return _done(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed)
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+        return _done(self.stores[p].get_node_data, name, ids)
+
+    def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]":
+        return _done(self.stores[p].get_degrees, ids)
+
+    def get_split(self, p: int, name: str) -> np.ndarray:
+        return self.stores[p].get_split(name)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,71 @@
+"""Typed values the graph-store core returns and its clients hand back (no protobuf here)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SampledNeighbors:
+    """One-hop sample in CSR order: seed i's neighbors are ``src[offsets[i]:offsets[i+1]]``."""
+
+    offsets: np.ndarray  # int64 [N+1]
+    src: np.ndarray  # int64 [E], global ids of in-neighbors
+    edge_ids: np.ndarray  # int64 [E]
+
+
+@dataclass(frozen=True)
+class NodeDataInfo:
+    name: str
+    dtype: np.dtype
+    row_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """What a graph-store says about itself and the graph."""
+
+    partition_id: int
+    num_partitions: int
+    num_nodes: int
+    num_edges: int
+    node_offsets: np.ndarray  # int64 [P+1]
+    node_data: dict[str, NodeDataInfo]
+    num_classes: int
+    dataset: str
+    schema_version: int
+    num_local_edges: int
+    num_halo_nodes: int
+
+
+class PartitionSet(Protocol):
+    """All partitions of a graph as seen by a sampler or loader.
+
+    Implemented over gRPC (:class:`graphfeed.graph_store.client.RemotePartitionSet`) and
+    in-process over core objects (:class:`graphfeed.graph_store.client.LocalPartitionSet`,
+    for socket-free tests). Methods return futures so callers fan out to all partitions
+    before waiting on any.
+    """
+
+    info: PartitionInfo  # of partition 0; graph-wide fields are the same everywhere
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    def owner(self, gids: np.ndarray) -> np.ndarray: ...
+
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int
+    ) -> "Future[SampledNeighbors]": ...
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]": ...
+
+    def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]": ...
+
+    def get_split(self, p: int, name: str) -> np.ndarray: ...
+
+    def close(self) -> None: ...

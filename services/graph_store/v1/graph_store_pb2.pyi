@@ -1,0 +1,110 @@
+from graphfeed.common.v1 import tensor_pb2 as _tensor_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetPartitionInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeDataSchema(_message.Message):
+    __slots__ = ("name", "dtype", "row_shape")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: _tensor_pb2.DType
+    row_shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., row_shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetPartitionInfoResponse(_message.Message):
+    __slots__ = ("partition_id", "num_partitions", "num_nodes", "num_edges", "node_offsets", "node_data", "num_classes", "dataset", "schema_version", "num_local_edges", "num_halo_nodes")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    NUM_NODES_FIELD_NUMBER: _ClassVar[int]
+    NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
+    NODE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    NODE_DATA_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUM_LOCAL_EDGES_FIELD_NUMBER: _ClassVar[int]
+    NUM_HALO_NODES_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    num_partitions: int
+    num_nodes: int
+    num_edges: int
+    node_offsets: _containers.RepeatedScalarFieldContainer[int]
+    node_data: _containers.RepeatedCompositeFieldContainer[NodeDataSchema]
+    num_classes: int
+    dataset: str
+    schema_version: int
+    num_local_edges: int
+    num_halo_nodes: int
+    def __init__(self, partition_id: _Optional[int] = ..., num_partitions: _Optional[int] = ..., num_nodes: _Optional[int] = ..., num_edges: _Optional[int] = ..., node_offsets: _Optional[_Iterable[int]] = ..., node_data: _Optional[_Iterable[_Union[NodeDataSchema, _Mapping]]] = ..., num_classes: _Optional[int] = ..., dataset: _Optional[str] = ..., schema_version: _Optional[int] = ..., num_local_edges: _Optional[int] = ..., num_halo_nodes: _Optional[int] = ...) -> None: ...
+
+class SampleNeighborsRequest(_message.Message):
+    __slots__ = ("seeds", "fanout", "replace", "rng_seed")
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    FANOUT_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    RNG_SEED_FIELD_NUMBER: _ClassVar[int]
+    seeds: _tensor_pb2.Tensor
+    fanout: int
+    replace: bool
+    rng_seed: int
+    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., replace: bool = ..., rng_seed: _Optional[int] = ...) -> None: ...
+
+class SampleNeighborsResponse(_message.Message):
+    __slots__ = ("offsets", "src", "edge_ids")
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    EDGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _tensor_pb2.Tensor
+    src: _tensor_pb2.Tensor
+    edge_ids: _tensor_pb2.Tensor
+    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class GetNodeDataRequest(_message.Message):
+    __slots__ = ("name", "ids")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ids: _tensor_pb2.Tensor
+    def __init__(self, name: _Optional[str] = ..., ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class GetNodeDataResponse(_message.Message):
+    __slots__ = ("start", "rows")
+    START_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    rows: _tensor_pb2.Tensor
+    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class GetDegreesRequest(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _tensor_pb2.Tensor
+    def __init__(self, ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class GetDegreesResponse(_message.Message):
+    __slots__ = ("degrees",)
+    DEGREES_FIELD_NUMBER: _ClassVar[int]
+    degrees: _tensor_pb2.Tensor
+    def __init__(self, degrees: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class GetSplitRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetSplitResponse(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _tensor_pb2.Tensor
+    def __init__(self, ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,136 @@
+"""Partitioning: assign nodes to partitions (METIS via DGL, or random), relabel, write.
+
+Relabeling makes each partition own a contiguous id range (see graphfeed.common.partition),
+so the owner of a node is found with one binary search at serving time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.partition import (
+    GraphManifest,
+    NodeDataSpec,
+    PartitionArrays,
+    rows_per_chunk,
+    write_graph_manifest,
+    write_partition,
+)
+from graphfeed.ingest.graph import GraphData
+
+log = logging.getLogger(__name__)
+
+METHODS = ("metis", "random")
+
+
+def assign_partitions(g: GraphData, num_partitions: int, method: str = "metis", seed: int = 0) -> np.ndarray:
+    """Partition id (int64) of every node.
+
+    ``metis`` calls DGL's METIS binding on the symmetrized graph, balancing training nodes
+    across partitions; ``random`` is a seeded uniform assignment.
+    """
+    if num_partitions < 1:
+        raise InvalidArgument(f"num_partitions must be >= 1, got {num_partitions}")
+    if num_partitions == 1:
+        return np.zeros(g.num_nodes, dtype=np.int64)
+    if method == "random":
+        return np.random.default_rng(seed).integers(0, num_partitions, g.num_nodes).astype(np.int64)
+    if method != "metis":
+        raise InvalidArgument(f"unknown partition method {method!r}; choose from {METHODS}")
+    import dgl  # heavy import, only for METIS
+    import torch
+
+    dg = dgl.graph((torch.from_numpy(g.src), torch.from_numpy(g.dst)), num_nodes=g.num_nodes)
+    balance = None
+    if "train" in g.splits:
+        mask = np.zeros(g.num_nodes, dtype=np.int64)
+        mask[g.splits["train"]] = 1
+        balance = torch.from_numpy(mask)
+    parts = dgl.metis_partition_assignment(dg, num_partitions, balance_ntypes=balance, balance_edges=True)
+    return parts.numpy().astype(np.int64)
+
+
+def write_partitioned(
+    g: GraphData,
+    out_dir: Path,
+    num_partitions: int,
+    method: str = "metis",
+    seed: int = 0,
+    assignment: np.ndarray | None = None,
+) -> GraphManifest:
+    """Partitions ``g`` and writes ``out_dir`` (see graphfeed.common.partition for the layout).
+
+    Args:
+        g: the graph.
+        out_dir: destination root; created.
+        num_partitions: number of partitions.
+        method: "metis" or "random" (ignored when ``assignment`` is given).
+        seed: seed for the random method.
+        assignment: precomputed partition of each node (tests use it for exact layouts).
+    """
+    g.validate()
+    t0 = time.perf_counter()
+    part = assign_partitions(g, num_partitions, method, seed) if assignment is None else np.asarray(assignment, np.int64)
+    log.info("assigned %d nodes to %d partitions (%s) in %.1fs", g.num_nodes, num_partitions, method, time.perf_counter() - t0)
+
+    order = np.argsort(part, kind="stable")  # new gid i is old node order[i]
+    new_of_old = np.empty(g.num_nodes, dtype=np.int64)
+    new_of_old[order] = np.arange(g.num_nodes, dtype=np.int64)
+    counts = np.bincount(part, minlength=num_partitions)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    new_src = new_of_old[g.src]
+    new_dst = new_of_old[g.dst]
+    by_dst = np.argsort(new_dst, kind="stable")  # in-CSR: group edges by destination
+    indices_all = new_src[by_dst]
+    eids_all = by_dst.astype(np.int64)  # global edge id = position in the input edge list
+    ts_all = None if g.edge_ts is None else np.asarray(g.edge_ts, np.int64)[by_dst]
+    indptr_all = np.concatenate([[0], np.cumsum(np.bincount(new_dst, minlength=g.num_nodes))]).astype(np.int64)
+    del new_src, new_dst, by_dst
+
+    orig = np.arange(g.num_nodes, dtype=np.int64) if g.orig_ids is None else np.asarray(g.orig_ids, np.int64)
+    tables = {name: np.asarray(t)[order] for name, t in g.node_data.items()}
+    split_gids = {name: np.sort(new_of_old[ids]) for name, ids in g.splits.items()}
+    manifest = GraphManifest(
+        dataset=g.name,
+        num_nodes=g.num_nodes,
+        num_edges=g.num_edges,
+        num_partitions=num_partitions,
+        node_offsets=tuple(int(x) for x in offsets),
+        num_classes=int(g.num_classes),
+        node_data={
+            name: NodeDataSpec(str(t.dtype), tuple(t.shape[1:]), rows_per_chunk(t.dtype, tuple(t.shape[1:])))
+            for name, t in tables.items()
+        },
+        splits=tuple(sorted(g.splits)),
+        partition_method=method if assignment is None else "given",
+        has_edge_timestamps=g.edge_ts is not None,
+        extra=dict(g.extra),
+    )
+    out_dir = Path(out_dir)
+    write_graph_manifest(out_dir, manifest)
+    np.save(out_dir / "orig_ids.npy", orig[order])  # gid -> input id, whole graph
+    for p in range(num_partitions):
+        lo, hi = int(offsets[p]), int(offsets[p + 1])
+        e_lo, e_hi = int(indptr_all[lo]), int(indptr_all[hi])
+        indices = indices_all[e_lo:e_hi]
+        remote = indices[(indices < lo) | (indices >= hi)]
+        arrays = PartitionArrays(
+            indptr=indptr_all[lo : hi + 1] - e_lo,
+            indices=indices,
+            edge_ids=eids_all[e_lo:e_hi],
+            orig_ids=orig[order[lo:hi]],
+            halo=np.unique(remote),
+            node_data={name: t[lo:hi] for name, t in tables.items()},
+            splits={name: s[(s >= lo) & (s < hi)] for name, s in split_gids.items()},
+            edge_ts=None if ts_all is None else ts_all[e_lo:e_hi],
+        )
+        write_partition(out_dir, p, manifest, arrays)
+        log.info("partition %d: %d nodes, %d in-edges, %d halo nodes", p, hi - lo, e_hi - e_lo, len(arrays.halo))
+    log.info("wrote %s in %.1fs", out_dir, time.perf_counter() - t0)
+    return manifest

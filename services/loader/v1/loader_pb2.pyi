@@ -1,0 +1,98 @@
+from graphfeed.common.v1 import tensor_pb2 as _tensor_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobSpec(_message.Message):
+    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_SEED_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
+    DROP_LAST_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_NAME_FIELD_NUMBER: _ClassVar[int]
+    LABEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_seed: int
+    split: str
+    batch_size: int
+    fanouts: _containers.RepeatedScalarFieldContainer[int]
+    replace: bool
+    shuffle: bool
+    drop_last: bool
+    rank: int
+    world_size: int
+    feature_name: str
+    label_name: str
+    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ...) -> None: ...
+
+class DescribeJobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobSpec
+    def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class DescribeJobResponse(_message.Message):
+    __slots__ = ("steps_per_epoch", "seeds_per_epoch", "feature_row_shape", "feature_dtype", "num_classes", "num_nodes")
+    STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    NUM_NODES_FIELD_NUMBER: _ClassVar[int]
+    steps_per_epoch: int
+    seeds_per_epoch: int
+    feature_row_shape: _containers.RepeatedScalarFieldContainer[int]
+    feature_dtype: _tensor_pb2.DType
+    num_classes: int
+    num_nodes: int
+    def __init__(self, steps_per_epoch: _Optional[int] = ..., seeds_per_epoch: _Optional[int] = ..., feature_row_shape: _Optional[_Iterable[int]] = ..., feature_dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., num_classes: _Optional[int] = ..., num_nodes: _Optional[int] = ...) -> None: ...
+
+class StreamMinibatchesRequest(_message.Message):
+    __slots__ = ("job", "epoch", "start_step")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_STEP_FIELD_NUMBER: _ClassVar[int]
+    job: JobSpec
+    epoch: int
+    start_step: int
+    def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., epoch: _Optional[int] = ..., start_step: _Optional[int] = ...) -> None: ...
+
+class MinibatchStats(_message.Message):
+    __slots__ = ("cache_hits", "cache_misses", "remote_feature_bytes", "sample_seconds", "gather_seconds")
+    CACHE_HITS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_MISSES_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_FEATURE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GATHER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    cache_hits: int
+    cache_misses: int
+    remote_feature_bytes: int
+    sample_seconds: float
+    gather_seconds: float
+    def __init__(self, cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., remote_feature_bytes: _Optional[int] = ..., sample_seconds: _Optional[float] = ..., gather_seconds: _Optional[float] = ...) -> None: ...
+
+class Minibatch(_message.Message):
+    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats")
+    STEP_KEY_FIELD_NUMBER: _ClassVar[int]
+    STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    step_key: _tensor_pb2.StepKey
+    steps_per_epoch: int
+    blocks: _tensor_pb2.SampledBlocks
+    input_features: _tensor_pb2.Tensor
+    labels: _tensor_pb2.Tensor
+    stats: MinibatchStats
+    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ...) -> None: ...

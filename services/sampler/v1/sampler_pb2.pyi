@@ -1,0 +1,26 @@
+from graphfeed.common.v1 import tensor_pb2 as _tensor_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SampleBlocksRequest(_message.Message):
+    __slots__ = ("seeds", "fanouts", "replace", "step_key")
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    STEP_KEY_FIELD_NUMBER: _ClassVar[int]
+    seeds: _tensor_pb2.Tensor
+    fanouts: _containers.RepeatedScalarFieldContainer[int]
+    replace: bool
+    step_key: _tensor_pb2.StepKey
+    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ...) -> None: ...
+
+class SampleBlocksResponse(_message.Message):
+    __slots__ = ("blocks",)
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    blocks: _tensor_pb2.SampledBlocks
+    def __init__(self, blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ...) -> None: ...

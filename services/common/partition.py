@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from rocksdict import Options, Rdict, WriteOptions
+from rocksdict import AccessType, Options, Rdict, WriteOptions
 
 from graphfeed.common.errors import FailedPrecondition
 
@@ -193,7 +193,8 @@ class PartitionReader:
         self.edge_ts: np.ndarray | None = np.load(ts, mmap_mode="r") if ts.exists() else None
         if len(self.indptr) != self.num_owned + 1:
             raise FailedPrecondition(f"{self.path}: indptr has {len(self.indptr)} entries for {self.num_owned} owned nodes")
-        self._db = Rdict(str(self.path / "db"), options=_db_options())
+        # Read-only: no exclusive lock, so several readers (and a restarting server) can open it.
+        self._db = Rdict(str(self.path / "db"), options=_db_options(), access_type=AccessType.read_only())
 
     @property
     def num_owned(self) -> int:

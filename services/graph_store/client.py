@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 
 from graphfeed.common import codec
-from graphfeed.common.errors import FailedPrecondition, from_rpc_error
+from graphfeed.common.errors import FailedPrecondition, GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import call_with_retry, channel_options
 from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
@@ -86,9 +86,9 @@ class GraphStoreClient:
             chunks = [codec.decode(m.rows, name) for m in self._stub.GetNodeData(req, timeout=self.timeout_s)]
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
-        if len(chunks) == 1:
-            return chunks[0]
-        return np.concatenate(chunks) if chunks else np.empty((0,), dtype=np.float32)
+        if not chunks:  # the server always sends at least one chunk, empty ones included
+            raise GraphfeedError(f"graph-store {self.address} sent no rows for {name!r}")
+        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     def get_degrees_future(self, ids: np.ndarray) -> "Future[np.ndarray]":
         req = pb.GetDegreesRequest()

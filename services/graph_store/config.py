@@ -1,0 +1,25 @@
+"""Settings of a graph-store server (env prefix ``GRAPHFEED_GRAPH_STORE_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from graphfeed.common.config import ServiceSettings
+
+
+class GraphStoreSettings(ServiceSettings):
+    """One graph-store serves one partition directory written by ``graphfeed ingest``."""
+
+    model_config = SettingsConfigDict(env_prefix="GRAPHFEED_GRAPH_STORE_", extra="forbid")
+
+    part_dir: Path = Field(..., description="Partition directory to serve, e.g. <graph root>/part-00000.")
+    max_ids_per_request: int = Field(
+        4_000_000, ge=1, description="Most seeds or ids accepted in one request (RESOURCE_EXHAUSTED beyond)."
+    )
+    max_fanout: int = Field(1000, ge=0, description="Largest fanout accepted by SampleNeighbors besides -1 (all).")
+    chunk_bytes: int = Field(
+        4 << 20, ge=1, description="Most bytes of rows per GetNodeData response message (at least one row is sent)."
+    )

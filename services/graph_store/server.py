@@ -1,0 +1,79 @@
+"""Runs a graph-store: ``serve`` starts one (non-blocking), ``main`` runs one until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from graphfeed.common.metrics import RpcMetrics, serve_metrics
+from graphfeed.common.rpc import RunningServer, announce, start_server, wait_for_termination
+from graphfeed.graph_store.config import GraphStoreSettings
+from graphfeed.graph_store.metrics import GraphStoreMetrics
+from graphfeed.graph_store.servicer import GraphStoreServicer
+from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.v1 import graph_store_pb2 as pb
+from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GraphStoreService"].full_name
+
+
+def dir_bytes(path: Path) -> int:
+    """Total size of the regular files under ``path`` (0 if it does not exist)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = None) -> tuple[RunningServer, GraphStore]:
+    """Opens the partition and starts the gRPC server (and /metrics unless ``metrics_port == -1``).
+
+    Args:
+        settings: server and store settings.
+        registry: where metrics are registered; a fresh registry if None.
+
+    Returns:
+        The running server (``.port``, ``.metrics_port`` bound) and the store it serves; the
+        caller stops the server and then closes the store.
+    """
+    registry = CollectorRegistry() if registry is None else registry
+    store = GraphStore.open(
+        settings.part_dir,
+        max_ids_per_request=settings.max_ids_per_request,
+        max_fanout=settings.max_fanout,
+        chunk_bytes=settings.chunk_bytes,
+    )
+    metrics = GraphStoreMetrics.create(registry)
+    metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
+    metrics.partition_info.labels(str(store.partition_id)).set(1)
+    servicer = GraphStoreServicer(store, metrics)
+    try:
+        running = start_server(
+            register=lambda server: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, server),
+            service_names=[SERVICE_NAME],
+            metrics=RpcMetrics.create(registry),
+            host=settings.host,
+            port=settings.port,
+            max_workers=settings.max_workers,
+        )
+    except BaseException:
+        store.close()
+        raise
+    if settings.metrics_port != -1:
+        try:
+            running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+        except BaseException:
+            running.stop(0)
+            store.close()
+            raise
+    log.info("graph-store partition %d serving on %s", store.partition_id, running.address)
+    return running, store
+
+
+def main(settings: GraphStoreSettings) -> None:
+    """Serves until SIGTERM/SIGINT, then drains calls for ``grace_s`` and closes the store."""
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    running, store = serve(settings)
+    announce("graph-store", running)
+    wait_for_termination(running, settings.grace_s, on_stop=store.close)

@@ -1,0 +1,247 @@
+"""The graph-store core: one partition's topology, node data and splits, without gRPC.
+
+The servicer (:mod:`graphfeed.graph_store.servicer`) adapts it to the wire; samplers and
+loaders use it in-process through :class:`graphfeed.graph_store.client.LocalPartitionSet`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from graphfeed.common.partition import PartitionReader
+from graphfeed.graph_store.sampling import sample_csr
+from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
+
+log = logging.getLogger(__name__)
+
+_MAX_NAMED_IDS = 5  # offending ids quoted in a NotFound message
+
+
+def _load_db(reader: PartitionReader) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Every node-data table and split of the partition, read from RocksDB into memory."""
+    m = reader.manifest
+    tables = {name: reader.node_data(name) for name in m.node_data}
+    splits: dict[str, np.ndarray] = {}
+    for name in m.splits:
+        gids = reader.split(name)
+        if gids is not None:
+            own = np.array(gids, dtype=np.int64)  # own copy, not RocksDB's buffer
+            own.flags.writeable = False  # handed out as is by get_split
+            splits[name] = own
+    return tables, splits
+
+
+def _partition_info(reader: PartitionReader) -> PartitionInfo:
+    m = reader.manifest
+    return PartitionInfo(
+        partition_id=reader.partition_id,
+        num_partitions=m.num_partitions,
+        num_nodes=m.num_nodes,
+        num_edges=m.num_edges,
+        node_offsets=np.asarray(m.node_offsets, dtype=np.int64),
+        node_data={n: NodeDataInfo(n, np.dtype(s.dtype), tuple(s.row_shape)) for n, s in m.node_data.items()},
+        num_classes=m.num_classes,
+        dataset=m.dataset,
+        schema_version=m.schema_version,
+        num_local_edges=len(reader.indices),
+        num_halo_nodes=len(reader.halo),
+    )
+
+
+class GraphStore:
+    """Serves one partition: neighbor sampling, node-data rows, degrees and splits.
+
+    Topology (``indptr``/``indices``/``edge_ids``) stays memory-mapped from the ``.npy`` files.
+    Every node-data table (and every split) is read from RocksDB into memory when the store
+    opens, and the RocksDB handle is then closed: a host cache of the whole owned table. That
+    is the seam for a bounded cache later: only :meth:`_rows` reads ``self._tables``, so a
+    cache that keeps a read-only RocksDB handle and ``multi_get``s its misses can replace it
+    without touching the public methods.
+
+    Every public method validates its input through :meth:`_owned_rows` and raises
+    :class:`~graphfeed.common.errors.GraphfeedError` subclasses with a message saying what
+    was wrong; instances are safe to share between threads (all state is read-only).
+
+    Args:
+        reader: the opened partition; the store owns it (its RocksDB handle is closed once
+            node data and splits are loaded; its memory-mapped topology stays in use).
+        max_ids_per_request: most seeds/ids accepted in one call (default 4,000,000).
+        max_fanout: largest ``fanout`` accepted besides ``-1`` (default 1000).
+        chunk_bytes: most bytes of rows per chunk from :meth:`iter_node_data` (default 4 MiB;
+            a chunk always holds at least one row).
+    """
+
+    def __init__(
+        self,
+        reader: PartitionReader,
+        *,
+        max_ids_per_request: int = 4_000_000,
+        max_fanout: int = 1000,
+        chunk_bytes: int = 4 << 20,
+    ) -> None:
+        self._reader = reader
+        self._closed = False
+        self.max_ids_per_request = max_ids_per_request
+        self.max_fanout = max_fanout
+        self.chunk_bytes = chunk_bytes
+        self.partition_id: int = reader.partition_id
+        self.start: int = reader.start
+        self.stop: int = reader.stop
+        try:
+            if max_ids_per_request < 1 or max_fanout < 0 or chunk_bytes < 1:
+                raise ValueError(
+                    f"bad limits: max_ids_per_request={max_ids_per_request} (>= 1), "
+                    f"max_fanout={max_fanout} (>= 0), chunk_bytes={chunk_bytes} (>= 1)"
+                )
+            self._tables, self._splits = _load_db(reader)
+        finally:
+            # Everything RocksDB holds is in memory now. Closing the handle drops RocksDB's
+            # exclusive LOCK, so other stores (tests, a restarted pod) can open the same
+            # partition; a bounded cache will keep a read-only handle instead.
+            reader.close()
+        self._degrees = np.diff(np.asarray(reader.indptr, dtype=np.int64))
+        self._info = _partition_info(reader)
+        log.info(
+            "partition %d of %r: gids [%d, %d), %d in-edges, node data %s",
+            self.partition_id, reader.manifest.dataset, self.start, self.stop, len(reader.indices), sorted(self._tables),
+        )
+
+    @classmethod
+    def open(cls, part_dir: Path, **limits: int) -> "GraphStore":
+        """Opens a partition directory (``<root>/part-NNNNN``); ``limits`` as in the constructor."""
+        return cls(PartitionReader(Path(part_dir)), **limits)
+
+    def info(self) -> PartitionInfo:
+        """Describes this partition and the whole graph."""
+        return self._info
+
+    # -- validation -----------------------------------------------------------------------
+
+    def _owned_rows(self, ids: np.ndarray, what: str, *, allow_empty: bool) -> np.ndarray:
+        """Checks that ``ids`` is a 1-D integer array of owned gids; returns local rows (int64).
+
+        Raises:
+            InvalidArgument: not 1-D, not integer, or empty when not allowed.
+            ResourceExhausted: more than ``max_ids_per_request`` ids.
+            NotFound: an id outside ``[start, stop)`` (up to 5 are named).
+        """
+        self._check_open()
+        arr = np.asarray(ids)
+        if arr.ndim != 1:
+            raise InvalidArgument(f"{what} must be 1-D, got shape {arr.shape}")
+        if arr.size and arr.dtype.kind not in "iu":
+            raise InvalidArgument(f"{what} must be integer global ids, got dtype {arr.dtype}")
+        if arr.size == 0 and not allow_empty:
+            raise InvalidArgument(f"{what} must not be empty")
+        if arr.size > self.max_ids_per_request:
+            raise ResourceExhausted(
+                f"{what}: {arr.size} ids in one request exceed the limit of {self.max_ids_per_request}; split the request"
+            )
+        gids = arr.astype(np.int64, copy=False)
+        bad = (gids < self.start) | (gids >= self.stop)
+        if bad.any():
+            offending = np.unique(gids[bad])
+            named = ", ".join(str(int(g)) for g in offending[:_MAX_NAMED_IDS])
+            more = f" and {len(offending) - _MAX_NAMED_IDS} more" if len(offending) > _MAX_NAMED_IDS else ""
+            raise NotFound(
+                f"{what} {named}{more} are not owned by partition {self.partition_id}, "
+                f"which owns [{self.start}, {self.stop})"
+            )
+        return gids - self.start
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FailedPrecondition(f"graph-store of partition {self.partition_id} is closed")
+
+    def _table(self, name: str) -> np.ndarray:
+        self._check_open()
+        table = self._tables.get(name)
+        if table is None:
+            raise NotFound(f"node data {name!r} does not exist; available: {sorted(self._tables)}")
+        return table
+
+    def _rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        return self._table(name)[rows]
+
+    # -- public API -----------------------------------------------------------------------
+
+    def sample_neighbors(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> SampledNeighbors:
+        """Samples in-neighbors of owned seeds (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
+
+        Args:
+            seeds: int64 [N] owned global ids, non-empty; duplicates are sampled independently.
+            fanout: ``-1`` for all in-neighbors, else in ``[0, max_fanout]``.
+            replace: sample with replacement (exactly ``fanout`` per seed of degree > 0).
+            rng_seed: seed of the Philox generator, in ``[0, 2**64)``; the same arguments
+                always give the same sample.
+
+        Returns:
+            The sample in CSR order per seed; ``src`` and ``edge_ids`` are global ids.
+        """
+        if not isinstance(fanout, (int, np.integer)) or fanout < -1 or fanout > self.max_fanout:
+            raise InvalidArgument(f"fanout must be -1 (all neighbors) or in [0, {self.max_fanout}], got {fanout}")
+        if not 0 <= int(rng_seed) < 1 << 64:
+            raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
+        rows = self._owned_rows(seeds, "seeds", allow_empty=False)
+        rng = np.random.Generator(np.random.Philox(int(rng_seed)))
+        r = self._reader
+        offsets, src, eids = sample_csr(r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), rng)
+        return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
+
+    def get_node_data(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows of node data ``name`` for owned ``ids``, in request order.
+
+        Returns:
+            Array of shape ``[len(ids), *row_shape]`` (empty ``ids`` give zero rows).
+        """
+        self._table(name)  # unknown name is reported before id problems
+        return self._rows(name, self._owned_rows(ids, "ids", allow_empty=True))
+
+    def iter_node_data(self, name: str, ids: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Like :meth:`get_node_data`, in chunks of at most ``chunk_bytes`` (at least one row).
+
+        Validation happens before the first chunk (the call raises, not the iteration).
+
+        Yields:
+            ``(start, rows)``: ``rows`` are those of ``ids[start:start + len(rows)]``. Empty
+            ``ids`` yield one empty chunk, so a receiver still learns dtype and row shape.
+        """
+        table = self._table(name)
+        rows = self._owned_rows(ids, "ids", allow_empty=True)
+        row_bytes = max(1, table.itemsize * int(np.prod(table.shape[1:], dtype=np.int64)))
+        per_chunk = max(1, self.chunk_bytes // row_bytes)
+        return self._chunks(name, rows, per_chunk)
+
+    def _chunks(self, name: str, rows: np.ndarray, per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+        if len(rows) == 0:
+            yield 0, self._rows(name, rows)
+            return
+        for start in range(0, len(rows), per_chunk):
+            yield start, self._rows(name, rows[start : start + per_chunk])
+
+    def get_degrees(self, ids: np.ndarray) -> np.ndarray:
+        """In-degree (int64) of each owned id, in request order; empty ``ids`` allowed."""
+        return self._degrees[self._owned_rows(ids, "ids", allow_empty=True)]
+
+    def get_split(self, name: str) -> np.ndarray:
+        """Owned global ids in split ``name`` ("train", "val", "test"), ascending."""
+        self._check_open()
+        gids = self._splits.get(name)
+        if gids is None:
+            raise NotFound(f"split {name!r} does not exist; available: {sorted(self._splits)}")
+        return gids
+
+    def close(self) -> None:
+        """Releases the store's data; it must not be used afterwards. Idempotent.
+
+        The RocksDB handle is already closed at open; the topology mmaps are released when
+        the last reference to the arrays goes.
+        """
+        self._closed = True
+        self._tables = {}
+        self._splits = {}

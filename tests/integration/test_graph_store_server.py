@@ -1,0 +1,199 @@
+"""A real graph-store server on 127.0.0.1: every RPC, its errors, health, reflection, metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from prometheus_client import CollectorRegistry
+
+from graphfeed.common import codec
+from graphfeed.graph_store.config import GraphStoreSettings
+from graphfeed.graph_store.server import SERVICE_NAME, serve
+from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.v1 import graph_store_pb2 as pb
+from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
+from tests.graphs import expected_in_neighbors
+
+pytestmark = pytest.mark.integration
+
+N, MAX_DEG, F = 100, 7, 4
+MAX_IDS = 64
+CHUNK_BYTES = 40  # feat rows are 16 bytes: 2 rows per message
+
+
+class Server:
+    def __init__(self, port: int, metrics_port: int, store: GraphStore, channel: grpc.Channel) -> None:
+        self.port, self.metrics_port, self.store, self.channel = port, metrics_port, store, channel
+        self.stub = pb_grpc.GraphStoreServiceStub(channel)
+
+
+@pytest.fixture(scope="module")
+def server(arith_root: Path) -> Iterator[Server]:
+    settings = GraphStoreSettings(
+        part_dir=arith_root / "part-00000",
+        port=0,
+        metrics_port=0,
+        max_ids_per_request=MAX_IDS,
+        chunk_bytes=CHUNK_BYTES,
+    )
+    running, store = serve(settings, registry=CollectorRegistry())
+    channel = grpc.insecure_channel(running.address)
+    try:
+        yield Server(running.port, running.metrics_port, store, channel)
+    finally:
+        channel.close()
+        running.stop(0)
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def orig(arith_root: Path) -> np.ndarray:
+    return np.load(arith_root / "orig_ids.npy")
+
+
+def _ids(values: list[int] | np.ndarray, dtype: type = np.int64) -> "codec.tensor_pb2.Tensor":
+    return codec.encode(np.asarray(values, dtype=dtype))
+
+
+def _sample(seeds: np.ndarray, fanout: int, replace: bool = False, rng_seed: int = 0) -> pb.SampleNeighborsRequest:
+    return pb.SampleNeighborsRequest(seeds=_ids(seeds), fanout=fanout, replace=replace, rng_seed=rng_seed)
+
+
+def _node_data(stub: pb_grpc.GraphStoreServiceStub, name: str, ids: np.ndarray) -> list[pb.GetNodeDataResponse]:
+    return list(stub.GetNodeData(pb.GetNodeDataRequest(name=name, ids=_ids(ids)), timeout=10))
+
+
+def test_partition_info(server: Server) -> None:
+    info = server.stub.GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=10)
+    assert (info.partition_id, info.num_partitions, info.num_nodes) == (0, 2, N)
+    assert list(info.node_offsets) == [0, 50, 100]
+    assert info.num_edges == sum(1 + v % MAX_DEG for v in range(N))
+    schemas = {s.name: s for s in info.node_data}
+    assert codec.dtype_from_proto(schemas["feat"].dtype) == np.float32 and list(schemas["feat"].row_shape) == [F]
+    assert codec.dtype_from_proto(schemas["label"].dtype) == np.int64 and list(schemas["label"].row_shape) == []
+    assert info.num_classes == 3 and info.dataset == "arithmetic-100" and info.schema_version == 1
+    assert info.num_local_edges == server.store.info().num_local_edges > 0
+
+
+def test_sample_neighbors_over_the_wire(server: Server, orig: np.ndarray) -> None:
+    seeds = np.arange(50, dtype=np.int64)
+    resp = server.stub.SampleNeighbors(_sample(seeds, -1), timeout=10)
+    offsets, src = codec.decode(resp.offsets), codec.decode(resp.src)
+    assert len(codec.decode(resp.edge_ids)) == len(src)
+    for i, seed in enumerate(seeds):
+        assert set(orig[src[offsets[i] : offsets[i + 1]]].tolist()) == expected_in_neighbors(int(orig[seed]), N, MAX_DEG)
+    # A sampled request gives exactly what the core gives for the same rng_seed.
+    resp = server.stub.SampleNeighbors(_sample(seeds, 3, rng_seed=99), timeout=10)
+    local = server.store.sample_neighbors(seeds, 3, False, 99)
+    assert codec.decode(resp.offsets).tobytes() == local.offsets.tobytes()
+    assert codec.decode(resp.src).tobytes() == local.src.tobytes()
+    assert codec.decode(resp.edge_ids).tobytes() == local.edge_ids.tobytes()
+
+
+def test_node_data_streams_in_chunks(server: Server, orig: np.ndarray) -> None:
+    ids = np.arange(49, -1, -1, dtype=np.int64)
+    msgs = _node_data(server.stub, "feat", ids)
+    assert [m.start for m in msgs] == list(range(0, 50, 2))
+    assert all(len(m.rows.data) <= CHUNK_BYTES for m in msgs)
+    feat = np.concatenate([codec.decode(m.rows) for m in msgs])
+    assert np.array_equal(feat, orig[ids][:, None] * F + np.arange(F)[None, :])
+
+
+def test_degrees_and_split(server: Server, orig: np.ndarray) -> None:
+    ids = np.array([5, 0, 49], dtype=np.int64)
+    deg = codec.decode(server.stub.GetDegrees(pb.GetDegreesRequest(ids=_ids(ids)), timeout=10).degrees)
+    assert deg.tolist() == (1 + orig[ids] % MAX_DEG).tolist()
+    train = codec.decode(server.stub.GetSplit(pb.GetSplitRequest(name="train"), timeout=10).ids)
+    assert np.array_equal(train, np.flatnonzero(orig[:50] % 5 <= 2))
+
+
+def _mismatched_bytes() -> pb.SampleNeighborsRequest:
+    req = _sample(np.array([0, 1]), 2)
+    del req.seeds.shape[:]
+    req.seeds.shape.append(3)  # 3 int64s need 24 bytes; 16 are there
+    return req
+
+
+def _too_many() -> np.ndarray:
+    return np.zeros(MAX_IDS + 1, dtype=np.int64)
+
+
+BAD_CALLS: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.StatusCode, str]] = {
+    "float32 seeds": (
+        lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=_ids([0, 1], np.float32), fanout=2), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT, "DTYPE_INT64",
+    ),
+    "2-D seeds": (
+        lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=codec.encode(np.zeros((2, 2), np.int64)), fanout=2), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT, "1-D",
+    ),
+    "empty seeds": (lambda s: s.SampleNeighbors(_sample(np.array([]), 2), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "empty"),
+    "fanout -5": (lambda s: s.SampleNeighbors(_sample(np.array([0]), -5), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "fanout"),
+    "shape/bytes mismatch": (lambda s: s.SampleNeighbors(_mismatched_bytes(), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "bytes"),
+    "unowned seed": (lambda s: s.SampleNeighbors(_sample(np.array([0, 99]), 2), timeout=10), grpc.StatusCode.NOT_FOUND, "99"),
+    "unowned node-data id": (lambda s: _node_data(s, "feat", np.array([50])), grpc.StatusCode.NOT_FOUND, "[0, 50)"),
+    "unowned degree id": (
+        lambda s: s.GetDegrees(pb.GetDegreesRequest(ids=_ids([-3])), timeout=10), grpc.StatusCode.NOT_FOUND, "-3",
+    ),
+    "unknown node data": (lambda s: _node_data(s, "embedding", np.array([0])), grpc.StatusCode.NOT_FOUND, "embedding"),
+    "unknown split": (lambda s: s.GetSplit(pb.GetSplitRequest(name="holdout"), timeout=10), grpc.StatusCode.NOT_FOUND, "holdout"),
+    "too many seeds": (lambda s: s.SampleNeighbors(_sample(_too_many(), 2), timeout=10), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
+    "too many node-data ids": (lambda s: _node_data(s, "label", _too_many()), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CALLS))
+def test_bad_requests_get_the_documented_status(server: Server, case: str) -> None:
+    call, code, text = BAD_CALLS[case]
+    with pytest.raises(grpc.RpcError) as info:
+        call(server.stub)
+    assert info.value.code() == code
+    assert text in info.value.details()
+    # The server is still healthy and answers a good request.
+    resp = server.stub.SampleNeighbors(_sample(np.array([0, 1]), 2), timeout=10)
+    assert len(codec.decode(resp.offsets)) == 3
+
+
+def test_health_reports_serving(server: Server) -> None:
+    health = health_pb2_grpc.HealthStub(server.channel)
+    for name in ("", SERVICE_NAME):
+        resp = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_the_service(server: Server) -> None:
+    db = ProtoReflectionDescriptorDatabase(server.channel)
+    assert SERVICE_NAME == "graphfeed.graph_store.v1.GraphStoreService"
+    assert SERVICE_NAME in db.get_services()
+    assert db.FindFileContainingSymbol(SERVICE_NAME).name.endswith("graph_store.proto")
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def test_metrics_endpoint_counts_codes_and_domain_metrics(server: Server) -> None:
+    with pytest.raises(grpc.RpcError):
+        server.stub.SampleNeighbors(_sample(np.array([0]), -5), timeout=10)
+    server.stub.SampleNeighbors(_sample(np.array([0, 1]), -1), timeout=10)
+    _node_data(server.stub, "label", np.array([0, 1, 2]))
+    text = _scrape(server.metrics_port)
+    lines = text.splitlines()
+    bad = [ln for ln in lines if ln.startswith("graphfeed_rpc_requests_total{") and 'code="INVALID_ARGUMENT"' in ln]
+    assert any('method="SampleNeighbors"' in ln and float(ln.split()[-1]) >= 1 for ln in bad), bad
+    assert 'graphfeed_graph_store_partition_info{partition="0"} 1.0' in lines
+    value = {ln.split()[0]: float(ln.split()[1]) for ln in lines if ln and not ln.startswith("#")}
+    assert value["graphfeed_graph_store_sampled_edges_total"] >= 4  # 1 + 3 in-edges of input nodes 0 and 2
+    assert value['graphfeed_graph_store_node_data_rows_total{name="label"}'] >= 3
+    assert value['graphfeed_graph_store_node_data_bytes_total{name="label"}'] >= 24
+    assert value["graphfeed_graph_store_rocksdb_bytes"] > 0
+    assert value["graphfeed_graph_store_sampling_latency_seconds_count"] >= 1
+    assert 'name="embedding"' not in text, "unknown names must not become label values"

@@ -1,0 +1,221 @@
+"""One-hop sampling: sample_csr on a handmade CSR, and GraphStore on the arithmetic graph."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphfeed.graph_store import sampling
+from graphfeed.graph_store.sampling import sample_csr
+from graphfeed.graph_store.store import GraphStore
+from tests.graphs import arithmetic_graph, expected_in_neighbors, write_arithmetic
+
+N, MAX_DEG = 100, 7  # the arith_root fixture
+
+# Handmade CSR: row r has degree DEGS[r]; position i holds neighbor 100+i and edge id 200+i.
+DEGS = np.array([0, 1, 3, 5, 0, 8])
+INDPTR = np.concatenate([[0], np.cumsum(DEGS)]).astype(np.int64)
+INDICES = 100 + np.arange(INDPTR[-1], dtype=np.int64)
+EIDS = 200 + np.arange(INDPTR[-1], dtype=np.int64)
+ROWS = np.arange(len(DEGS), dtype=np.int64)
+
+
+def _rng(seed: int = 0) -> np.random.Generator:
+    return np.random.Generator(np.random.Philox(seed))
+
+
+def _segments(offsets: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
+    return [values[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def _all_of(row: int) -> np.ndarray:
+    return INDICES[INDPTR[row] : INDPTR[row + 1]]
+
+
+# -- sample_csr on the handmade CSR ---------------------------------------------------------
+
+
+def test_fanout_all_returns_every_neighbor_in_csr_order() -> None:
+    offsets, src, eids = sample_csr(INDPTR, INDICES, EIDS, ROWS, -1, False, _rng())
+    assert offsets.tolist() == INDPTR.tolist()
+    assert src.tolist() == INDICES.tolist()
+    assert eids.tolist() == EIDS.tolist()
+
+
+def test_fanout_zero_is_empty() -> None:
+    for replace in (False, True):
+        offsets, src, eids = sample_csr(INDPTR, INDICES, EIDS, ROWS, 0, replace, _rng())
+        assert offsets.tolist() == [0] * (len(ROWS) + 1)
+        assert len(src) == len(eids) == 0
+
+
+def test_fanout_above_degree_takes_all_without_replacement() -> None:
+    offsets, src, _ = sample_csr(INDPTR, INDICES, EIDS, ROWS, 20, False, _rng())
+    assert offsets.tolist() == INDPTR.tolist()
+    assert src.tolist() == INDICES.tolist()
+
+
+def test_without_replacement_is_sorted_distinct_subset() -> None:
+    for k in (1, 2, 4):
+        offsets, src, eids = sample_csr(INDPTR, INDICES, EIDS, ROWS, k, False, _rng(k))
+        assert np.diff(offsets).tolist() == np.minimum(DEGS, k).tolist()
+        for r, seg in enumerate(_segments(offsets, src)):
+            assert set(seg) <= set(_all_of(r))
+            assert np.all(np.diff(seg) > 0), "distinct and in CSR order"
+        assert (eids - 200).tolist() == (src - 100).tolist(), "edge id travels with its position"
+
+
+def test_with_replacement_draws_exactly_fanout_for_rows_with_neighbors() -> None:
+    offsets, src, eids = sample_csr(INDPTR, INDICES, EIDS, ROWS, 6, True, _rng())
+    assert np.diff(offsets).tolist() == [0 if d == 0 else 6 for d in DEGS]
+    for r, seg in enumerate(_segments(offsets, src)):
+        assert set(seg) <= set(_all_of(r))
+        assert np.all(np.diff(seg) >= 0)
+    assert (eids - 200).tolist() == (src - 100).tolist()
+    # Row 1 has one neighbor: every draw is it.
+    assert _segments(offsets, src)[1].tolist() == [100] * 6
+
+
+def test_empty_rows_and_repeated_rows() -> None:
+    offsets, src, eids = sample_csr(INDPTR, INDICES, EIDS, np.empty(0, np.int64), 3, False, _rng())
+    assert offsets.tolist() == [0] and len(src) == len(eids) == 0
+    rows = np.full(200, 5, dtype=np.int64)  # repeats are sampled independently
+    offsets, src, _ = sample_csr(INDPTR, INDICES, EIDS, rows, 3, False, _rng())
+    assert len({tuple(s) for s in _segments(offsets, src)}) > 1
+
+
+def test_fanout_below_minus_one_is_rejected() -> None:
+    with pytest.raises(ValueError, match="fanout"):
+        sample_csr(INDPTR, INDICES, EIDS, ROWS, -2, False, _rng())
+
+
+def test_same_generator_state_gives_same_bytes() -> None:
+    for replace in (False, True):
+        a = sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, replace, _rng(7))
+        b = sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, replace, _rng(7))
+        c = sample_csr(INDPTR, INDICES, EIDS, np.repeat(ROWS, 20), 2, replace, _rng(8))
+        d = sample_csr(INDPTR, INDICES, EIDS, np.repeat(ROWS, 20), 2, replace, _rng(9))
+        assert all(x.tobytes() == y.tobytes() for x, y in zip(a, b))
+        assert c[1].tobytes() != d[1].tobytes()
+
+
+@pytest.mark.parametrize("path", ["floyd", "random_key"])
+def test_every_subset_is_equally_likely(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """5 choose 2 = 10 subsets, 20000 draws: each about 2000 (binomial sd ~42)."""
+    if path == "random_key":
+        monkeypatch.setattr(sampling, "FLOYD_MAX_FANOUT", 0)
+    indptr = np.array([0, 5], dtype=np.int64)
+    nbrs = np.arange(5, dtype=np.int64)
+    offsets, src, _ = sample_csr(indptr, nbrs, nbrs, np.zeros(20_000, np.int64), 2, False, _rng(3))
+    pairs = src.reshape(-1, 2)
+    assert np.all(pairs[:, 0] < pairs[:, 1])
+    counts = {p: 0 for p in itertools.combinations(range(5), 2)}
+    for p, c in zip(*np.unique(pairs, axis=0, return_counts=True)):
+        counts[tuple(int(x) for x in p)] = int(c)
+    assert all(abs(c - 2000) < 250 for c in counts.values()), counts
+
+
+def test_large_fanout_uses_random_keys_and_keeps_the_contract() -> None:
+    k = sampling.FLOYD_MAX_FANOUT + 6
+    degs = np.array([k - 3, k, k + 1, 3 * k], dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum(degs)]).astype(np.int64)
+    nbrs = np.arange(indptr[-1], dtype=np.int64)
+    offsets, src, _ = sample_csr(indptr, nbrs, nbrs, np.arange(4, dtype=np.int64), k, False, _rng())
+    assert np.diff(offsets).tolist() == np.minimum(degs, k).tolist()
+    for r, seg in enumerate(_segments(offsets, src)):
+        assert np.all(np.diff(seg) > 0)
+        assert seg.min() >= indptr[r] and seg.max() < indptr[r + 1]
+
+
+# -- GraphStore on the arithmetic graph -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stores(arith_root: Path) -> Iterator[list[GraphStore]]:
+    opened = [GraphStore.open(arith_root / f"part-{p:05d}") for p in range(2)]
+    yield opened
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def orig(arith_root: Path) -> np.ndarray:
+    """gid -> input id for the whole graph."""
+    return np.load(arith_root / "orig_ids.npy")
+
+
+def _owned(store: GraphStore) -> np.ndarray:
+    return np.arange(store.start, store.stop, dtype=np.int64)
+
+
+def test_fanout_all_returns_exactly_the_in_neighbors(stores: list[GraphStore], orig: np.ndarray) -> None:
+    for store in stores:
+        seeds = _owned(store)
+        out = store.sample_neighbors(seeds, -1, False, 0)
+        for seed, seg in zip(seeds, _segments(out.offsets, out.src)):
+            want = expected_in_neighbors(int(orig[seed]), N, MAX_DEG)
+            assert len(seg) == len(want)
+            assert set(orig[seg].tolist()) == want
+
+
+def test_without_replacement_on_the_graph(stores: list[GraphStore], orig: np.ndarray) -> None:
+    for store, k in itertools.product(stores, (1, 3, 5, 10)):
+        seeds = _owned(store)
+        out = store.sample_neighbors(seeds, k, False, 11)
+        for seed, seg in zip(seeds, _segments(out.offsets, out.src)):
+            want = expected_in_neighbors(int(orig[seed]), N, MAX_DEG)
+            got = orig[seg].tolist()
+            assert len(got) == min(len(want), k)
+            assert len(set(got)) == len(got)
+            assert set(got) <= want
+
+
+def test_with_replacement_on_the_graph(stores: list[GraphStore], orig: np.ndarray) -> None:
+    for store in stores:
+        seeds = _owned(store)
+        out = store.sample_neighbors(seeds, 5, True, 12)
+        assert np.diff(out.offsets).tolist() == [5] * len(seeds)  # every node has degree >= 1
+        for seed, seg in zip(seeds, _segments(out.offsets, out.src)):
+            assert set(orig[seg].tolist()) <= expected_in_neighbors(int(orig[seed]), N, MAX_DEG)
+
+
+def test_edge_ids_name_the_sampled_edge(stores: list[GraphStore], orig: np.ndarray) -> None:
+    g = arithmetic_graph(N, MAX_DEG)
+    for store, (fanout, replace) in itertools.product(stores, [(-1, False), (2, False), (4, True)]):
+        seeds = _owned(store)
+        out = store.sample_neighbors(seeds, fanout, replace, 5)
+        dst = np.repeat(seeds, np.diff(out.offsets))
+        assert np.array_equal(g.src[out.edge_ids], orig[out.src])
+        assert np.array_equal(g.dst[out.edge_ids], orig[dst])
+
+
+def test_rng_seed_determines_the_sample(stores: list[GraphStore]) -> None:
+    seeds = _owned(stores[1])
+    for replace in (False, True):
+        a = stores[1].sample_neighbors(seeds, 2, replace, 42)
+        b = stores[1].sample_neighbors(seeds.copy(), 2, replace, 42)
+        c = stores[1].sample_neighbors(seeds, 2, replace, 43)
+        assert a.offsets.tobytes() == b.offsets.tobytes()
+        assert a.src.tobytes() == b.src.tobytes() and a.edge_ids.tobytes() == b.edge_ids.tobytes()
+        assert a.src.tobytes() != c.src.tobytes()
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_neighbor_frequencies_are_uniform(tmp_path: Path, replace: bool) -> None:
+    """Node 49 of a max_deg-60 graph has degree 50: 4000 samples of 5 pick each ~400 times."""
+    root = write_arithmetic(tmp_path, n=120, max_deg=60, num_partitions=1)
+    store = GraphStore.open(root / "part-00000")
+    try:
+        orig = np.load(root / "orig_ids.npy")
+        (gid,) = np.flatnonzero(orig == 49)
+        out = store.sample_neighbors(np.full(4000, gid, dtype=np.int64), 5, replace, 2024)
+        nbrs, counts = np.unique(orig[out.src], return_counts=True)
+        assert set(nbrs.tolist()) == expected_in_neighbors(49, 120, 60)
+        # Binomial(20000, 1/50) without replacement is Binomial(4000, 0.1) per seed: sd ~19-20.
+        assert np.all(np.abs(counts - 400) < 100), counts
+    finally:
+        store.close()

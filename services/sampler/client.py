@@ -1,0 +1,66 @@
+"""Client of the sampler service: a :class:`~graphfeed.sampler.types.BlockSampler` over gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+import numpy as np
+
+from graphfeed.common import blocks, codec
+from graphfeed.common.blocks import SampledBlocks
+from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.rpc import call_with_retry, channel_options
+from graphfeed.common.v1 import tensor_pb2
+from graphfeed.sampler.v1 import sampler_pb2 as pb
+from graphfeed.sampler.v1 import sampler_pb2_grpc as pb_grpc
+
+
+class SamplerClient:
+    """Samples through a sampler server; same semantics as the in-process ``MultiHopSampler``.
+
+    Errors arrive as :class:`~graphfeed.common.errors.GraphfeedError` subclasses; UNAVAILABLE
+    (and DEADLINE_EXCEEDED) are retried a few times with backoff, which is safe because
+    sampling is deterministic and side-effect free.
+
+    Args:
+        address: ``host:port`` of the sampler.
+        timeout_s: deadline of each attempt, in seconds.
+    """
+
+    def __init__(self, address: str, timeout_s: float = 60.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._stub = pb_grpc.SamplerServiceStub(self._channel)
+
+    def sample(
+        self,
+        seeds: np.ndarray,
+        fanouts: Sequence[int],
+        replace: bool,
+        job_seed: int,
+        epoch: int,
+        step: int,
+    ) -> SampledBlocks:
+        """See :meth:`graphfeed.sampler.core.MultiHopSampler.sample`; arrays come back read-only."""
+        req = pb.SampleBlocksRequest(replace=bool(replace))
+        codec.encode(np.asarray(seeds), req.seeds)
+        try:
+            req.fanouts.extend(fanouts)
+            req.step_key.CopyFrom(tensor_pb2.StepKey(job_seed=job_seed, epoch=epoch, step=step))
+        except (TypeError, ValueError) as exc:  # out of the wire types' range (int32, uint64, uint32)
+            raise InvalidArgument(f"cannot encode fanouts {list(fanouts)} / step key: {exc}") from None
+        resp = call_with_retry(
+            lambda: self._stub.SampleBlocks(req, timeout=self.timeout_s), what=f"sampler {self.address}"
+        )
+        return blocks.from_proto(resp.blocks)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "SamplerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,25 @@
+"""Settings of a sampler server (env prefix ``GRAPHFEED_SAMPLER_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from graphfeed.common.config import ServiceSettings
+
+
+class SamplerSettings(ServiceSettings):
+    """A sampler talks to one graph-store per partition and holds no graph data itself."""
+
+    model_config = SettingsConfigDict(env_prefix="GRAPHFEED_SAMPLER_", extra="forbid")
+
+    graph_store_addresses: list[str] = Field(
+        ...,
+        min_length=1,
+        description="host:port of every graph-store, one per partition, any order (env: a JSON list).",
+    )
+    max_seeds_per_request: int = Field(
+        1_000_000, ge=1, description="Most seeds accepted in one SampleBlocks request (RESOURCE_EXHAUSTED beyond)."
+    )
+    max_fanout: int = Field(1000, ge=0, description="Largest fanout accepted per layer besides -1 (all neighbors).")
+    rpc_timeout_s: float = Field(30.0, gt=0, description="Deadline of each call to a graph-store, in seconds.")

@@ -1,0 +1,168 @@
+"""Multi-hop neighbor sampling across graph-store partitions into DGL blocks.
+
+Each hop groups the frontier by owning partition, starts one ``sample_neighbors`` call per
+partition before waiting on any (DistDGL's ``_distributed_access``), scatters the answers back
+into frontier order and compacts them with :func:`graphfeed.sampler.compact.to_block`. The
+block's src nodes are the next hop's frontier.
+
+Every random choice is seeded by ``derive_seed(job_seed, epoch, step, hop, partition)``, and
+the merge is a pure function of the answers, so the same arguments give byte-identical blocks.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+from graphfeed.common.blocks import Block, SampledBlocks
+from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound, ResourceExhausted
+from graphfeed.common.seeds import derive_seed
+from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
+from graphfeed.sampler.compact import to_block
+
+_SHOW_IDS = 5  # offending ids quoted in an error message
+
+
+class MultiHopSampler:
+    """In-process :class:`~graphfeed.sampler.types.BlockSampler` over a partition set.
+
+    Stateless apart from its configuration, hence safe to call from many threads at once.
+
+    Args:
+        partitions: every partition of the graph (remote or in-process).
+        max_seeds: most seeds one call may ask for (ResourceExhausted above).
+        max_fanout: largest allowed fanout; -1 (all neighbors) is always allowed.
+    """
+
+    def __init__(self, partitions: PartitionSet, *, max_seeds: int = 1_000_000, max_fanout: int = 1000) -> None:
+        self.partitions = partitions
+        self.max_seeds = max_seeds
+        self.max_fanout = max_fanout
+        self.num_nodes = int(partitions.info.num_nodes)
+
+    def sample(
+        self,
+        seeds: np.ndarray,
+        fanouts: Sequence[int],
+        replace: bool,
+        job_seed: int,
+        epoch: int,
+        step: int,
+    ) -> SampledBlocks:
+        """Samples the ``len(fanouts)``-hop neighborhood of ``seeds``.
+
+        Args:
+            seeds: unique global ids, int64 [N], N >= 1.
+            fanouts: neighbors per layer in DGL order: ``fanouts[0]`` is the input layer, the
+                last entry is sampled first, around the seeds; -1 takes all neighbors.
+            replace: sample with replacement.
+            job_seed: seed of the job; with ``epoch`` and ``step`` it seeds every choice.
+            epoch: zero-based epoch.
+            step: zero-based minibatch index within the epoch.
+
+        Returns:
+            Blocks ordered input layer first; ``output_nodes`` equals ``seeds``.
+
+        Raises:
+            InvalidArgument: bad seeds (dtype, rank, empty, duplicates) or fanouts.
+            NotFound: a seed outside ``[0, num_nodes)``.
+            ResourceExhausted: more than ``max_seeds`` seeds.
+            GraphfeedError: whatever a partition raised, unchanged.
+        """
+        seeds = self._check_seeds(seeds)
+        fanouts = self._check_fanouts(fanouts)
+        frontier = seeds
+        blocks: list[Block] = []
+        for hop, fanout in enumerate(reversed(fanouts)):
+            offsets, src, eids = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
+            frontier, block = to_block(frontier, offsets, src, eids)
+            blocks.append(block)
+        blocks.reverse()
+        return SampledBlocks(input_nodes=frontier, output_nodes=seeds, blocks=blocks)
+
+    def _check_seeds(self, seeds: np.ndarray) -> np.ndarray:
+        seeds = np.asarray(seeds)
+        if seeds.dtype != np.int64:
+            raise InvalidArgument(f"seeds must be int64, got {seeds.dtype}")
+        if seeds.ndim != 1:
+            raise InvalidArgument(f"seeds must be 1-D, got shape {seeds.shape}")
+        if seeds.size == 0:
+            raise InvalidArgument("seeds must not be empty")
+        if seeds.size > self.max_seeds:
+            raise ResourceExhausted(f"{seeds.size} seeds exceed the limit of {self.max_seeds} per request")
+        bad = seeds[(seeds < 0) | (seeds >= self.num_nodes)]
+        if bad.size:
+            raise NotFound(
+                f"{bad.size} seed ids outside the graph [0, {self.num_nodes}), e.g. {bad[:_SHOW_IDS].tolist()}"
+            )
+        ordered = np.sort(seeds)
+        dup = ordered[1:][ordered[1:] == ordered[:-1]]
+        if dup.size:
+            raise InvalidArgument(f"duplicate seeds: {np.unique(dup)[:_SHOW_IDS].tolist()} appear more than once")
+        # Our own copy: the caller may reuse its buffer, and output_nodes must not change.
+        return seeds.copy()
+
+    def _check_fanouts(self, fanouts: Sequence[int]) -> list[int]:
+        try:
+            values = [operator.index(f) for f in fanouts]
+        except TypeError:
+            raise InvalidArgument(f"fanouts must be integers, got {list(fanouts)!r}") from None
+        if not values:
+            raise InvalidArgument("fanouts must name at least one layer")
+        bad = [f for f in values if f != -1 and not 0 <= f <= self.max_fanout]
+        if bad:
+            raise InvalidArgument(f"fanouts {bad} out of range: each must be -1 (all) or in [0, {self.max_fanout}]")
+        return values
+
+    def _sample_hop(
+        self, frontier: np.ndarray, fanout: int, replace: bool, key: tuple[int, int, int, int]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One hop around ``frontier``: CSR (offsets, src, edge ids) in frontier order."""
+        owner = np.asarray(self.partitions.owner(frontier))
+        order = np.argsort(owner, kind="stable")  # frontier positions grouped by partition
+        parts, starts = np.unique(owner[order], return_index=True)
+        bounds = [*starts.tolist(), len(frontier)]
+        grouped = frontier[order]
+        # Start every partition's request before waiting on any, so they run in parallel.
+        futures = [
+            self.partitions.sample_neighbors(
+                int(p), grouped[bounds[i] : bounds[i + 1]], fanout, replace, derive_seed(*key, int(p))
+            )
+            for i, p in enumerate(parts)
+        ]
+        results = [f.result() for f in futures]
+        for i, (p, r) in enumerate(zip(parts, results)):
+            _check_answer(int(p), r, bounds[i + 1] - bounds[i])
+        return _scatter(order, results)
+
+
+def _check_answer(p: int, r: SampledNeighbors, num_seeds: int) -> None:
+    """A partition's answer must be a CSR over the seeds it was sent; anything else is a bug."""
+    if len(r.offsets) != num_seeds + 1 or int(r.offsets[-1]) != len(r.src) or len(r.edge_ids) != len(r.src):
+        raise GraphfeedError(
+            f"partition {p} answered {len(r.offsets)} offsets / {len(r.src)} src / {len(r.edge_ids)} edge ids "
+            f"for {num_seeds} seeds"
+        )
+
+
+def _scatter(order: np.ndarray, results: list[SampledNeighbors]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merges per-partition CSRs (grouped order) into one CSR in frontier order.
+
+    ``order[j]`` is the frontier position of grouped position ``j``.
+    """
+    counts_grouped = np.concatenate([np.diff(r.offsets) for r in results]).astype(np.int64, copy=False)
+    src_grouped = np.concatenate([r.src for r in results]).astype(np.int64, copy=False)
+    eids_grouped = np.concatenate([r.edge_ids for r in results]).astype(np.int64, copy=False)
+    starts_grouped = np.cumsum(counts_grouped) - counts_grouped
+
+    counts = np.empty_like(counts_grouped)
+    counts[order] = counts_grouped
+    starts = np.empty_like(starts_grouped)
+    starts[order] = starts_grouped  # where each frontier node's edges begin in the grouped arrays
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    # Edge k of frontier node i sits at grouped position starts[i] + (k - offsets[i]).
+    gather = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+    return offsets, src_grouped[gather], eids_grouped[gather]

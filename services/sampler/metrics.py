@@ -1,0 +1,94 @@
+"""Domain metrics of a sampler (RPC counts and latencies come from ``RpcMetrics``).
+
+Per-partition request counts are recorded by :class:`MeteredPartitionSet`, a wrapper around
+the partition set, so that :class:`~graphfeed.sampler.core.MultiHopSampler` stays free of
+Prometheus.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from graphfeed.graph_store.types import PartitionInfo, PartitionSet, SampledNeighbors
+
+# A multi-hop minibatch: a millisecond (tiny graph, one hop) to tens of seconds (huge fanouts).
+SAMPLING_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass
+class SamplerMetrics:
+    """What a sampler exports; ``partition`` labels are partition ids (a small fixed set)."""
+
+    sampled_edges: Counter
+    sampling_latency: Histogram
+    partition_requests: Counter
+    partition_request_seeds: Counter
+    minibatches: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> "SamplerMetrics":
+        return cls(
+            sampled_edges=Counter(
+                "graphfeed_sampler_sampled_edges_total", "Edges in the blocks returned, over all layers.",
+                registry=registry,
+            ),
+            sampling_latency=Histogram(
+                "graphfeed_sampler_sampling_latency_seconds",
+                "Time to sample and compact one minibatch (all hops, all partitions).",
+                buckets=SAMPLING_LATENCY_BUCKETS, registry=registry,
+            ),
+            partition_requests=Counter(
+                "graphfeed_sampler_partition_requests_total", "SampleNeighbors calls sent, by partition.",
+                ("partition",), registry=registry,
+            ),
+            partition_request_seeds=Counter(
+                "graphfeed_sampler_partition_request_seeds_total", "Frontier nodes sent to be sampled, by partition.",
+                ("partition",), registry=registry,
+            ),
+            minibatches=Counter(
+                "graphfeed_sampler_minibatches_total", "Minibatches sampled successfully.", registry=registry
+            ),
+        )
+
+
+class MeteredPartitionSet:
+    """A :class:`PartitionSet` that counts the ``sample_neighbors`` calls it forwards."""
+
+    def __init__(self, inner: PartitionSet, metrics: SamplerMetrics) -> None:
+        self.inner = inner
+        self._m = metrics
+        self.info: PartitionInfo = inner.info
+
+    @property
+    def num_partitions(self) -> int:
+        return self.inner.num_partitions
+
+    @property
+    def node_offsets(self) -> np.ndarray:
+        return self.inner.node_offsets
+
+    def owner(self, gids: np.ndarray) -> np.ndarray:
+        return self.inner.owner(gids)
+
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int
+    ) -> "Future[SampledNeighbors]":
+        self._m.partition_requests.labels(str(p)).inc()
+        self._m.partition_request_seeds.labels(str(p)).inc(len(seeds))
+        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed)
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+        return self.inner.get_node_data(p, name, ids)
+
+    def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]":
+        return self.inner.get_degrees(p, ids)
+
+    def get_split(self, p: int, name: str) -> np.ndarray:
+        return self.inner.get_split(p, name)
+
+    def close(self) -> None:
+        self.inner.close()

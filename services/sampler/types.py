@@ -1,0 +1,31 @@
+"""The sampling interface the loader depends on, implemented in-process and over gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from graphfeed.common.blocks import SampledBlocks
+
+
+class BlockSampler(Protocol):
+    """Multi-hop sampling of a batch of seeds into DGL-style blocks.
+
+    Implemented by :class:`graphfeed.sampler.core.MultiHopSampler` (in-process, over a
+    PartitionSet) and :class:`graphfeed.sampler.client.SamplerClient` (the sampler service).
+    Deterministic: the same arguments always give the same blocks.
+    """
+
+    def sample(
+        self,
+        seeds: np.ndarray,
+        fanouts: Sequence[int],
+        replace: bool,
+        job_seed: int,
+        epoch: int,
+        step: int,
+    ) -> SampledBlocks:
+        """Samples around ``seeds`` (unique int64 gids); ``fanouts`` in DGL order (input layer first)."""
+        ...

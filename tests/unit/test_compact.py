@@ -1,0 +1,76 @@
+"""to_block: DGL's src-node numbering (dst prefix, then first appearance), on hand examples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphfeed.sampler.compact import to_block
+
+
+def i64(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=np.int64)
+
+
+def test_dst_prefix_then_first_appearance_with_duplicates() -> None:
+    # dst 10 <- {30, 20, 30}; dst 20 <- {}; dst 5 <- {40, 10, 50, 40}
+    dst = i64(10, 20, 5)
+    offsets = i64(0, 3, 3, 7)
+    src = i64(30, 20, 30, 40, 10, 50, 40)
+    eids = i64(100, 101, 102, 103, 104, 105, 106)
+
+    src_nodes, b = to_block(dst, offsets, src, eids)
+
+    np.testing.assert_array_equal(src_nodes, i64(10, 20, 5, 30, 40, 50))
+    assert (b.num_src, b.num_dst) == (6, 3)
+    np.testing.assert_array_equal(b.edge_src, i64(3, 1, 3, 4, 0, 5, 4))
+    np.testing.assert_array_equal(b.edge_dst, i64(0, 0, 0, 2, 2, 2, 2))
+    np.testing.assert_array_equal(b.edge_ids, eids)
+    np.testing.assert_array_equal(src_nodes[b.edge_src], src)  # local ids map back to the gids
+    for a in (src_nodes, b.edge_src, b.edge_dst, b.edge_ids):
+        assert a.dtype == np.int64
+
+
+def test_first_appearance_is_not_sorted_order() -> None:
+    # New sources appear as 9, 1, 7: numbering follows appearance, not value.
+    src_nodes, b = to_block(i64(4), i64(0, 4), i64(9, 1, 9, 7), i64(0, 1, 2, 3))
+    np.testing.assert_array_equal(src_nodes, i64(4, 9, 1, 7))
+    np.testing.assert_array_equal(b.edge_src, i64(1, 2, 1, 3))
+
+
+def test_empty_src() -> None:
+    src_nodes, b = to_block(i64(3, 1, 2), i64(0, 0, 0, 0), i64(), i64())
+    np.testing.assert_array_equal(src_nodes, i64(3, 1, 2))
+    assert (b.num_src, b.num_dst, b.num_edges) == (3, 3, 0)
+    assert b.edge_src.dtype == b.edge_dst.dtype == np.int64
+
+
+def test_all_src_already_dst() -> None:
+    src_nodes, b = to_block(i64(7, 3, 5), i64(0, 2, 3, 4), i64(5, 3, 7, 7), i64(1, 2, 3, 4))
+    np.testing.assert_array_equal(src_nodes, i64(7, 3, 5))
+    assert b.num_src == b.num_dst == 3
+    np.testing.assert_array_equal(b.edge_src, i64(2, 1, 0, 0))
+    np.testing.assert_array_equal(b.edge_dst, i64(0, 0, 1, 2))
+
+
+def test_matches_reference_loop_on_random_input() -> None:
+    rng = np.random.default_rng(0)
+    dst = rng.permutation(1000)[:50].astype(np.int64)
+    counts = rng.integers(0, 6, size=50)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    src = rng.integers(0, 1000, size=offsets[-1]).astype(np.int64)
+    src_nodes, b = to_block(dst, offsets, src, np.arange(len(src), dtype=np.int64))
+
+    expect: dict[int, int] = {int(v): i for i, v in enumerate(dst)}
+    for v in src:
+        expect.setdefault(int(v), len(expect))
+    np.testing.assert_array_equal(src_nodes, np.array(list(expect), dtype=np.int64))
+    np.testing.assert_array_equal(b.edge_src, [expect[int(v)] for v in src])
+    np.testing.assert_array_equal(b.edge_dst, np.repeat(np.arange(50), counts))
+
+
+def test_rejects_inconsistent_csr_and_duplicate_dst() -> None:
+    with pytest.raises(ValueError, match="CSR"):
+        to_block(i64(1, 2), i64(0, 1), i64(3), i64(0))
+    with pytest.raises(ValueError, match="unique"):
+        to_block(i64(1, 1), i64(0, 0, 0), i64(), i64())

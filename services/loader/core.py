@@ -1,0 +1,234 @@
+"""The loader core: jobs, epoch plans, a feature cache per feature name, minibatch streams.
+
+:class:`Loader` validates a job, plans its epoch (:mod:`graphfeed.loader.plan`) and starts a
+:class:`~graphfeed.loader.pipeline.MinibatchStream` (look-ahead sampling, cached gathering,
+bounded queue). Knows nothing of gRPC; metrics are recorded through the ``on_minibatch`` hook
+and by reading :meth:`Loader.cache_stats` / :meth:`Loader.queue_depth`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
+from graphfeed.graph_store.types import PartitionSet
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, TierStats, make_cache
+from graphfeed.loader.pipeline import Channel, MinibatchStats, MinibatchStream, ReadyMinibatch, SharedCache, StreamWork
+from graphfeed.loader.plan import EpochPlan
+from graphfeed.sampler.types import BlockSampler
+
+__all__ = ["JobInfo", "JobSpec", "Loader", "MinibatchStats", "MinibatchStream", "ReadyMinibatch"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """A trainer's job, as loader.proto's JobSpec (see there for each field)."""
+
+    job_id: str = ""
+    job_seed: int = 0
+    split: str = "train"
+    batch_size: int
+    fanouts: tuple[int, ...]
+    replace: bool = False
+    shuffle: bool = False
+    drop_last: bool = False
+    rank: int = 0
+    world_size: int = 1
+    feature_name: str = "feat"
+    label_name: str = "label"  # "" attaches no labels
+
+    def validate(self) -> None:
+        """Checks what needs no graph.
+
+        Raises:
+            InvalidArgument: naming the bad field.
+        """
+        if not self.fanouts:
+            raise InvalidArgument("fanouts must not be empty (one entry per layer)")
+        bad = [f for f in self.fanouts if f < -1]
+        if bad:
+            raise InvalidArgument(f"each fanout must be -1 (all neighbors) or >= 0, got {list(self.fanouts)}")
+        if self.batch_size < 1:
+            raise InvalidArgument(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.world_size < 1:
+            raise InvalidArgument(f"world_size must be >= 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
+            raise InvalidArgument(f"rank must be in [0, world_size={self.world_size}), got {self.rank}")
+        if not 0 <= self.job_seed < 2**64:
+            raise InvalidArgument(f"job_seed must be a uint64, got {self.job_seed}")
+        if not self.split:
+            raise InvalidArgument("split must be named (train, val or test)")
+        if not self.feature_name:
+            raise InvalidArgument("feature_name must not be empty")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """Static facts about a job for one rank (DescribeJobResponse)."""
+
+    steps_per_epoch: int
+    seeds_per_epoch: int
+    feature_row_shape: tuple[int, ...]
+    feature_dtype: np.dtype
+    num_classes: int
+    num_nodes: int
+
+
+
+class Loader:
+    """Epoch plans, look-ahead sampling, a feature cache and bounded minibatch streams.
+
+    Args:
+        partitions: the graph's partitions (remote or in-process).
+        sampler: multi-hop block sampler (remote or in-process).
+        cache_policy: "none", "static_degree" or "lru".
+        cache_bytes: host cache budget per feature name, in bytes.
+        lookahead_steps: sampler calls kept in flight ahead of gathering, per stream (>= 1).
+        max_inflight: ready minibatches buffered per stream (>= 1).
+        sample_workers: threads running sampler calls, shared by all streams (>= 1).
+        max_ids_per_request: ids per graph-store request.
+        on_minibatch: called with each minibatch as the consumer takes it (for metrics).
+    """
+
+    def __init__(
+        self,
+        partitions: PartitionSet,
+        sampler: BlockSampler,
+        *,
+        cache_policy: str = "static_degree",
+        cache_bytes: int = 64 << 20,
+        lookahead_steps: int = 4,
+        max_inflight: int = 2,
+        sample_workers: int = 2,
+        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        on_minibatch: Callable[[ReadyMinibatch], None] | None = None,
+    ) -> None:
+        if cache_policy not in POLICIES:
+            raise InvalidArgument(f"unknown cache policy {cache_policy!r}; expected one of {', '.join(POLICIES)}")
+        for name, value in (("lookahead_steps", lookahead_steps), ("max_inflight", max_inflight), ("sample_workers", sample_workers)):
+            if value < 1:
+                raise InvalidArgument(f"{name} must be >= 1, got {value}")
+        self.partitions = partitions
+        self.sampler = sampler
+        self.cache_policy = cache_policy
+        self.cache_bytes = cache_bytes
+        self.lookahead_steps = lookahead_steps
+        self.max_inflight = max_inflight
+        self.max_ids_per_request = max_ids_per_request
+        self.on_minibatch = on_minibatch
+        self._pool = ThreadPoolExecutor(max_workers=sample_workers, thread_name_prefix="loader-sample")
+        self._lock = threading.Lock()
+        self._splits: dict[str, np.ndarray] = {}
+        self._caches: dict[str, SharedCache] = {}
+        self._streams: weakref.WeakSet[MinibatchStream] = weakref.WeakSet()
+
+    def _split_ids(self, name: str) -> np.ndarray:
+        """The split's gids over all partitions, ascending (partitions own ascending ranges)."""
+        with self._lock:
+            if name not in self._splits:
+                parts = [self.partitions.get_split(p, name) for p in range(self.partitions.num_partitions)]
+                if any(x is None for x in parts):
+                    raise NotFound(f"split {name!r} does not exist")
+                ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in parts])
+                ids.setflags(write=False)
+                self._splits[name] = ids
+            return self._splits[name]
+
+    def _plan(self, job: JobSpec, epoch: int) -> EpochPlan:
+        job.validate()
+        if epoch < 0:
+            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
+        known = self.partitions.info.node_data
+        for what, name in (("feature_name", job.feature_name), ("label_name", job.label_name)):
+            if name and name not in known:
+                raise NotFound(f"{what} {name!r} is not a node-data name; known: {sorted(known)}")
+        return EpochPlan.build(
+            self._split_ids(job.split),
+            job_seed=job.job_seed,
+            epoch=epoch,
+            rank=job.rank,
+            world_size=job.world_size,
+            batch_size=job.batch_size,
+            shuffle=job.shuffle,
+            drop_last=job.drop_last,
+        )
+
+    def describe(self, job: JobSpec) -> JobInfo:
+        """Steps and seeds per epoch for the job's rank, feature shape/type, classes, nodes.
+
+        Raises:
+            InvalidArgument: bad job spec. NotFound: unknown split or node-data name.
+        """
+        plan = self._plan(job, 0)
+        info = self.partitions.info
+        spec = info.node_data[job.feature_name]
+        return JobInfo(plan.num_steps, plan.num_seeds, tuple(spec.row_shape), np.dtype(spec.dtype), info.num_classes, info.num_nodes)
+
+    def _cache(self, feature_name: str) -> SharedCache:
+        with self._lock:
+            if feature_name not in self._caches:
+                info = self.partitions.info
+                spec = info.node_data[feature_name]
+                policy = make_cache(
+                    self.cache_policy,
+                    self.cache_bytes,
+                    row_shape=spec.row_shape,
+                    dtype=spec.dtype,
+                    num_nodes=info.num_nodes,
+                    max_ids_per_request=self.max_ids_per_request,
+                )
+                self._caches[feature_name] = SharedCache(policy)
+            return self._caches[feature_name]
+
+    def stream(self, job: JobSpec, epoch: int, start_step: int = 0) -> MinibatchStream:
+        """Starts streaming steps ``[start_step, steps_per_epoch)`` of ``epoch``.
+
+        Raises:
+            InvalidArgument: bad job spec. NotFound: unknown split or node-data name.
+            OutOfRange: ``start_step`` past the end (equal to the end streams nothing).
+            The stream itself raises whatever sampling or gathering raised (e.g. Unavailable).
+        """
+        plan = self._plan(job, epoch)
+        if not 0 <= start_step <= plan.num_steps:
+            raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
+        work = StreamWork(
+            self.partitions, self.sampler, self._pool, self._cache(job.feature_name), job, plan,
+            start_step, self.lookahead_steps, self.max_ids_per_request, Channel(self.max_inflight),
+        )  # fmt: skip
+        log.info("stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps)
+        stream = MinibatchStream(work, self.on_minibatch)
+        self._streams.add(stream)
+        return stream
+
+    def cache_stats(self) -> list[TierStats]:
+        """Counters per tier name, summed over the caches of all feature names."""
+        with self._lock:
+            tiers = [t.stats() for c in self._caches.values() for t in c.policy.tiers()]
+        out: dict[str, TierStats] = {}
+        for t in tiers:
+            o = out.get(t.tier)
+            out[t.tier] = t if o is None else TierStats(
+                t.tier, o.hits + t.hits, o.misses + t.misses, o.inserts + t.inserts,
+                o.evictions + t.evictions, o.nbytes + t.nbytes, o.capacity_bytes + t.capacity_bytes,
+            )  # fmt: skip
+        return list(out.values())
+
+    def queue_depth(self) -> int:
+        """Ready minibatches waiting in all open streams."""
+        return sum(s.queued for s in list(self._streams))
+
+    def close(self) -> None:
+        """Stops every stream and the sampling pool (partitions and sampler stay open: the caller owns them)."""
+        for s in list(self._streams):
+            s.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+

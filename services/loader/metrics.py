@@ -1,0 +1,116 @@
+"""Domain metrics of a loader (RPC counts and latencies come from ``RpcMetrics``).
+
+Per-minibatch values are recorded by :meth:`LoaderMetrics.record_minibatch`, the loader core's
+``on_minibatch`` hook. Cache counters and the queue depth are read from the loader at scrape
+time (:meth:`LoaderMetrics.watch`), so they are exact and the core never imports Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from graphfeed.loader.cache import TierStats
+
+if TYPE_CHECKING:
+    from graphfeed.loader.core import ReadyMinibatch
+
+# One multi-hop sampler round trip or one feature gather: sub-millisecond to tens of seconds.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+_TIER_COUNTERS = (
+    ("hits", "Input-feature rows served from the cache"),
+    ("misses", "Input-feature rows not in the cache (fetched from graph-stores)"),
+    ("inserts", "Rows inserted into the cache"),
+    ("evictions", "Rows evicted from the cache"),
+)
+
+
+class LoaderState(Protocol):
+    """What the scrape-time collector reads (implemented by :class:`graphfeed.loader.core.Loader`)."""
+
+    def cache_stats(self) -> list[TierStats]: ...
+
+    def queue_depth(self) -> int: ...
+
+
+class _StateCollector:
+    """Exports the loader's cumulative cache counters and queue depth when scraped."""
+
+    def __init__(self) -> None:
+        self.source: LoaderState | None = None
+
+    def describe(self) -> list[Metric]:
+        return list(self._families([], 0))
+
+    def collect(self) -> Iterator[Metric]:
+        src = self.source
+        if src is None:
+            return iter(self.describe())
+        return self._families(src.cache_stats(), src.queue_depth())
+
+    @staticmethod
+    def _families(tiers: list[TierStats], depth: int) -> Iterator[Metric]:
+        for what, doc in _TIER_COUNTERS:
+            fam = CounterMetricFamily(f"graphfeed_loader_cache_{what}", f"{doc}, by tier.", labels=["tier"])
+            for t in tiers:
+                fam.add_metric([t.tier], getattr(t, what))
+            yield fam
+        size = GaugeMetricFamily("graphfeed_loader_cache_bytes", "Bytes of feature rows held in the cache, by tier.", labels=["tier"])
+        for t in tiers:
+            size.add_metric([t.tier], t.nbytes)
+        yield size
+        yield GaugeMetricFamily("graphfeed_loader_queue_depth", "Ready minibatches waiting for their trainer, all streams.", value=depth)
+
+
+@dataclass
+class LoaderMetrics:
+    """What a loader exports; ``partition`` labels are partition ids, ``tier`` is "host" for now."""
+
+    minibatches: Counter
+    sampled_edges: Counter
+    sample_latency: Histogram
+    gather_latency: Histogram
+    remote_feature_bytes: Counter
+    _state: _StateCollector = field(repr=False)
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> "LoaderMetrics":
+        state = _StateCollector()
+        registry.register(state)
+        return cls(
+            minibatches=Counter("graphfeed_loader_minibatches_total", "Minibatches streamed to trainers.", registry=registry),
+            sampled_edges=Counter(
+                "graphfeed_loader_sampled_edges_total", "Edges in the blocks of streamed minibatches.", registry=registry
+            ),
+            sample_latency=Histogram(
+                "graphfeed_loader_sample_latency_seconds", "Sampler round trip of one minibatch.",
+                buckets=LATENCY_BUCKETS, registry=registry,
+            ),
+            gather_latency=Histogram(
+                "graphfeed_loader_gather_latency_seconds", "Cache lookup plus remote fetch of one minibatch's features and labels.",
+                buckets=LATENCY_BUCKETS, registry=registry,
+            ),
+            remote_feature_bytes=Counter(
+                "graphfeed_loader_remote_feature_bytes_total", "Node-data bytes (features and labels) received, by partition.",
+                ("partition",), registry=registry,
+            ),
+            _state=state,
+        )  # fmt: skip
+
+    def watch(self, loader: LoaderState) -> None:
+        """Exports ``loader``'s cache counters and queue depth from now on."""
+        self._state.source = loader
+
+    def record_minibatch(self, mb: "ReadyMinibatch") -> None:
+        """The loader's ``on_minibatch`` hook: one streamed minibatch."""
+        self.minibatches.inc()
+        self.sampled_edges.inc(mb.blocks.num_sampled_edges)
+        self.sample_latency.observe(mb.stats.sample_seconds)
+        self.gather_latency.observe(mb.stats.gather_seconds)
+        for p, nbytes in mb.stats.remote_bytes_by_partition.items():
+            self.remote_feature_bytes.labels(str(p)).inc(nbytes)

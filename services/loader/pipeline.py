@@ -1,0 +1,273 @@
+"""The streaming machinery of the loader: one producer thread and a bounded queue per stream.
+
+The producer keeps ``lookahead_steps`` sampler calls in flight on a shared pool, takes their
+results in step order, gathers input features (cache, then the misses from their owner
+partitions, all partitions requested before any is waited on) and labels, and puts ready
+minibatches in a queue of ``max_inflight``; the consumer takes them in step order. A producer
+failure travels through the queue and is raised in the consumer after the minibatches before
+it. Closing the stream (from any thread) stops the producer and cancels what it queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from graphfeed.common.blocks import SampledBlocks
+from graphfeed.graph_store.types import PartitionSet
+from graphfeed.loader.cache import CachePolicy, fan_out
+from graphfeed.loader.plan import EpochPlan
+from graphfeed.sampler.types import BlockSampler
+
+if TYPE_CHECKING:
+    from graphfeed.loader.core import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MinibatchStats:
+    """Counters of one minibatch; remote bytes count feature and label rows received."""
+
+    cache_hits: int
+    cache_misses: int
+    remote_feature_bytes: int
+    sample_seconds: float
+    gather_seconds: float
+    remote_bytes_by_partition: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReadyMinibatch:
+    """One minibatch ready for training: blocks, input features and seed labels."""
+
+    job_seed: int
+    epoch: int
+    step: int
+    steps_per_epoch: int
+    blocks: SampledBlocks
+    features: np.ndarray  # [len(blocks.input_nodes), *row_shape]
+    labels: np.ndarray  # [len(blocks.output_nodes), *label_shape]; empty without label_name
+    stats: MinibatchStats
+
+
+class SharedCache:
+    """A cache policy shared by the streams that read one feature, behind one lock."""
+
+    def __init__(self, policy: CachePolicy) -> None:
+        self.policy = policy
+        self.lock = threading.Lock()
+        self._warm = False
+
+    def ensure_warm(self, partitions: PartitionSet, feature_name: str) -> None:
+        with self.lock:
+            if not self._warm:
+                self.policy.warm_up(partitions, feature_name)
+                self._warm = True
+
+
+class Channel:
+    """The bounded queue between a producer and its consumer, closable from either side."""
+
+    def __init__(self, capacity: int) -> None:
+        self._cond = threading.Condition()
+        self._items: deque[ReadyMinibatch] = deque()
+        self._capacity = capacity
+        self._closed = False
+        self._done = False
+        self._error: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def put(self, item: ReadyMinibatch) -> bool:
+        """Blocks while full; False when the consumer has closed the channel."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or len(self._items) < self._capacity)
+            if self._closed:
+                return False
+            self._items.append(item)
+            self._cond.notify_all()
+            return True
+
+    def wait_done(self, fut: Future) -> bool:
+        """Waits for ``fut``; False if the channel was closed first."""
+        fut.add_done_callback(lambda _f: self.wake())
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or fut.done())
+            return not self._closed
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """No more items; ``error`` (if any) is raised to the consumer after the queued ones."""
+        with self._cond:
+            self._done, self._error = True, error
+            self._cond.notify_all()
+
+    def get(self) -> ReadyMinibatch:
+        """The next item; StopIteration at the end, the producer's error if it failed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._items or self._done)
+            if self._items and not self._closed:
+                item = self._items.popleft()
+                self._cond.notify_all()
+                return item
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+        raise StopIteration
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._items.clear()
+            self._cond.notify_all()
+
+
+@dataclass
+class StreamWork:
+    """Everything one producer needs (deliberately not the stream handle, so that an abandoned
+    stream can be garbage-collected and closed)."""
+
+    partitions: PartitionSet
+    sampler: BlockSampler
+    pool: ThreadPoolExecutor
+    cache: SharedCache
+    job: JobSpec
+    plan: EpochPlan
+    start_step: int
+    lookahead_steps: int
+    max_ids_per_request: int
+    channel: Channel
+
+
+def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
+    t0 = time.perf_counter()
+    j = w.job
+    sb = w.sampler.sample(w.plan.seeds(step), list(j.fanouts), j.replace, j.job_seed, w.plan.epoch, step)
+    return sb, time.perf_counter() - t0
+
+
+def _gather(w: StreamWork, step: int, sb: SampledBlocks, sample_s: float) -> ReadyMinibatch:
+    """Features of the input nodes (cache first, misses from their owners) and seed labels."""
+    t0 = time.perf_counter()
+    j, parts, policy = w.job, w.partitions, w.cache.policy
+    ids = np.asarray(sb.input_nodes, dtype=np.int64)
+    with w.cache.lock:
+        hit, hit_rows = policy.lookup(ids)
+        policy.on_access(ids, hit)
+    miss_pos = np.flatnonzero(~hit)
+    spec = parts.info.node_data[j.feature_name]
+    feats = fan_out(parts, ids[miss_pos], lambda p, c: parts.get_node_data(p, j.feature_name, c), w.max_ids_per_request)
+    labels, got_labels = np.empty((0,), dtype=np.int64), {}
+    try:
+        if j.label_name:
+            lspec = parts.info.node_data[j.label_name]
+            pending = fan_out(parts, sb.output_nodes, lambda p, c: parts.get_node_data(p, j.label_name, c), w.max_ids_per_request)
+            labels, got_labels = pending.wait(lspec.row_shape, lspec.dtype)
+        miss_rows, got = feats.wait(spec.row_shape, spec.dtype)
+    finally:
+        feats.cancel()
+    features = np.empty((len(ids), *spec.row_shape), dtype=spec.dtype)
+    features[hit] = hit_rows
+    features[miss_pos] = miss_rows
+    with w.cache.lock:
+        policy.admit(ids[miss_pos], miss_rows)
+    by_part = {p: got.get(p, 0) + got_labels.get(p, 0) for p in sorted(set(got) | set(got_labels))}
+    stats = MinibatchStats(
+        cache_hits=len(ids) - len(miss_pos),
+        cache_misses=len(miss_pos),
+        remote_feature_bytes=sum(by_part.values()),
+        sample_seconds=sample_s,
+        gather_seconds=time.perf_counter() - t0,
+        remote_bytes_by_partition=by_part,
+    )
+    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats)
+
+
+def _produce(w: StreamWork) -> None:
+    """The producer thread: sampling window, then gather in step order, then the queue."""
+    pending: deque[tuple[int, Future]] = deque()
+    next_step = w.start_step
+    try:
+        if w.start_step < w.plan.num_steps:
+            w.cache.ensure_warm(w.partitions, w.job.feature_name)
+        while not w.channel.closed:
+            while next_step < w.plan.num_steps and len(pending) < w.lookahead_steps:
+                pending.append((next_step, w.pool.submit(_sample, w, next_step)))
+                next_step += 1
+            if not pending:
+                break
+            step, fut = pending.popleft()
+            if not w.channel.wait_done(fut):
+                fut.cancel()
+                break
+            if not w.channel.put(_gather(w, step, *fut.result())):
+                break
+        w.channel.finish()
+    except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+        w.channel.finish(exc)
+    finally:
+        for _, fut in pending:
+            fut.cancel()
+        log.debug("producer job=%s rank=%d epoch=%d exits", w.job.job_id, w.job.rank, w.plan.epoch)
+
+
+class MinibatchStream(Iterator[ReadyMinibatch]):
+    """Ready minibatches of one epoch in step order; close it to stop early (also a context manager)."""
+
+    def __init__(self, work: StreamWork, on_minibatch: Callable[[ReadyMinibatch], None] | None) -> None:
+        self.start_step = work.start_step
+        self.steps_per_epoch = work.plan.num_steps
+        self._channel = work.channel
+        self._on_minibatch = on_minibatch
+        name = f"loader-producer-{work.job.job_id or 'job'}-r{work.job.rank}-e{work.plan.epoch}"
+        self._thread = threading.Thread(target=_produce, args=(work,), name=name, daemon=True)
+        self._thread.start()
+
+    def __iter__(self) -> "MinibatchStream":
+        return self
+
+    def __next__(self) -> ReadyMinibatch:
+        mb = self._channel.get()
+        if self._on_minibatch is not None:
+            self._on_minibatch(mb)
+        return mb
+
+    @property
+    def queued(self) -> int:
+        """Ready minibatches waiting for the consumer."""
+        return len(self._channel)
+
+    @property
+    def producer_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stops the producer (it exits after its current step) and drops queued minibatches.
+        Thread-safe: the gRPC layer may call it from another thread when a stream is cancelled."""
+        self._channel.close()
+
+    def __enter__(self) -> "MinibatchStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self._channel.close()

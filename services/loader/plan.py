@@ -1,0 +1,105 @@
+"""The epoch plan: which seeds each rank trains on, in which order, in which minibatch.
+
+Follows ``torch.utils.data.DistributedSampler``: one permutation per (job seed, epoch), the
+same on every rank, padded by wrapping around to a multiple of ``world_size`` so that every
+rank gets the same number of seeds (hence of steps: DDP ranks stay in lock-step), then rank
+``r`` takes every ``world_size``-th seed starting at ``r``. Its seeds are then cut into
+minibatches of ``batch_size`` (the last one partial unless ``drop_last``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument, OutOfRange
+from graphfeed.common.seeds import rng
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One rank's seeds for one epoch, cut into minibatches.
+
+    Attributes:
+        epoch: zero-based epoch.
+        rank: this rank, in ``[0, world_size)``.
+        world_size: number of ranks of the job.
+        batch_size: seeds per minibatch.
+        drop_last: whether the last partial minibatch is dropped.
+        rank_seeds: this rank's seeds (gids, int64) in training order, before batching.
+    """
+
+    epoch: int
+    rank: int
+    world_size: int
+    batch_size: int
+    drop_last: bool
+    rank_seeds: np.ndarray
+
+    @classmethod
+    def build(
+        cls,
+        split_ids: np.ndarray,
+        *,
+        job_seed: int,
+        epoch: int,
+        rank: int,
+        world_size: int,
+        batch_size: int,
+        shuffle: bool,
+        drop_last: bool,
+    ) -> "EpochPlan":
+        """Plans one epoch for one rank.
+
+        Args:
+            split_ids: the split's gids (int64, sorted ascending, unique).
+            job_seed: seed of the job; with ``epoch`` it fixes the permutation.
+            epoch: zero-based epoch.
+            rank: this trainer's rank in ``[0, world_size)``.
+            world_size: number of trainers (>= 1).
+            batch_size: seeds per minibatch (>= 1).
+            shuffle: permute the split (the same permutation on every rank); else keep its order.
+            drop_last: drop the last partial minibatch of this rank.
+
+        Raises:
+            InvalidArgument: bad batch size, world size or rank, or an empty split.
+        """
+        if batch_size < 1:
+            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
+        if world_size < 1:
+            raise InvalidArgument(f"world_size must be >= 1, got {world_size}")
+        if not 0 <= rank < world_size:
+            raise InvalidArgument(f"rank must be in [0, world_size={world_size}), got {rank}")
+        ids = np.asarray(split_ids, dtype=np.int64)
+        if ids.size == 0:
+            raise InvalidArgument("the split has no nodes: nothing to train on")
+        order = rng(job_seed, "plan", epoch).permutation(ids) if shuffle else ids
+        total = -(-ids.size // world_size) * world_size
+        # np.resize repeats the array cyclically: the wrap-around padding of DistributedSampler.
+        padded = np.resize(order, total)
+        # No id repeats within one rank (the sampler needs unique seeds): two copies sit a
+        # multiple of len(ids) apart, which is a multiple of world_size only if there is no
+        # padding at all, or when len(ids) < world_size and every rank holds one seed.
+        return cls(epoch, rank, world_size, batch_size, drop_last, np.ascontiguousarray(padded[rank::world_size]))
+
+    @property
+    def num_steps(self) -> int:
+        """Minibatches in this epoch for this rank (the same on every rank)."""
+        n = len(self.rank_seeds)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    @property
+    def num_seeds(self) -> int:
+        """Seeds this rank trains on this epoch: padding included, dropped tail excluded."""
+        return min(len(self.rank_seeds), self.num_steps * self.batch_size)
+
+    def seeds(self, step: int) -> np.ndarray:
+        """The seeds (unique gids, int64) of minibatch ``step``.
+
+        Raises:
+            OutOfRange: ``step`` is not in ``[0, num_steps)``.
+        """
+        if not 0 <= step < self.num_steps:
+            raise OutOfRange(f"step {step} is outside epoch {self.epoch} of {self.num_steps} steps")
+        return self.rank_seeds[step * self.batch_size : (step + 1) * self.batch_size]

@@ -1,0 +1,93 @@
+"""Runs a loader: ``serve`` starts one (non-blocking), ``main`` runs one until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry
+
+from graphfeed.common.metrics import RpcMetrics, serve_metrics
+from graphfeed.common.rpc import RunningServer, announce, start_server, wait_for_termination
+from graphfeed.graph_store.client import RemotePartitionSet
+from graphfeed.loader.config import LoaderSettings
+from graphfeed.loader.core import Loader
+from graphfeed.loader.metrics import LoaderMetrics
+from graphfeed.loader.servicer import LoaderServicer
+from graphfeed.loader.v1 import loader_pb2 as pb
+from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
+from graphfeed.sampler.client import SamplerClient
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["LoaderService"].full_name
+
+
+def close_all(loader: Loader) -> None:
+    """Stops the loader's streams, then closes the sampler and graph-store channels ``serve`` opened."""
+    loader.close()
+    loader.sampler.close()  # type: ignore[attr-defined] - a SamplerClient when built by serve()
+    loader.partitions.close()
+
+
+def serve(settings: LoaderSettings, registry: CollectorRegistry | None = None) -> tuple[RunningServer, Loader]:
+    """Connects to the graph-stores and the sampler and starts the gRPC server (and /metrics
+    unless ``metrics_port == -1``).
+
+    Args:
+        settings: server settings, peer addresses, cache and pipeline sizes.
+        registry: where metrics are registered; a fresh registry if None.
+
+    Returns:
+        The running server (``.port``, ``.metrics_port`` bound) and its loader; the caller
+        stops the server and then calls :func:`close_all` on the loader.
+
+    Raises:
+        FailedPrecondition: the graph-stores do not cover each partition exactly once.
+        Unavailable: a graph-store could not be reached.
+    """
+    registry = CollectorRegistry() if registry is None else registry
+    metrics = LoaderMetrics.create(registry)
+    partitions = RemotePartitionSet(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s)
+    sampler = SamplerClient(settings.sampler_address, timeout_s=settings.rpc_timeout_s)
+    loader = Loader(
+        partitions,
+        sampler,
+        cache_policy=settings.cache_policy,
+        cache_bytes=settings.cache_bytes,
+        lookahead_steps=settings.lookahead_steps,
+        max_inflight=settings.max_inflight,
+        sample_workers=settings.sample_workers,
+        on_minibatch=metrics.record_minibatch,
+    )
+    metrics.watch(loader)
+    try:
+        running = start_server(
+            register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(LoaderServicer(loader), server),
+            service_names=[SERVICE_NAME],
+            metrics=RpcMetrics.create(registry),
+            host=settings.host,
+            port=settings.port,
+            max_workers=settings.max_workers,
+        )
+        if settings.metrics_port != -1:
+            try:
+                running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+            except BaseException:
+                running.stop(0)
+                raise
+    except BaseException:
+        close_all(loader)
+        raise
+    log.info(
+        "loader serving on %s: %d partitions, sampler %s, cache %s %d bytes",
+        running.address, partitions.num_partitions, settings.sampler_address, settings.cache_policy, settings.cache_bytes,
+    )  # fmt: skip
+    return running, loader
+
+
+def main(settings: LoaderSettings) -> None:
+    """Serves until SIGTERM/SIGINT, then drains calls for ``grace_s`` and closes everything."""
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    running, loader = serve(settings)
+    announce("loader", running)
+    wait_for_termination(running, settings.grace_s, on_stop=lambda: close_all(loader))

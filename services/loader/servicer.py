@@ -1,0 +1,72 @@
+"""gRPC adapter of the loader: JobSpec -> Loader.describe / Loader.stream -> protobuf."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+
+from graphfeed.common import blocks, codec
+from graphfeed.loader.core import JobInfo, JobSpec, Loader, ReadyMinibatch
+from graphfeed.loader.v1 import loader_pb2 as pb
+from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
+
+
+def job_from_proto(msg: pb.JobSpec) -> JobSpec:
+    """The domain job; an empty feature_name means "feat"; label_name is "label" when unset, "" for none."""
+    return JobSpec(
+        job_id=msg.job_id,
+        job_seed=msg.job_seed,
+        split=msg.split,
+        batch_size=msg.batch_size,
+        fanouts=tuple(msg.fanouts),
+        replace=msg.replace,
+        shuffle=msg.shuffle,
+        drop_last=msg.drop_last,
+        rank=msg.rank,
+        world_size=msg.world_size,
+        feature_name=msg.feature_name or "feat",
+        label_name=msg.label_name if msg.HasField("label_name") else "label",
+    )
+
+
+def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
+    return pb.DescribeJobResponse(
+        steps_per_epoch=info.steps_per_epoch,
+        seeds_per_epoch=info.seeds_per_epoch,
+        feature_row_shape=list(info.feature_row_shape),
+        feature_dtype=codec.dtype_to_proto(info.feature_dtype),
+        num_classes=info.num_classes,
+        num_nodes=info.num_nodes,
+    )
+
+
+def minibatch_to_proto(mb: ReadyMinibatch) -> pb.Minibatch:
+    msg = pb.Minibatch(steps_per_epoch=mb.steps_per_epoch)
+    msg.step_key.job_seed, msg.step_key.epoch, msg.step_key.step = mb.job_seed, mb.epoch, mb.step
+    blocks.to_proto(mb.blocks, out=msg.blocks)
+    codec.encode(mb.features, msg.input_features)
+    codec.encode(mb.labels, msg.labels)
+    s = mb.stats
+    msg.stats.cache_hits, msg.stats.cache_misses = s.cache_hits, s.cache_misses
+    msg.stats.remote_feature_bytes = s.remote_feature_bytes
+    msg.stats.sample_seconds, msg.stats.gather_seconds = s.sample_seconds, s.gather_seconds
+    return msg
+
+
+class LoaderServicer(pb_grpc.LoaderServiceServicer):
+    """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core."""
+
+    def __init__(self, loader: Loader) -> None:
+        self._loader = loader
+
+    def DescribeJob(self, request: pb.DescribeJobRequest, context: grpc.ServicerContext) -> pb.DescribeJobResponse:
+        return info_to_proto(self._loader.describe(job_from_proto(request.job)))
+
+    def StreamMinibatches(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Minibatch]:
+        stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step)
+        # A cancelled RPC stops pulling from this generator; the callback stops the producer.
+        context.add_callback(stream.close)
+        with stream:
+            for mb in stream:
+                yield minibatch_to_proto(mb)

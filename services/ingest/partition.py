@@ -6,11 +6,14 @@ so the owner of a node is found with one binary search at serving time.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.partition import (
@@ -51,7 +54,12 @@ def assign_partitions(g: GraphData, num_partitions: int, method: str = "metis", 
         mask = np.zeros(g.num_nodes, dtype=np.int64)
         mask[g.splits["train"]] = 1
         balance = torch.from_numpy(mask)
-    parts = dgl.metis_partition_assignment(dg, num_partitions, balance_ntypes=balance, balance_edges=True)
+    log.info("METIS: %d nodes, %d edges into %d partitions (about a minute per 10M edges)", g.num_nodes, g.num_edges, num_partitions)
+    chatter = io.StringIO()  # DGL prints its timings to stdout, which is the CLI's summary
+    with contextlib.redirect_stdout(chatter):
+        parts = dgl.metis_partition_assignment(dg, num_partitions, balance_ntypes=balance, balance_edges=True)
+    for line in chatter.getvalue().splitlines():
+        log.debug("dgl: %s", line)
     return parts.numpy().astype(np.int64)
 
 
@@ -62,6 +70,7 @@ def write_partitioned(
     method: str = "metis",
     seed: int = 0,
     assignment: np.ndarray | None = None,
+    progress: bool = False,
 ) -> GraphManifest:
     """Partitions ``g`` and writes ``out_dir`` (see graphfeed.common.partition for the layout).
 
@@ -72,6 +81,7 @@ def write_partitioned(
         method: "metis" or "random" (ignored when ``assignment`` is given).
         seed: seed for the random method.
         assignment: precomputed partition of each node (tests use it for exact layouts).
+        progress: show a progress bar over partitions on stderr.
     """
     g.validate()
     t0 = time.perf_counter()
@@ -115,7 +125,7 @@ def write_partitioned(
     out_dir = Path(out_dir)
     write_graph_manifest(out_dir, manifest)
     np.save(out_dir / "orig_ids.npy", orig[order])  # gid -> input id, whole graph
-    for p in range(num_partitions):
+    for p in tqdm(range(num_partitions), desc="writing partitions", unit="part", disable=not progress):
         lo, hi = int(offsets[p]), int(offsets[p + 1])
         e_lo, e_hi = int(indptr_all[lo]), int(indptr_all[hi])
         indices = indices_all[e_lo:e_hi]

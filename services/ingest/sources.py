@@ -1,0 +1,328 @@
+"""Ingest sources: each turns some input into a :class:`GraphData` with ids ``0..N-1``.
+
+Undirected inputs are stored with both directions. Sources that model simple graphs (Cora,
+synthetic) have no self loops and no duplicate edges.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument, NotFound
+from graphfeed.ingest.graph import GraphData, random_split
+from graphfeed.ingest.synthetic import generate, generate_preset
+
+DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
+CORA_NUM_CLASSES = 7
+
+
+def symmetrize(
+    src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Adds the reverse of every edge, then removes exact duplicates (same src, dst and ts).
+
+    The result lists the surviving input edges in input order, then the added reverses.
+    """
+    keep = src != dst if drop_self_loops else slice(None)
+    src, dst = src[keep], dst[keep]
+    ts = None if ts is None else ts[keep]
+    all_src, all_dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    all_ts = None if ts is None else np.concatenate([ts, ts])
+    first = _first_occurrences(all_src, all_dst, all_ts)
+    return all_src[first], all_dst[first], None if all_ts is None else all_ts[first]
+
+
+def _first_occurrences(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None) -> np.ndarray:
+    """Ascending positions of the first copy of each distinct (src, dst[, ts])."""
+    keys = (dst, src) if ts is None else (ts, dst, src)
+    order = np.lexsort(keys)  # stable: equal keys stay in input order
+    new_group = np.ones(len(order), dtype=bool)
+    same = (src[order[1:]] == src[order[:-1]]) & (dst[order[1:]] == dst[order[:-1]])
+    if ts is not None:
+        same &= ts[order[1:]] == ts[order[:-1]]
+    new_group[1:] = ~same
+    return np.sort(order[new_group])
+
+
+def _graphdatascience_dir() -> Path:
+    """The installed graphdatascience package directory, found without importing it
+    (it was installed with --no-deps, so importing it would fail)."""
+    spec = importlib.util.find_spec("graphdatascience")
+    if spec is None or not spec.submodule_search_locations:
+        raise NotFound(
+            "Cora comes from the graphdatascience wheel, which is not installed in this environment; "
+            "run scripts/bootstrap.sh (it installs graphdatascience==2.2 --no-deps)"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def load_cora(split_seed: int = 0, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS) -> GraphData:
+    """Cora citation graph (2708 papers, 1433 binary word features, 7 subjects), undirected.
+
+    Args:
+        split_seed: seed of the random train/val/test split.
+        fractions: train/val/test fractions (default 60/20/20).
+    """
+    import pyarrow.parquet as pq
+
+    root = _graphdatascience_dir() / "resources" / "cora"
+    files = {name: root / f"cora_{name}.parquet.gzip" for name in ("nodes", "rels")}
+    for f in files.values():
+        if not f.exists():
+            raise NotFound(f"{f} is missing from the graphdatascience wheel; re-run scripts/bootstrap.sh")
+    nodes = pq.read_table(files["nodes"], columns=["nodeId", "subject", "features"])
+    rels = pq.read_table(files["rels"], columns=["sourceNodeId", "targetNodeId"])
+    paper = nodes.column("nodeId").to_numpy().astype(np.int64)
+    n = len(paper)
+    feats = nodes.column("features").combine_chunks()
+    widths = np.diff(feats.offsets.to_numpy())
+    if len(widths) and (widths != widths[0]).any():
+        raise InvalidArgument(f"{files['nodes']}: feature lists have different lengths {sorted(set(widths.tolist()))}")
+    feat = feats.flatten().to_numpy().astype(np.float32).reshape(n, -1)
+    order = np.argsort(paper)
+    src = _map_ids(rels.column("sourceNodeId").to_numpy(), paper, order, files["rels"])
+    dst = _map_ids(rels.column("targetNodeId").to_numpy(), paper, order, files["rels"])
+    src, dst, _ = symmetrize(src, dst, drop_self_loops=True)
+    return GraphData(
+        name="cora",
+        num_nodes=n,
+        src=src,
+        dst=dst,
+        node_data={"feat": feat, "label": nodes.column("subject").to_numpy().astype(np.int64)},
+        splits=random_split(n, fractions, split_seed),
+        num_classes=CORA_NUM_CLASSES,
+        orig_ids=paper,
+        extra={"undirected": True, "split_seed": split_seed},
+    )
+
+
+def _map_ids(ids: np.ndarray, known: np.ndarray, order: np.ndarray, where: Path) -> np.ndarray:
+    """Positions in ``known`` (sorted by ``order``) of each id; every id must be known."""
+    pos = np.searchsorted(known, ids, sorter=order)
+    idx = order[np.minimum(pos, len(order) - 1)]
+    bad = known[idx] != ids
+    if bad.any():
+        raise InvalidArgument(f"{where}: {int(bad.sum())} edge endpoints are not node ids, e.g. {ids[bad][:3].tolist()}")
+    return idx.astype(np.int64)
+
+
+NUMPY_FILES = ("src", "dst", "feat", "label", "train_idx", "val_idx", "test_idx")
+
+
+def load_numpy_dir(
+    path: str | Path, undirected: bool = False, name: str | None = None
+) -> GraphData:
+    """A graph stored as ``.npy`` files in one directory.
+
+    Required: ``src.npy``, ``dst.npy`` (integer [E], edges src -> dst), ``feat.npy`` ([N, ...],
+    its row count defines N), ``label.npy`` (integer [N]), ``train_idx.npy``, ``val_idx.npy``,
+    ``test_idx.npy`` (integer node ids). Optional: ``ts.npy`` (integer [E], one timestamp per edge).
+    Features are stored as float32.
+
+    Args:
+        path: the directory.
+        undirected: add the reverse of every edge (exact duplicates removed, see :func:`symmetrize`);
+            otherwise edges are kept exactly as given and edge ids are positions in ``src.npy``.
+        name: dataset name (default: the directory name).
+    """
+    d = Path(path)
+    if not d.is_dir():
+        raise NotFound(f"numpy source: {d} is not a directory")
+    arrays = {}
+    for key in NUMPY_FILES:
+        f = d / f"{key}.npy"
+        if not f.exists():
+            raise NotFound(f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})")
+        arrays[key] = _load_npy(f)
+    ts = _load_npy(d / "ts.npy") if (d / "ts.npy").exists() else None
+    feat = arrays["feat"]
+    if feat.ndim != 2 or not (np.issubdtype(feat.dtype, np.number) or np.issubdtype(feat.dtype, np.bool_)):
+        raise InvalidArgument(f"{d / 'feat.npy'}: expected a 2-D numeric array [N, F], got dtype {feat.dtype} shape {feat.shape}")
+    n = len(feat)
+    ints = {k: _int_vector(d / f"{k}.npy", arrays[k]) for k in NUMPY_FILES if k != "feat"}
+    _check_len(d / "dst.npy", ints["dst"], len(ints["src"]), "entries as src.npy")
+    _check_len(d / "label.npy", ints["label"], n, "rows as feat.npy")
+    if ts is not None:
+        ts = _int_vector(d / "ts.npy", ts)
+        _check_len(d / "ts.npy", ts, len(ints["src"]), "entries as src.npy (one timestamp per edge)")
+    for key in ("src", "dst", "train_idx", "val_idx", "test_idx"):
+        _check_range(d / f"{key}.npy", ints[key], n)
+    src, dst = ints["src"], ints["dst"]
+    if undirected:
+        src, dst, ts = symmetrize(src, dst, ts)
+    labels = ints["label"]
+    return GraphData(
+        name=name or d.name,
+        num_nodes=n,
+        src=src,
+        dst=dst,
+        node_data={"feat": feat.astype(np.float32, copy=False), "label": labels},
+        splits={s: np.unique(ints[f"{s}_idx"]) for s in ("train", "val", "test")},
+        num_classes=int(labels.max()) + 1 if len(labels) else 0,
+        edge_ts=ts,
+        extra={"undirected": undirected},
+    )
+
+
+def _load_npy(f: Path) -> np.ndarray:
+    try:
+        return np.load(f, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise InvalidArgument(f"{f}: not a readable .npy array ({e})") from e
+
+
+def _int_vector(f: Path, a: np.ndarray) -> np.ndarray:
+    if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
+        raise InvalidArgument(f"{f}: expected a 1-D integer array, got dtype {a.dtype} shape {a.shape}")
+    return a.astype(np.int64, copy=False)
+
+
+def _check_len(f: Path, a: np.ndarray, want: int, what: str) -> None:
+    if len(a) != want:
+        raise InvalidArgument(f"{f}: has {len(a)} entries, expected as many {what} ({want})")
+
+
+def _check_range(f: Path, ids: np.ndarray, n: int) -> None:
+    if len(ids) and (ids.min() < 0 or ids.max() >= n):
+        raise InvalidArgument(f"{f}: node ids must be in [0, {n}) (N = rows of feat.npy), got [{ids.min()}, {ids.max()}]")
+
+
+def load_edge_csv(
+    path: str | Path,
+    *,
+    num_features: int = 0,
+    seed: int = 0,
+    undirected: bool = False,
+    split_seed: int = 0,
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+    delimiter: str | None = None,
+    name: str | None = None,
+) -> GraphData:
+    """An edge list: one edge per line, ``src,dst[,ts]`` with integer node ids and timestamps.
+
+    A first line whose first two fields are not integers is a header; a header naming ``src``
+    and ``dst`` (and ``ts``) selects those columns by name. Node ids can be any integers: the
+    nodes are the distinct ids (ascending) and ``orig_ids`` keeps them. There are no labels
+    (num_classes 0); "feat" is seeded N(0, 1) noise when ``num_features > 0``.
+
+    Args:
+        path: the CSV file.
+        num_features: width of the random "feat" table (0: none).
+        seed: seed of the random features.
+        undirected: add reverse edges (see :func:`symmetrize`).
+        split_seed: seed of the random train/val/test split.
+        fractions: train/val/test fractions.
+        delimiter: field separator (default: tab if the first line has one, else comma).
+        name: dataset name (default: the file's stem).
+    """
+    f = Path(path)
+    if not f.is_file():
+        raise NotFound(f"csv source: {f} does not exist")
+    cols = _read_edge_csv(f, delimiter)
+    orig, inverse = np.unique(np.concatenate([cols["src"], cols["dst"]]), return_inverse=True)
+    e = len(cols["src"])
+    src, dst, ts = inverse[:e].astype(np.int64), inverse[e:].astype(np.int64), cols.get("ts")
+    if undirected:
+        src, dst, ts = symmetrize(src, dst, ts)
+    n = len(orig)
+    node_data = {}
+    if num_features > 0:
+        node_data["feat"] = np.random.default_rng(seed).standard_normal((n, num_features), dtype=np.float32)
+    return GraphData(
+        name=name or f.stem,
+        num_nodes=n,
+        src=src,
+        dst=dst,
+        node_data=node_data,
+        splits=random_split(n, fractions, split_seed),
+        num_classes=0,
+        edge_ts=ts,
+        orig_ids=orig.astype(np.int64),
+        extra={"undirected": undirected},
+    )
+
+
+def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
+    """Columns "src", "dst" and maybe "ts" (int64) of an edge-list file."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    with open(f, encoding="utf-8", errors="replace") as fh:
+        first = fh.readline().strip()
+    if not first:
+        raise InvalidArgument(f"{f}: empty edge list")
+    delim = delimiter or ("\t" if "\t" in first else ",")
+    fields = [x.strip() for x in first.split(delim)]
+    has_header = len(fields) < 2 or not all(_is_int(x) for x in fields[:2])
+    names = [x.lower() for x in fields] if has_header else []
+    if len(fields) not in (2, 3):
+        raise InvalidArgument(f"{f}: expected 2 or 3 columns (src, dst[, ts]) separated by {delim!r}, got {len(fields)}: {first!r}")
+    wanted = ["src", "dst", "ts"][: len(fields)]
+    if has_header and {"src", "dst"} <= set(names):
+        order = [names.index(c) for c in wanted if c in names]
+    else:
+        order = list(range(len(fields)))
+    read = pacsv.ReadOptions(skip_rows=1 if has_header else 0, autogenerate_column_names=True)
+    types = {f"f{i}": pa.int64() for i in range(len(fields))}
+    try:
+        table = pacsv.read_csv(f, read_options=read, parse_options=pacsv.ParseOptions(delimiter=delim),
+                               convert_options=pacsv.ConvertOptions(column_types=types))
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise InvalidArgument(f"{f}: not an integer edge list src{delim}dst[{delim}ts]: {e}") from e
+    out = {}
+    for key, i in zip(wanted, order):
+        col = table.column(i)
+        if col.null_count:
+            raise InvalidArgument(f"{f}: column {key!r} has {col.null_count} empty values")
+        out[key] = col.to_numpy().astype(np.int64)
+    return out
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_synthetic(
+    preset: str | None = None,
+    num_nodes: int | None = None,
+    num_edges: int | None = None,
+    feat_dim: int | None = None,
+    num_classes: int | None = None,
+    seed: int = 0,
+    split_seed: int | None = None,
+    progress: bool = False,
+    **params: Any,
+) -> GraphData:
+    """A synthetic graph: a preset (sizes may be overridden) or all four sizes given."""
+    sizes = {"num_nodes": num_nodes, "num_edges": num_edges, "feat_dim": feat_dim, "num_classes": num_classes}
+    if preset is not None:
+        return generate_preset(preset, seed=seed, split_seed=split_seed, progress=progress, **sizes, **params)
+    missing = [k for k, v in sizes.items() if v is None]
+    if missing:
+        raise InvalidArgument(f"synthetic source: give a preset or all of num_nodes, num_edges, feat_dim, num_classes (missing {missing})")
+    return generate(**sizes, **params, seed=seed, split_seed=split_seed, progress=progress)
+
+
+SOURCES: dict[str, Callable[..., GraphData]] = {
+    "cora": load_cora,
+    "numpy": load_numpy_dir,
+    "csv": load_edge_csv,
+    "synthetic": load_synthetic,
+}
+
+
+def load_source(kind: str, **kwargs: Any) -> GraphData:
+    """Loads a graph with the source named ``kind`` (a key of :data:`SOURCES`)."""
+    if kind not in SOURCES:
+        raise InvalidArgument(f"unknown source {kind!r}; choose from {sorted(SOURCES)}")
+    g = SOURCES[kind](**kwargs)
+    g.validate()
+    return g

@@ -1,0 +1,166 @@
+"""Ingest sources: Cora from the graphdatascience wheel, .npy directories, edge-list CSVs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphfeed.common.errors import InvalidArgument, NotFound
+from graphfeed.ingest.sources import load_cora, load_edge_csv, load_numpy_dir, load_source, symmetrize
+
+
+def edge_set(src: np.ndarray, dst: np.ndarray) -> set[tuple[int, int]]:
+    return set(zip(src.tolist(), dst.tolist()))
+
+
+@pytest.fixture(scope="module")
+def cora():
+    return load_cora(split_seed=0)
+
+
+def test_cora_shapes_and_classes(cora) -> None:
+    assert cora.num_nodes == 2708
+    assert cora.node_data["feat"].shape == (2708, 1433) and cora.node_data["feat"].dtype == np.float32
+    assert cora.num_classes == 7
+    assert set(np.unique(cora.node_data["label"]).tolist()) == set(range(7))
+    assert len(np.unique(cora.orig_ids)) == 2708  # paper ids, one per node
+    # Cora's features are binary bag-of-words, every paper has some words
+    assert set(np.unique(cora.node_data["feat"]).tolist()) == {0.0, 1.0}
+    assert (cora.node_data["feat"].sum(1) > 0).all()
+
+
+def test_cora_edges_symmetric_simple(cora) -> None:
+    edges = edge_set(cora.src, cora.dst)
+    assert len(edges) == cora.num_edges == 10556  # no duplicates; the usual 5278 undirected citations
+    assert all((v, u) in edges for u, v in edges)
+    assert not (cora.src == cora.dst).any()
+
+
+def test_cora_split(cora) -> None:
+    s = cora.splits
+    assert (len(s["train"]), len(s["val"]), len(s["test"])) == (1625, 542, 541)
+    assert len(np.unique(np.concatenate(list(s.values())))) == 2708  # disjoint and covering
+    again = load_cora(split_seed=0)
+    other = load_cora(split_seed=1)
+    assert all(np.array_equal(s[k], again.splits[k]) for k in s)
+    assert not np.array_equal(s["train"], other.splits["train"])
+    assert np.array_equal(cora.src, other.src)  # the split seed changes only the split
+
+
+def write_npy_dir(d: Path, with_ts: bool = True) -> dict[str, np.ndarray]:
+    arrays = {
+        "src": np.array([0, 1, 2, 3, 3], dtype=np.int64),
+        "dst": np.array([1, 2, 0, 0, 4], dtype=np.int32),
+        "feat": np.arange(10, dtype=np.float32).reshape(5, 2),
+        "label": np.array([0, 2, 1, 0, 2]),
+        "train_idx": np.array([0, 1, 2]),
+        "val_idx": np.array([3]),
+        "test_idx": np.array([4]),
+    }
+    if with_ts:
+        arrays["ts"] = np.array([10, 20, 30, 40, 50])
+    d.mkdir(parents=True, exist_ok=True)
+    for k, v in arrays.items():
+        np.save(d / f"{k}.npy", v)
+    return arrays
+
+
+def test_numpy_dir_round_trip(tmp_path: Path) -> None:
+    a = write_npy_dir(tmp_path / "g")
+    g = load_source("numpy", path=tmp_path / "g")
+    assert g.num_nodes == 5 and g.num_classes == 3
+    assert np.array_equal(g.src, a["src"]) and np.array_equal(g.dst, a["dst"]) and g.src.dtype == np.int64
+    assert np.array_equal(g.edge_ts, a["ts"])
+    assert np.array_equal(g.node_data["feat"], a["feat"]) and np.array_equal(g.node_data["label"], a["label"])
+    assert {k: v.tolist() for k, v in g.splits.items()} == {"train": [0, 1, 2], "val": [3], "test": [4]}
+
+
+def test_numpy_dir_undirected_keeps_timestamps(tmp_path: Path) -> None:
+    a = write_npy_dir(tmp_path / "g")
+    g = load_numpy_dir(tmp_path / "g", undirected=True)
+    got = set(zip(g.src.tolist(), g.dst.tolist(), g.edge_ts.tolist()))
+    want = {(u, v, t) for u, v, t in zip(a["src"].tolist(), a["dst"].tolist(), a["ts"].tolist())}
+    assert got == want | {(v, u, t) for u, v, t in want}
+    assert g.num_edges == 10
+
+
+def test_numpy_dir_without_ts(tmp_path: Path) -> None:
+    write_npy_dir(tmp_path / "g", with_ts=False)
+    assert load_numpy_dir(tmp_path / "g").edge_ts is None
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("dst", np.array([1, 2, 0]), "dst.npy"),  # length differs from src
+        ("label", np.array([0, 1]), "label.npy"),
+        ("feat", np.arange(5, dtype=np.float32), "feat.npy"),  # not 2-D
+        ("src", np.array([0.0, 1, 2, 3, 3]), "src.npy"),  # not integers
+        ("train_idx", np.array([0, 9]), "train_idx.npy"),  # out of range
+        ("ts", np.array([1, 2]), "ts.npy"),
+    ],
+)
+def test_numpy_dir_bad_shapes(tmp_path: Path, name: str, value: np.ndarray, message: str) -> None:
+    write_npy_dir(tmp_path / "g")
+    np.save(tmp_path / "g" / f"{name}.npy", value)
+    with pytest.raises(InvalidArgument, match=message):
+        load_numpy_dir(tmp_path / "g")
+
+
+def test_numpy_dir_missing_file(tmp_path: Path) -> None:
+    write_npy_dir(tmp_path / "g")
+    (tmp_path / "g" / "val_idx.npy").unlink()
+    with pytest.raises(NotFound, match="val_idx.npy"):
+        load_numpy_dir(tmp_path / "g")
+    with pytest.raises(NotFound, match="not a directory"):
+        load_numpy_dir(tmp_path / "nowhere")
+
+
+def test_csv_with_header_remaps_ids(tmp_path: Path) -> None:
+    f = tmp_path / "edges.csv"
+    f.write_text("ts,src,dst\n5,100,7\n6,7,42\n7,42,100\n8,100,42\n")
+    g = load_edge_csv(f, num_features=3, seed=1)
+    assert g.num_nodes == 3 and g.orig_ids.tolist() == [7, 42, 100]
+    orig = g.orig_ids
+    assert list(zip(orig[g.src].tolist(), orig[g.dst].tolist(), g.edge_ts.tolist())) == [
+        (100, 7, 5), (7, 42, 6), (42, 100, 7), (100, 42, 8)
+    ]
+    assert g.node_data["feat"].shape == (3, 3) and g.node_data["feat"].dtype == np.float32
+    assert "label" not in g.node_data and g.num_classes == 0
+    assert np.array_equal(g.node_data["feat"], load_edge_csv(f, num_features=3, seed=1).node_data["feat"])
+    assert sum(len(s) for s in g.splits.values()) == 3
+
+
+def test_csv_headerless_tabs_undirected(tmp_path: Path) -> None:
+    f = tmp_path / "edges.tsv"
+    f.write_text("-5\t3\n3\t-5\n3\t9\n9\t9\n")
+    g = load_edge_csv(f, undirected=True)
+    orig = g.orig_ids
+    got = edge_set(orig[g.src], orig[g.dst])
+    assert got == {(-5, 3), (3, -5), (3, 9), (9, 3), (9, 9)}
+    assert g.num_edges == 5 and g.edge_ts is None and g.node_data == {}
+
+
+def test_csv_errors(tmp_path: Path) -> None:
+    with pytest.raises(NotFound, match="missing.csv"):
+        load_edge_csv(tmp_path / "missing.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("src,dst\n1,2\n3,x\n")
+    with pytest.raises(InvalidArgument, match="bad.csv"):
+        load_edge_csv(bad)
+    wide = tmp_path / "wide.csv"
+    wide.write_text("1,2,3,4\n")
+    with pytest.raises(InvalidArgument, match="2 or 3 columns"):
+        load_edge_csv(wide)
+
+
+def test_symmetrize_drops_duplicates_and_self_loops() -> None:
+    src, dst, _ = symmetrize(np.array([0, 1, 0, 2]), np.array([1, 0, 1, 2]), drop_self_loops=True)
+    assert list(zip(src.tolist(), dst.tolist())) == [(0, 1), (1, 0)]
+
+
+def test_unknown_source() -> None:
+    with pytest.raises(InvalidArgument, match="unknown source"):
+        load_source("parquet")

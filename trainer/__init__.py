@@ -1,0 +1,14 @@
+"""graphfeed.trainer: the client side of graphfeed, for training scripts.
+
+``RemoteDataLoader`` is a drop-in for ``dgl.dataloading.DataLoader`` fed by a graphfeed
+loader service::
+
+    from graphfeed.trainer import RemoteDataLoader
+    loader = RemoteDataLoader("127.0.0.1:50051", "train", fanouts=[10, 10], batch_size=256)
+    for input_nodes, output_nodes, blocks in loader:
+        x = blocks[0].srcdata["feat"]; y = blocks[-1].dstdata["label"]
+"""
+
+from graphfeed.trainer.dataloader import EpochStats, RemoteDataLoader
+
+__all__ = ["RemoteDataLoader", "EpochStats"]

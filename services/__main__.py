@@ -1,0 +1,3 @@
+from graphfeed.cli import main
+
+raise SystemExit(main())

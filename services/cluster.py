@@ -1,0 +1,111 @@
+"""Starts graphfeed services as local processes on loopback (the embedded default).
+
+Used by ``graphfeed demo`` and by integration tests that need real processes (crash and
+resume). Each service is ``python -m graphfeed serve <service> ... --port 0``; the bound
+ports are read from the READY line it prints, so many clusters can run side by side.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graphfeed.common.partition import GraphManifest, part_dir_name
+from graphfeed.common.rpc import parse_ready_line
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceProcess:
+    """One running service process; stderr goes to ``log_path``."""
+
+    name: str
+    proc: subprocess.Popen
+    address: str
+    metrics_address: str | None
+    log_path: Path
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM (graceful shutdown), then SIGKILL after ``timeout_s``; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0fs; killing", self.name, timeout_s)
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_service(name: str, args: list[str], log_dir: Path, timeout_s: float = 120.0, env: dict | None = None) -> ServiceProcess:
+    """Starts ``graphfeed serve <args>`` and waits for its READY line (or its death)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    cmd = [sys.executable, "-m", "graphfeed", "serve", *args, "--port", "0", "--metrics-port", "0"]
+    err = open(log_path, "wb")  # noqa: SIM115 - owned by the child for its lifetime
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **(env or {})}, text=True)
+    ready: dict[str, str] = {}
+    got = threading.Event()
+
+    def read_stdout() -> None:
+        for line in proc.stdout:  # keeps draining so the child never blocks on a full pipe
+            parsed = parse_ready_line(line.strip())
+            if parsed and not got.is_set():
+                ready.update(parsed)
+                got.set()
+
+    threading.Thread(target=read_stdout, daemon=True, name=f"{name}-stdout").start()
+    deadline = time.monotonic() + timeout_s
+    while not got.wait(0.05):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{name} failed to start (exit {proc.poll()}); log {log_path}:\n{tail}")
+    return ServiceProcess(name, proc, ready["grpc"], ready.get("metrics"), log_path)
+
+
+@dataclass
+class LocalCluster:
+    """graph-store ×P, one sampler and one loader as local processes."""
+
+    graph_stores: list[ServiceProcess] = field(default_factory=list)
+    sampler: ServiceProcess | None = None
+    loader: ServiceProcess | None = None
+
+    @classmethod
+    def start(cls, data_dir: Path, log_dir: Path, loader_args: list[str] | None = None) -> "LocalCluster":
+        """Starts one graph-store per partition of ``data_dir``, a sampler and a loader."""
+        manifest = GraphManifest.load(data_dir)
+        cluster = cls()
+        try:
+            for p in range(manifest.num_partitions):
+                part = str(Path(data_dir) / part_dir_name(p))
+                cluster.graph_stores.append(start_service(f"graph-store-{p}", ["graph-store", "--part-dir", part], log_dir))
+            stores = [s.address for s in cluster.graph_stores]
+            cluster.sampler = start_service("sampler", ["sampler", "--graph-store-addresses", *stores], log_dir)
+            cluster.loader = start_service(
+                "loader",
+                ["loader", "--graph-store-addresses", *stores, "--sampler-address", cluster.sampler.address, *(loader_args or [])],
+                log_dir,
+            )
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    @property
+    def services(self) -> list[ServiceProcess]:
+        return [s for s in (*self.graph_stores, self.sampler, self.loader) if s is not None]
+
+    def stop(self) -> dict[str, int]:
+        """Stops clients before servers (loader, sampler, graph-stores); returns exit codes."""
+        return {s.name: s.stop() for s in reversed(self.services)}

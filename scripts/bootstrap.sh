@@ -26,10 +26,12 @@ if [ ! -f "$venv/.graphfeed-deps-ok" ]; then
   touch "$venv/.graphfeed-deps-ok"
 fi
 
-# Editable install of this checkout; redone when the venv served another clone.
-if [ "$(cat "$venv/.graphfeed-src" 2>/dev/null)" != "$repo" ]; then
+# Editable install of this checkout; redone when the venv served another clone or the
+# package layout in pyproject.toml changed.
+stamp="$repo $(sha256sum "$repo/pyproject.toml" | cut -c1-12)"
+if [ "$(cat "$venv/.graphfeed-src" 2>/dev/null)" != "$stamp" ]; then
   log "installing graphfeed from $repo (editable)"
   "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$repo" >&2
-  echo "$repo" > "$venv/.graphfeed-src"
+  echo "$stamp" > "$venv/.graphfeed-src"
 fi
 echo "$venv"

@@ -99,13 +99,15 @@ def _run_train(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphfeed", description="graphfeed: gRPC services that feed GNN training.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from graphfeed.ingest.cli import register as register_ingest
+    from graphfeed.bench.cli import register as register_bench
     from graphfeed.demo import register as register_demo
+    from graphfeed.ingest.cli import register as register_ingest
 
     register_ingest(sub)
     _add_serve(sub)
     _add_train(sub)
     register_demo(sub)
+    register_bench(sub)
     return parser
 
 

@@ -41,3 +41,14 @@ def cora_cluster(cora_root: Path):
     c = InProcessCluster.start(cora_root, cache_policy="lru", cache_bytes=2 << 20)
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def process_cluster(cora_root: Path, tmp_path_factory: pytest.TempPathFactory):
+    """graph-store x2, sampler and loader as real `graphfeed serve` processes over Cora."""
+    from graphfeed.cluster import LocalCluster
+
+    c = LocalCluster.start(cora_root, tmp_path_factory.mktemp("logs"))
+    yield c
+    codes = c.stop()
+    assert all(code == 0 for code in codes.values()), f"services must shut down cleanly: {codes}"

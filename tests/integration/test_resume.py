@@ -46,15 +46,8 @@ def _applied(ckpt: Path) -> list:
         return []
 
 
-@pytest.fixture(scope="module")
-def cluster(cora_root: Path, tmp_path_factory: pytest.TempPathFactory):
-    c = LocalCluster.start(cora_root, tmp_path_factory.mktemp("logs"))
-    yield c
-    codes = c.stop()
-    assert all(code == 0 for code in codes.values()), f"services must shut down cleanly: {codes}"
-
-
-def test_killed_trainer_resumes_without_lost_or_repeated_steps(cluster: LocalCluster, tmp_path: Path) -> None:
+def test_killed_trainer_resumes_without_lost_or_repeated_steps(process_cluster: LocalCluster, tmp_path: Path) -> None:
+    cluster = process_cluster
     reference = tmp_path / "reference.pt"
     _run(_train_cmd(cluster.loader.address, reference))
     ref = torch.load(reference)

@@ -6,7 +6,9 @@ import argparse
 import importlib
 
 # name -> module exposing register(subparsers); add a benchmark by adding a line here.
-BENCHMARKS: dict[str, str] = {}
+BENCHMARKS: dict[str, str] = {
+    "throughput": "graphfeed.bench.throughput",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

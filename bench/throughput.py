@@ -1,0 +1,306 @@
+"""``graphfeed bench throughput``: graphfeed's services beside in-process DGL, in one run.
+
+Systems, alternated run by run so machine drift hits all of them:
+
+- ``dgl_sample``: ``dgl.dataloading.NeighborSampler`` + ``DataLoader`` in this process.
+- ``dgl_sample_gather``: the same plus ``feat[input_nodes]``.
+- ``gf_sampler``: the graphfeed sampler service; blocks decoded in this process.
+- ``gf_e2e``: minibatches (blocks + input features + labels) through ``RemoteDataLoader``.
+
+Plus the machine's limits: sequential memcpy, random-row gather and gRPC loopback streaming.
+Writes JSON and a markdown table; ratios compare graphfeed with DGL from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e")
+
+
+@dataclass
+class Run:
+    system: str
+    minibatches: int
+    seconds: float
+    sampled_edges: int
+    wire_bytes: int  # bytes all graphfeed servers sent and received during the run
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # by process
+
+    @property
+    def minibatches_per_s(self) -> float:
+        return self.minibatches / self.seconds
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("throughput", help="minibatches/s of graphfeed vs in-process DGL", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--preset", default="small", help="synthetic preset (tiny, small, medium, large; default small)")
+    p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
+    p.add_argument("--steps", type=int, default=20, help="minibatches per run (default 20)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per system; the median is reported (default 3)")
+    p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
+    p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
+    p.add_argument("--cache-policy", default="none", help="loader cache policy (default none)")
+    p.add_argument("--cache-bytes", type=int, default=0, help="loader cache bytes (default 0)")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/throughput-<preset>.json)")
+    p.set_defaults(func=run)
+
+
+def ensure_dataset(workdir: Path, preset: str) -> Path:
+    """The preset in 2 METIS partitions under ``workdir`` (ingested on first use)."""
+    from graphfeed.common.partition import MANIFEST
+
+    root = workdir / f"synthetic-{preset}-metis-2"
+    if not (root / MANIFEST).exists():
+        from graphfeed.ingest.partition import write_partitioned
+        from graphfeed.ingest.synthetic import generate_preset
+
+        log.info("ingesting synthetic preset %s into %s", preset, root)
+        write_partitioned(generate_preset(preset, seed=0, progress=True), root, 2, "metis", progress=True)
+    return root
+
+
+def load_global(root: Path):  # noqa: ANN201
+    """The whole graph as one DGLGraph in gid space, its feature table and training ids."""
+    import dgl
+    import torch
+
+    from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
+
+    m = GraphManifest.load(root)
+    readers = [PartitionReader(root / part_dir_name(p)) for p in range(m.num_partitions)]
+    # Partitions own consecutive gid ranges, so their in-CSRs concatenate into the global one.
+    edge_base = np.cumsum([0] + [len(r.indices) for r in readers])
+    indptr = np.concatenate([readers[0].indptr[:1]] + [r.indptr[1:] + b for r, b in zip(readers, edge_base)])
+    indices = np.concatenate([r.indices for r in readers])
+    eids = np.concatenate([r.edge_ids for r in readers])
+    g = dgl.graph(("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))), num_nodes=m.num_nodes)
+    feat = torch.from_numpy(np.concatenate([r.node_data("feat") for r in readers]))
+    train = torch.from_numpy(np.concatenate([r.split("train") for r in readers]))
+    for r in readers:
+        r.close()
+    return g, feat, train
+
+
+class Meter:
+    """CPU seconds of this process and the service processes, and bytes on the servers' wires."""
+
+    def __init__(self, cluster) -> None:  # noqa: ANN001
+        import psutil
+
+        self.procs = {"client": psutil.Process()}
+        self.metrics_urls = []
+        if cluster is not None:
+            for s in cluster.services:
+                self.procs[s.name] = psutil.Process(s.proc.pid)
+                self.metrics_urls.append(f"http://{s.metrics_address}/metrics")
+
+    def _cpu(self) -> dict[str, float]:
+        return {k: sum(p.cpu_times()[:2]) for k, p in self.procs.items()}
+
+    def _bytes(self) -> int:
+        total = 0.0
+        for url in self.metrics_urls:
+            for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():  # noqa: S310 - loopback
+                if line.startswith(("graphfeed_rpc_response_bytes_total{", "graphfeed_rpc_request_bytes_total{")):
+                    total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+    def start(self) -> tuple[dict[str, float], int, float]:
+        return self._cpu(), self._bytes(), time.perf_counter()
+
+    def stop(self, system: str, started: tuple, minibatches: int, edges: int) -> Run:
+        seconds = time.perf_counter() - started[2]
+        cpu = {k: v - started[0][k] for k, v in self._cpu().items()}
+        return Run(system, minibatches, seconds, edges, self._bytes() - started[1], cpu)
+
+
+def _dgl_runner(g, feat, train, fanouts, batch_size, gather: bool):  # noqa: ANN001, ANN202
+    import dgl
+
+    sampler = dgl.dataloading.NeighborSampler(fanouts)
+    loader = dgl.dataloading.DataLoader(g, train, sampler, batch_size=batch_size, shuffle=True, drop_last=False)
+
+    def run(steps: int) -> int:
+        edges = 0
+        for i, (input_nodes, _out, blocks) in enumerate(loader):
+            edges += sum(b.num_edges() for b in blocks)
+            if gather:
+                feat[input_nodes]
+            if i + 1 == steps:
+                break
+        return edges
+
+    return run
+
+
+def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batch_size: int):  # noqa: ANN202
+    from graphfeed.sampler.client import SamplerClient
+
+    client = SamplerClient(address)
+    epoch = [0]
+
+    def run(steps: int) -> int:
+        epoch[0] += 1
+        perm = np.random.default_rng(epoch[0]).permutation(train)
+        edges = 0
+        for step in range(steps):
+            sb = client.sample(perm[step * batch_size : (step + 1) * batch_size], fanouts, False, 0, epoch[0], step)
+            edges += sb.num_sampled_edges
+        return edges
+
+    return run
+
+
+def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int):  # noqa: ANN202
+    from graphfeed.trainer import RemoteDataLoader
+
+    loader = RemoteDataLoader(address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench")
+    epoch = [0]
+
+    def run(steps: int) -> int:
+        epoch[0] += 1
+        loader.set_epoch(epoch[0])
+        edges = 0
+        for i, (_in, _out, blocks) in enumerate(loader):
+            edges += sum(b.num_edges() for b in blocks)
+            if i + 1 == steps:
+                break
+        return edges
+
+    return run
+
+
+def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
+    """Sequential memcpy, random-row gather and gRPC loopback streaming, in GB/s."""
+    from graphfeed.bench.loopback import measure
+
+    a = np.ones(64 << 20, dtype=np.float32)  # 256 MB
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        np.copyto(b, a)
+    memcpy = 5 * a.nbytes / (time.perf_counter() - t0) / 1e9
+    table = np.ones((1_000_000, feat_width), dtype=np.float32)
+    ids = np.random.default_rng(0).integers(0, len(table), rows)
+    table[ids]
+    t0 = time.perf_counter()
+    for _ in range(3):
+        out = table[ids]
+    gather = 3 * out.nbytes / (time.perf_counter() - t0) / 1e9
+    proc = subprocess.Popen([sys.executable, "-m", "graphfeed.bench.loopback"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        address = line.split("grpc=")[1].strip()
+        grpc_gbps = statistics.median(measure(address) for _ in range(3))
+    finally:
+        proc.kill()
+        proc.wait()
+    return {"memcpy_gbps": memcpy, "random_row_gather_gbps": gather, "grpc_loopback_stream_gbps": grpc_gbps}
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphfeed.cluster import LocalCluster
+
+    fanouts, bs = list(args.fanouts), args.batch_size
+    root = ensure_dataset(args.workdir.resolve(), args.preset)
+    g, feat, train = load_global(root)
+    loader_args = ["--cache-policy", args.cache_policy, "--cache-bytes", str(args.cache_bytes)]
+    cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args)
+    try:
+        runners = {
+            "dgl_sample": _dgl_runner(g, feat, train, fanouts, bs, gather=False),
+            "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
+            "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs),
+            "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs),
+        }
+        meter = Meter(cluster)
+        for name, fn in runners.items():  # warm-up: imports, connections, caches
+            fn(2)
+        runs: list[Run] = []
+        for r in range(args.repeats):
+            for name, fn in runners.items():
+                started = meter.start()
+                edges = fn(args.steps)
+                runs.append(meter.stop(name, started, args.steps, edges))
+                log.info("repeat %d %-18s %6.2f minibatches/s", r, name, runs[-1].minibatches_per_s)
+        limits = machine_limits(int(feat.shape[1]), 222_000)
+    finally:
+        cluster.stop()
+    result = summarize(runs, limits, args)
+    out = args.out or Path("bench/results") / f"throughput-{args.preset}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    table = markdown(result)
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespace) -> dict:
+    systems = {}
+    for name in SYSTEMS:
+        rs = [r for r in runs if r.system == name]
+        if not rs:
+            continue
+        mb = sum(r.minibatches for r in rs)
+        procs = sorted({k for r in rs for k in r.cpu_seconds})
+        systems[name] = {
+            "minibatches_per_s": statistics.median(r.minibatches_per_s for r in rs),
+            "runs_minibatches_per_s": [r.minibatches_per_s for r in rs],
+            "sampled_edges_per_s": statistics.median(r.sampled_edges / r.seconds for r in rs),
+            "wire_bytes_per_minibatch": sum(r.wire_bytes for r in rs) / mb,
+            "cpu_seconds_per_minibatch": {k: sum(r.cpu_seconds.get(k, 0.0) for r in rs) / mb for k in procs},
+        }
+    ratio = lambda a, b: systems[a]["minibatches_per_s"] / systems[b]["minibatches_per_s"]  # noqa: E731
+    return {
+        "command": "graphfeed bench throughput " + " ".join(sys.argv[3:]),
+        "preset": args.preset,
+        "batch_size": args.batch_size,
+        "fanouts": list(args.fanouts),
+        "steps_per_run": args.steps,
+        "repeats": args.repeats,
+        "systems": systems,
+        "sample_ratio_vs_dgl": ratio("gf_sampler", "dgl_sample"),
+        "e2e_ratio_vs_dgl": ratio("gf_e2e", "dgl_sample_gather"),
+        "machine": limits,
+    }
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"preset `{result['preset']}`, batch {result['batch_size']}, fanouts {result['fanouts']}, "
+        f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)",
+        "",
+        "| system | minibatches/s | sampled edges/s | wire MB/minibatch | CPU s/minibatch (by process) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, s in result["systems"].items():
+        cpu = ", ".join(f"{k} {v:.3f}" for k, v in s["cpu_seconds_per_minibatch"].items() if v > 0.0005)
+        lines.append(
+            f"| {name} | {s['minibatches_per_s']:.2f} | {s['sampled_edges_per_s'] / 1e6:.2f} M | "
+            f"{s['wire_bytes_per_minibatch'] / 1e6:.1f} | {cpu} |"
+        )
+    m = result["machine"]
+    lines += [
+        "",
+        f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, **e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}**; "
+        f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
+        f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s",
+    ]
+    return "\n".join(lines) + "\n"

@@ -237,3 +237,54 @@ def parse_ready_line(line: str) -> dict[str, str] | None:
     if not line.startswith("GRAPHFEED_READY "):
         return None
     return dict(part.split("=", 1) for part in line.split()[1:])
+
+
+def start_service_server(
+    settings: "ServiceSettings",  # noqa: F821 - graphfeed.common.config.ServiceSettings
+    *,
+    register: Callable[[grpc.Server], None],
+    service_names: Iterable[str],
+    registry: "CollectorRegistry",  # noqa: F821
+    on_error: Callable[[], None] = lambda: None,
+) -> RunningServer:
+    """:func:`start_server` configured from a service's settings, plus its ``/metrics`` port.
+
+    ``/metrics`` is served unless ``settings.metrics_port == -1``. If anything fails, the
+    server is stopped, ``on_error`` releases what the caller opened, and the error propagates.
+    """
+    try:
+        running = start_server(
+            register=register,
+            service_names=service_names,
+            metrics=RpcMetrics.create(registry),
+            host=settings.host,
+            port=settings.port,
+            max_workers=settings.max_workers,
+        )
+        try:
+            if settings.metrics_port != -1:
+                from graphfeed.common.metrics import serve_metrics
+
+                running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+        except BaseException:
+            running.stop(0)
+            raise
+    except BaseException:
+        on_error()
+        raise
+    return running
+
+
+def run_service(name: str, settings: "ServiceSettings", serve: Callable, on_stop: Callable[[object], None]) -> None:  # noqa: F821
+    """The body of every service's ``main``: log setup, serve, READY line, graceful stop.
+
+    Args:
+        name: service name in the READY line.
+        settings: the service's settings (log level, grace period).
+        serve: ``serve(settings) -> (RunningServer, core)``.
+        on_stop: releases the core after the server has drained.
+    """
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    running, core = serve(settings)
+    announce(name, running)
+    wait_for_termination(running, settings.grace_s, on_stop=lambda: on_stop(core))

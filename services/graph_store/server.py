@@ -7,8 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common.metrics import RpcMetrics, serve_metrics
-from graphfeed.common.rpc import RunningServer, announce, start_server, wait_for_termination
+from graphfeed.common.rpc import RunningServer, run_service, start_service_server
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.metrics import GraphStoreMetrics
 from graphfeed.graph_store.servicer import GraphStoreServicer
@@ -48,32 +47,17 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
     metrics.partition_info.labels(str(store.partition_id)).set(1)
     servicer = GraphStoreServicer(store, metrics)
-    try:
-        running = start_server(
-            register=lambda server: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, server),
-            service_names=[SERVICE_NAME],
-            metrics=RpcMetrics.create(registry),
-            host=settings.host,
-            port=settings.port,
-            max_workers=settings.max_workers,
-        )
-    except BaseException:
-        store.close()
-        raise
-    if settings.metrics_port != -1:
-        try:
-            running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
-        except BaseException:
-            running.stop(0)
-            store.close()
-            raise
+    running = start_service_server(
+        settings,
+        register=lambda server: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, server),
+        service_names=[SERVICE_NAME],
+        registry=registry,
+        on_error=store.close,
+    )
     log.info("graph-store partition %d serving on %s", store.partition_id, running.address)
     return running, store
 
 
 def main(settings: GraphStoreSettings) -> None:
     """Serves until SIGTERM/SIGINT, then drains calls for ``grace_s`` and closes the store."""
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    running, store = serve(settings)
-    announce("graph-store", running)
-    wait_for_termination(running, settings.grace_s, on_stop=store.close)
+    run_service("graph-store", settings, serve, on_stop=lambda store: store.close())

@@ -6,8 +6,7 @@ import logging
 
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common.metrics import RpcMetrics, serve_metrics
-from graphfeed.common.rpc import RunningServer, announce, start_server, wait_for_termination
+from graphfeed.common.rpc import RunningServer, run_service, start_service_server
 from graphfeed.graph_store.client import RemotePartitionSet
 from graphfeed.sampler.config import SamplerSettings
 from graphfeed.sampler.core import MultiHopSampler
@@ -43,25 +42,13 @@ def serve(settings: SamplerSettings, registry: CollectorRegistry | None = None) 
     )
     sampler = MultiHopSampler(partitions, max_seeds=settings.max_seeds_per_request, max_fanout=settings.max_fanout)
     servicer = SamplerServicer(sampler, metrics)
-    try:
-        running = start_server(
-            register=lambda server: pb_grpc.add_SamplerServiceServicer_to_server(servicer, server),
-            service_names=[SERVICE_NAME],
-            metrics=RpcMetrics.create(registry),
-            host=settings.host,
-            port=settings.port,
-            max_workers=settings.max_workers,
-        )
-    except BaseException:
-        partitions.close()
-        raise
-    if settings.metrics_port != -1:
-        try:
-            running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
-        except BaseException:
-            running.stop(0)
-            partitions.close()
-            raise
+    running = start_service_server(
+        settings,
+        register=lambda server: pb_grpc.add_SamplerServiceServicer_to_server(servicer, server),
+        service_names=[SERVICE_NAME],
+        registry=registry,
+        on_error=partitions.close,
+    )
     log.info(
         "sampler serving on %s over %d partitions (%d nodes)",
         running.address, partitions.num_partitions, sampler.num_nodes,
@@ -71,7 +58,4 @@ def serve(settings: SamplerSettings, registry: CollectorRegistry | None = None) 
 
 def main(settings: SamplerSettings) -> None:
     """Serves until SIGTERM/SIGINT, then drains calls for ``grace_s`` and closes the channels."""
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    running, sampler = serve(settings)
-    announce("sampler", running)
-    wait_for_termination(running, settings.grace_s, on_stop=sampler.partitions.close)
+    run_service("sampler", settings, serve, on_stop=lambda sampler: sampler.partitions.close())

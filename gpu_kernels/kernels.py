@@ -1,0 +1,287 @@
+"""The GPU kernels behind Python functions with the signatures of :mod:`.reference`.
+
+The ``.cu`` sources next to this file are compiled once per process with ``cupy.RawModule``
+(NVRTC; CuPy also caches the binaries on disk) the first time a kernel is launched. The host
+logic around the launches (validation, launch geometry, vector width, offsets, the sort of the
+large-fanout sampling path) is written once against a :class:`Backend`: :func:`cuda_backend`
+runs it on the GPU with CuPy arrays; ``graphfeed.gpu_kernels.emulator`` runs the very same
+kernels on the CPU (NumPy arrays, a thread per GPU thread) so that everything but CuPy itself
+is tested on machines without a GPU. Importing this module does not import CuPy.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from graphfeed.gpu_kernels._cuda import cupy_module
+from graphfeed.gpu_kernels.reference import SMALL_FANOUT
+
+KERNEL_DIR = Path(__file__).resolve().parent
+# kernel name prefix -> source file
+SOURCES = {"gather_rows": "gather.cu", "cache_gather": "cache_lookup.cu", "sample_uniform": "sample.cu"}
+_UNITS = (16, 8, 4, 2, 1)  # bytes per load, widest first
+
+
+class Backend(ABC):
+    """Where kernels run: an array module and a launcher."""
+
+    name: str
+    xp: ModuleType  # cupy or numpy
+    block: int  # threads per block (a multiple of 32)
+    max_blocks: int  # grid cap: enough warps to fill the device, grid-stride beyond
+
+    @abstractmethod
+    def launch(self, kernel: str, grid: int, args: tuple[Any, ...]) -> None:
+        """Runs ``kernel`` on ``grid`` blocks of :attr:`block` threads; arrays are passed as
+        pointers, NumPy scalars by value with their width (int64 = ``long long`` ...)."""
+
+    @abstractmethod
+    def ptr(self, arr: Any) -> int:
+        """Address of ``arr``'s first element."""
+
+    @abstractmethod
+    def to_host(self, arr: Any) -> np.ndarray:
+        """A NumPy copy (or view, where already on the host) of ``arr``."""
+
+    @abstractmethod
+    def mapped_empty(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
+        """``(host view, device view)`` of one new allocation that the device reads in place."""
+
+    def grid(self, items: int) -> int:
+        """Blocks for one warp per item, capped at :attr:`max_blocks` (kernels grid-stride)."""
+        return max(1, min(math.ceil(items / (self.block // 32)), self.max_blocks))
+
+
+def _kernel_names(source: str) -> list[str]:
+    """The ``extern "C"`` kernels a .cu file defines (the unit-width variants included)."""
+    if source == "sample.cu":
+        return ["sample_uniform"]
+    prefix = "gather_rows" if source == "gather.cu" else "cache_gather"
+    return [f"{prefix}_u{u}" for u in _UNITS]
+
+
+def _module_source(path: Path) -> str:
+    """The source with ``#include "common.cuh"`` inlined, so that CuPy's compile cache (keyed
+    by the source text) sees changes to the header."""
+    common = (KERNEL_DIR / "common.cuh").read_text()
+    return path.read_text().replace('#include "common.cuh"', common)
+
+
+class CudaBackend(Backend):
+    """Kernels on the current CUDA device through CuPy; each .cu file is compiled on first use."""
+
+    name = "cuda"
+    block = 256
+
+    def __init__(self) -> None:
+        cp = cupy_module()
+        self.xp = cp
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self.max_blocks = int(sms) * (2048 // self.block)  # every thread slot of every SM
+        self._functions: dict[str, Any] = {}
+        self._lock = threading.Lock()  # loader threads may launch the first kernel concurrently
+
+    def _function(self, kernel: str) -> Any:
+        with self._lock:
+            if kernel not in self._functions:
+                source = next(f for prefix, f in SOURCES.items() if kernel.startswith(prefix))
+                module = self.xp.RawModule(code=_module_source(KERNEL_DIR / source), options=("-std=c++17",))
+                for name in _kernel_names(source):
+                    self._functions[name] = module.get_function(name)
+            return self._functions[kernel]
+
+    def launch(self, kernel: str, grid: int, args: tuple[Any, ...]) -> None:
+        self._function(kernel)((grid,), (self.block,), args)
+
+    def ptr(self, arr: Any) -> int:
+        return int(arr.data.ptr)
+
+    def to_host(self, arr: Any) -> np.ndarray:
+        return self.xp.asnumpy(arr)
+
+    def mapped_empty(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
+        from graphfeed.gpu_kernels.memory import MappedHostArray  # noqa: PLC0415
+
+        m = MappedHostArray(shape, dtype)
+        return m.host, m.device
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_backend() -> CudaBackend:
+    """The process's CUDA backend (raises RuntimeError without a GPU)."""
+    return CudaBackend()
+
+
+def _unit(row_bytes: int, pointers: list[int]) -> int:
+    """Widest load that divides the row pitch and every base pointer."""
+    return next(u for u in _UNITS if row_bytes % u == 0 and all(p % u == 0 for p in pointers))
+
+
+def _row_bytes(arr: Any) -> int:
+    return int(arr.dtype.itemsize) * int(np.prod(arr.shape[1:], dtype=np.int64))
+
+
+def _require_rows(arr: Any, what: str) -> None:
+    if arr.ndim < 1 or not arr.flags.c_contiguous:
+        raise ValueError(f"{what} must be a C-contiguous array of rows, got shape {arr.shape}")
+
+
+def _check_ids(be: Backend, ids: Any, num_rows: int | None, what: str = "ids") -> Any:
+    """``ids`` as a device int64 vector, checked against ``[0, num_rows)`` unless None."""
+    ids = be.xp.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise ValueError(f"{what} must be a 1-D integer array, got shape {ids.shape} dtype {ids.dtype}")
+    ids = ids.astype(be.xp.int64, copy=False)
+    if ids.size and num_rows is not None:
+        lo, hi = (int(v) for v in be.to_host(be.xp.stack([ids.min(), ids.max()])))  # one device sync
+        if lo < 0 or hi >= num_rows:
+            raise ValueError(f"{what} must be in [0, {num_rows}), got [{lo}, {hi}]")
+    return ids
+
+
+def gather_rows(table: Any, ids: Any, *, out: Any = None, check_ids: bool = True, backend: Backend | None = None) -> Any:
+    """``table[ids]`` by a warp per row; ``table`` may be pinned mapped host memory (zero-copy).
+
+    Args:
+        table: [R, *row_shape] C-contiguous device array, or the ``.device`` view of a
+            :class:`~graphfeed.gpu_kernels.memory.MappedHostArray`.
+        ids: int [N] row numbers in ``[0, R)`` (host arrays are copied to the device).
+        out: optional [N, *row_shape] device destination of ``table``'s dtype.
+        check_ids: verify ``0 <= ids < R`` (two reductions and a device sync); pass False only
+            for ids valid by construction (an out-of-range id reads out of bounds).
+        backend: where to run; default :func:`cuda_backend`.
+
+    Returns:
+        ``out`` (or a new device array), bit-identical to ``reference.gather_rows``.
+
+    Raises:
+        ValueError: ids out of range, or bad shapes/dtypes.
+    """
+    be = backend or cuda_backend()
+    _require_rows(table, "table")
+    ids = _check_ids(be, ids, table.shape[0] if check_ids else None)
+    shape = (int(ids.size), *table.shape[1:])
+    if out is None:
+        out = be.xp.empty(shape, dtype=table.dtype)
+    elif tuple(out.shape) != shape or out.dtype != table.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {shape} {table.dtype} array, got {out.shape} {out.dtype}")
+    row_bytes = _row_bytes(table)
+    if ids.size == 0 or row_bytes == 0:
+        return out
+    u = _unit(row_bytes, [be.ptr(table), be.ptr(out)])
+    args = (table, ids, np.int64(ids.size), np.int64(row_bytes // u), out)
+    be.launch(f"gather_rows_u{u}", be.grid(int(ids.size)), args)
+    return out
+
+
+def cache_gather(
+    ids: Any,
+    gpu_slot_of: Any,
+    gpu_rows: Any,
+    host_rows: Any = None,
+    host_slot_of: Any = None,
+    *,
+    check_ids: bool = True,
+    backend: Backend | None = None,
+) -> tuple[Any, Any]:
+    """Rows of ``ids`` from the GPU cache, else zero-copy from host memory, else zeros (a miss).
+
+    Same arguments and results as ``reference.cache_gather`` (``where``: 0 GPU hit, 1 host
+    hit, -1 miss), as device arrays. ``gpu_slot_of``/``gpu_rows`` live on the device;
+    ``host_rows``/``host_slot_of`` are device-readable (mapped pinned memory or device memory).
+    ``check_ids=False`` skips the range check, as in :func:`gather_rows`.
+    """
+    be = backend or cuda_backend()
+    xp = be.xp
+    _require_rows(gpu_rows, "gpu_rows")
+    ids = _check_ids(be, ids, int(gpu_slot_of.shape[0]) if check_ids else None)
+    for what, arr in (("gpu_slot_of", gpu_slot_of), ("host_slot_of", host_slot_of)):
+        if arr is not None and (arr.dtype != np.int32 or arr.shape != gpu_slot_of.shape):
+            raise ValueError(f"{what} must be int32 of shape {gpu_slot_of.shape}, got {arr.dtype} {arr.shape}")
+    if host_rows is not None:
+        _require_rows(host_rows, "host_rows")
+        if host_rows.shape[1:] != gpu_rows.shape[1:] or host_rows.dtype != gpu_rows.dtype:
+            want = f"{gpu_rows.shape[1:]} {gpu_rows.dtype}"
+            raise ValueError(f"host_rows must be rows of {want}, got {host_rows.shape} {host_rows.dtype}")
+    n = int(ids.size)
+    out = xp.empty((n, *gpu_rows.shape[1:]), dtype=gpu_rows.dtype)
+    where = xp.empty(n, dtype=xp.int8)
+    row_bytes = _row_bytes(gpu_rows)
+    if n == 0:
+        return out, where
+    pointers = [be.ptr(out)] + [be.ptr(a) for a in (gpu_rows, host_rows) if a is not None and a.size]
+    u = _unit(row_bytes, pointers)
+    null = np.uint64(0)
+    args = (
+        ids, np.int64(n), np.int64(row_bytes // u), gpu_slot_of, gpu_rows if gpu_rows.size else null,
+        null if host_slot_of is None else host_slot_of,
+        null if host_rows is None or not host_rows.size else host_rows, out, where,
+    )  # fmt: skip
+    be.launch(f"cache_gather_u{u}", be.grid(n), args)
+    return out, where
+
+
+def sample_csr(
+    indptr: Any,
+    indices: Any,
+    edge_ids: Any,
+    rows: Any,
+    fanout: int,
+    replace: bool,
+    seed: int,
+    *,
+    backend: Backend | None = None,
+) -> tuple[Any, Any, Any]:
+    """Uniform neighbor sampling, a warp per seed; bit-identical to ``reference.sample_csr``
+    (see there for arguments and results, returned here as device arrays)."""
+    be = backend or cuda_backend()
+    xp = be.xp
+    if fanout < -1:
+        raise ValueError(f"fanout must be -1 or >= 0, got {fanout}")
+    indptr = xp.asarray(indptr, dtype=xp.int64)
+    indices = xp.asarray(indices, dtype=xp.int64)
+    edge_ids = xp.asarray(edge_ids, dtype=xp.int64)
+    rows = _check_ids(be, rows, int(indptr.shape[0]) - 1, "rows")
+    n, k = int(rows.size), int(fanout)
+    if n == 0:
+        return xp.zeros(1, dtype=xp.int64), xp.empty(0, dtype=xp.int64), xp.empty(0, dtype=xp.int64)
+    begin = indptr[rows]
+    deg = indptr[rows + 1] - begin
+    if k == -1:
+        counts = deg
+    elif k == 0:
+        counts = xp.zeros(n, dtype=xp.int64)
+    elif replace:
+        counts = xp.where(deg > 0, k, 0).astype(xp.int64)
+    else:
+        counts = xp.minimum(deg, k)
+    offsets = xp.zeros(n + 1, dtype=xp.int64)
+    offsets[1:] = xp.cumsum(counts)
+    total, max_deg = (int(v) for v in be.to_host(xp.stack([offsets[-1], deg.max()])))  # one device sync
+    if max_deg >= 2**31:
+        raise ValueError("degrees must be < 2**31")
+    src, eids = xp.empty(total, dtype=xp.int64), xp.empty(total, dtype=xp.int64)
+    if total == 0:
+        return offsets, src, eids
+    small = k <= SMALL_FANOUT
+    tmp = src[:0] if small else xp.empty(total, dtype=xp.int32)
+    args = (
+        indptr, indices, edge_ids, rows, np.int64(n), offsets, np.int64(k), np.int32(bool(replace)),
+        np.uint64(int(seed) % 2**64), np.int32(small), src, eids, tmp if tmp.size else np.uint64(0),
+    )  # fmt: skip
+    be.launch("sample_uniform", be.grid(n), args)
+    if small:
+        return offsets, src, eids
+    # Large fanouts: sort (segment, local position) keys, then gather (kernels leave them unsorted).
+    seg = xp.searchsorted(offsets[1:], xp.arange(total, dtype=xp.int64), side="right").astype(xp.int64)
+    keys = xp.sort((seg << 32) | tmp.astype(xp.int64))
+    pos = begin[keys >> 32] + (keys & 0xFFFFFFFF)
+    return offsets, indices[pos], edge_ids[pos]

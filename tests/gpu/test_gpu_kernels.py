@@ -1,0 +1,143 @@
+"""The kernels on a real GPU against the NumPy references: gathers and cache lookups bit for
+bit (device tables and zero-copy pinned host tables, float32/float16, odd widths, misaligned
+rows), sampling bit for bit and by distribution, the GPU tier, and the DLPack hand-off.
+
+Skipped without CUDA + CuPy. Needs only numpy, cupy and pytest (torch optional), so it runs on
+the bare GPU image: ``python bench/gpu.py --part test`` (no conftest, no project venv).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from graphfeed.gpu_kernels import reference
+from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_available(), reason=f"no CUDA GPU: {unavailable_reason()}")]
+
+_DEG = np.array([0, 1, 4, 5, 6, 9, 31, 32, 33, 63, 64, 65, 66, 100, 150, 7, 0, 3, 120, 2, 5000])
+INDPTR = np.concatenate([[0], np.cumsum(_DEG)]).astype(np.int64)
+INDICES = 1000 + 3 * np.arange(INDPTR[-1], dtype=np.int64)
+EIDS = 7 + np.arange(INDPTR[-1], dtype=np.int64)
+ROWS = np.concatenate([np.arange(len(_DEG)), np.random.default_rng(0).integers(0, len(_DEG), 3000)]).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def cp():  # noqa: ANN201 - the cupy module
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture(scope="module")
+def K():  # noqa: ANN201, N802 - the kernels module
+    from graphfeed.gpu_kernels import kernels
+
+    return kernels
+
+
+def _mapped(arr: np.ndarray):  # noqa: ANN202
+    from graphfeed.gpu_kernels.memory import MappedHostArray
+
+    return MappedHostArray.from_array(arr)
+
+
+@pytest.mark.parametrize(("dtype", "width"), [(np.float32, 128), (np.float16, 128), (np.float32, 3), (np.float16, 7), (np.float32, 1000)])
+@pytest.mark.parametrize("where", ["device", "pinned"])
+def test_gather_is_bit_identical(cp, K, dtype: type, width: int, where: str) -> None:  # noqa: ANN001, N803
+    table = np.random.default_rng(1).standard_normal((5000, width)).astype(dtype)
+    table[7, 0] = np.nan
+    ids = np.random.default_rng(2).integers(0, len(table), 20_000)
+    pinned = _mapped(table) if where == "pinned" else None
+    src = pinned.device if pinned is not None else cp.asarray(table)
+    got = cp.asnumpy(K.gather_rows(src, ids))
+    assert got.tobytes() == reference.gather_rows(table, ids).tobytes()
+    if width % 4 == 0:  # a view 1 element in: rows no longer 16-byte aligned -> narrower loads
+        got = cp.asnumpy(K.gather_rows(src[1:], ids[ids < len(table) - 1]))
+        assert got.tobytes() == table[1:][ids[ids < len(table) - 1]].tobytes()
+
+
+@pytest.mark.parametrize("host", ["none", "tier", "full"])
+def test_cache_gather_is_bit_identical(cp, K, host: str) -> None:  # noqa: ANN001, N803
+    rng = np.random.default_rng(3)
+    n, width = 20_000, 128
+    table = rng.standard_normal((n, width)).astype(np.float32)
+    gpu_ids = rng.choice(n, 5000, replace=False)
+    gpu_slot = np.full(n, -1, dtype=np.int32)
+    gpu_slot[gpu_ids] = np.arange(5000)
+    host_ids = rng.choice(n, 8000, replace=False)
+    host_slot = np.full(n, -1, dtype=np.int32)
+    host_slot[host_ids] = np.arange(8000)
+    args = [gpu_slot, table[gpu_ids]]
+    if host == "tier":
+        args += [table[host_ids], host_slot]
+    elif host == "full":
+        args += [table]
+    ids = rng.integers(0, n, 50_000)
+    want_out, want_where = reference.cache_gather(ids, *args)
+    dev_args = [cp.asarray(args[0]), cp.asarray(args[1])] + [_mapped(a).device for a in args[2:]]
+    out, where = K.cache_gather(ids, *dev_args)
+    assert cp.asnumpy(out).tobytes() == want_out.tobytes()
+    assert np.array_equal(cp.asnumpy(where), want_where)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanout", [-1, 0, 1, 5, 10, 25, 32, 33, 64, 65, 100, 200])
+def test_sampling_is_bit_identical(cp, K, fanout: int, replace: bool) -> None:  # noqa: ANN001, N803
+    for seed in (0, 123456789, 2**64 - 1):
+        got = K.sample_csr(cp.asarray(INDPTR), cp.asarray(INDICES), cp.asarray(EIDS), cp.asarray(ROWS), fanout, replace, seed)
+        want = reference.sample_csr(INDPTR, INDICES, EIDS, ROWS, fanout, replace, seed)
+        for g, w in zip(got, want):
+            assert np.array_equal(cp.asnumpy(g), w)
+
+
+def _chi2_ok(observed: list[int], expected: list[float]) -> bool:
+    """Chi-square statistic within 6 standard deviations of its mean (no SciPy on the GPU image)."""
+    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected))
+    df = len(observed) - 1
+    return stat < df + 6 * math.sqrt(2 * df)
+
+
+@pytest.mark.parametrize(("deg", "k"), [(7, 3), (67, 65)])
+def test_sampling_without_replacement_is_uniform_over_subsets(cp, K, deg: int, k: int) -> None:  # noqa: ANN001, N803
+    draws = 200_000
+    e = np.arange(deg, dtype=np.int64)
+    offsets, _, eids = K.sample_csr(np.array([0, deg]), e, e, np.zeros(draws, dtype=np.int64), k, False, 5)
+    eids = cp.asnumpy(eids).reshape(draws, k)
+    if k <= deg // 2:
+        counts = Counter(map(tuple, eids))
+    else:  # count the complements (deg - k of them): fewer outcomes to enumerate
+        mask = np.ones((draws, deg), dtype=bool)
+        mask[np.arange(draws)[:, None], eids] = False
+        counts = Counter(map(tuple, np.nonzero(mask)[1].reshape(draws, deg - k)))
+    outcomes = math.comb(deg, k)
+    assert len(counts) == outcomes
+    assert _chi2_ok(list(counts.values()), [draws / outcomes] * outcomes)
+
+
+def test_sampling_with_replacement_is_uniform(cp, K) -> None:  # noqa: ANN001, N803
+    deg, k, draws = 9, 40, 20_000
+    e = np.arange(deg, dtype=np.int64)
+    _, _, eids = K.sample_csr(np.array([0, deg]), e, e, np.zeros(draws, dtype=np.int64), k, True, 9)
+    counts = np.bincount(cp.asnumpy(eids), minlength=deg)
+    assert _chi2_ok(counts.tolist(), [draws * k / deg] * deg)
+
+
+def test_gpu_tier_round_trip_and_dlpack(cp) -> None:  # noqa: ANN001
+    tier = pytest.importorskip("graphfeed.gpu_kernels.tier", reason="the loader's deps (grpc, ...) are not installed")
+    t = tier.GpuTier(100 * 512, (128,), np.float32, 1000)
+    ids = np.arange(0, 1000, 10)
+    rows = np.random.default_rng(4).standard_normal((100, 128)).astype(np.float32)
+    t.insert(ids, rows)
+    hit, got = t.lookup(np.array([10, 11, 990]))
+    assert hit.tolist() == [True, False, True] and np.array_equal(got, rows[[1, 99]])
+    torch = pytest.importorskip("torch")
+    from graphfeed.gpu_kernels.memory import to_torch
+
+    x = to_torch(t.rows)
+    assert x.is_cuda and x.data_ptr() == t.rows.data.ptr  # same memory: no copy
+    assert torch.equal(x[1].cpu(), torch.from_numpy(rows[1]))

@@ -7,7 +7,9 @@ import importlib
 
 # name -> module exposing register(subparsers); add a benchmark by adding a line here.
 BENCHMARKS: dict[str, str] = {
+    "cache": "graphfeed.bench.cache",
     "throughput": "graphfeed.bench.throughput",
+    "gpu": "graphfeed.bench.gpu",
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, start_http_server
 
 # RPC latencies span sub-millisecond lookups to multi-second epoch streams.
 RPC_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
@@ -65,6 +65,11 @@ class RpcMetrics:
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
-    """Serves ``/metrics`` for ``registry`` on a background thread; returns the bound port."""
+    """Serves ``/metrics`` for ``registry`` on a background thread; returns the bound port.
+
+    Also exports the process's CPU and memory (process_cpu_seconds_total,
+    process_resident_memory_bytes) for the dashboard's per-pod panels.
+    """
+    ProcessCollector(registry=registry)
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return int(server.server_port)

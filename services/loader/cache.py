@@ -1,202 +1,107 @@
 """The loader's feature cache: storage tiers and the policies that decide what they hold.
 
-A :class:`CacheTier` stores rows (``HostTier``: a preallocated numpy slab indexed by a
-direct-mapped gid -> slot array, so a lookup of a whole minibatch is two fancy-indexing
-operations). A :class:`CachePolicy` owns its tier(s) and is driven by the loader through
-three hooks: ``warm_up`` once at job start, ``on_access`` after every minibatch lookup, and
-``admit`` with the rows fetched for the misses.
+A :class:`~graphfeed.loader.tiers.CacheTier` stores rows (``HostTier``: a preallocated numpy
+slab, :mod:`graphfeed.loader.tiers`). A :class:`CachePolicy` owns its tier(s) and is driven by
+the loader through hooks: ``attach`` (a :class:`~graphfeed.loader.fetch.Prefetcher`) and ``warm_up`` once at job
+start, ``on_sampled`` when the look-ahead window learns a future step's input nodes,
+``on_access`` after every minibatch lookup, ``admit`` with the rows fetched for the misses,
+``forget`` when a stream ends.
 
 Policies: ``none`` (never caches), ``static_degree`` (PaGraph: the highest in-degree nodes,
-loaded once, never evicted) and ``lru`` (least recently used at minibatch granularity).
-Score-decay prefetch (MassiveGNN), look-ahead/Belady and a GPU tier plug in as further
-policies/tiers behind the same hooks.
+loaded once, never evicted), ``lru`` (least recently used at minibatch granularity),
+``massivegnn`` (score-decay eviction + periodic prefetch of the most-missed nodes,
+:mod:`graphfeed.loader.massivegnn`) and ``lookahead`` (Belady's rule over the sampled window,
+:mod:`graphfeed.loader.lookahead`). A GPU tier plugs in as another :class:`CacheTier`.
 
-Not thread-safe: the loader serialises access (one gather thread per stream, a lock per cache).
+Not thread-safe: the loader serialises access (one gather thread per stream, a lock per cache;
+prefetch callbacks take the same lock).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.graph_store.types import PartitionSet
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, PendingRows, Prefetcher, fan_out
+from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
-# Ids per graph-store request; keeps each request under the servers' per-request limits.
-DEFAULT_MAX_IDS_PER_REQUEST = 1 << 16
-POLICIES = ("none", "static_degree", "lru")
+__all__ = [
+    "DEFAULT_MAX_IDS_PER_REQUEST", "POLICIES", "AccessKey", "CacheOptions", "CachePolicy", "CacheTier", "HostTier",
+    "LruCache", "NoCache", "PendingRows", "StaticDegreeCache", "TierStats", "fan_out", "make_cache",
+]  # fmt: skip
+
+POLICIES = ("none", "static_degree", "lru", "massivegnn", "lookahead")
+
+AccessKey = tuple[int, int]
+"""(stream, step): identifies one future or current minibatch access of one stream."""
 
 
 @dataclass(frozen=True)
-class TierStats:
-    """Cumulative counters of one tier (rows, except the byte fields)."""
+class CacheOptions:
+    """Tuning of the adaptive policies (the loader settings carry the same fields).
 
-    tier: str
-    hits: int
-    misses: int
-    inserts: int
-    evictions: int
-    nbytes: int
-    capacity_bytes: int
-
-
-class CacheTier(ABC):
-    """Storage for feature rows keyed by gid. Counters are cumulative row counts."""
-
-    name: str
-    hits: int = 0
-    misses: int = 0
-    inserts: int = 0
-    evictions: int = 0
-
-    @abstractmethod
-    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(hit_mask, rows)``: which ``ids`` are cached, and the rows of ``ids[hit_mask]``."""
-
-    @abstractmethod
-    def contains(self, ids: np.ndarray) -> np.ndarray:
-        """Boolean mask of cached ``ids``, without touching the counters."""
-
-    @abstractmethod
-    def insert(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Stores rows of uncached, unique ``ids`` in free slots; returns the slots used."""
-
-    @abstractmethod
-    def evict(self, ids: np.ndarray) -> int:
-        """Drops the cached ones among ``ids``; returns how many were dropped."""
-
-    @property
-    @abstractmethod
-    def nbytes(self) -> int:
-        """Bytes of rows held now."""
-
-    @property
-    @abstractmethod
-    def capacity_bytes(self) -> int:
-        """Bytes of rows the tier can hold."""
-
-    def stats(self) -> TierStats:
-        return TierStats(self.name, self.hits, self.misses, self.inserts, self.evictions, self.nbytes, self.capacity_bytes)
-
-
-class HostTier(CacheTier):
-    """Rows in a preallocated host-memory slab; ``slot_of[gid]`` is the row's slot or -1.
-
-    Args:
-        capacity_bytes: budget for rows; ``capacity_bytes // row_bytes`` rows (at most num_nodes).
-        row_shape: shape of one row.
-        dtype: element type.
-        num_nodes: gids are in ``[0, num_nodes)``.
+    Attributes:
+        prefetch_fraction: massivegnn: initial fill, as a fraction of the candidate (halo)
+            nodes, capped at the capacity. Default 0.25.
+        period_steps: massivegnn: minibatches between eviction/prefetch rounds. Default 32.
+        alpha: massivegnn: per-minibatch score decay of a buffered node that is not hit. Default 0.005.
+        initial_fill: massivegnn: pick the initial nodes by in-degree or at random.
+        seed: seed of the random initial fill.
+        lookahead_prefetch_steps: lookahead: prefetch in the background the misses of the
+            sampled steps 2 .. this + 1 ahead (0: no prefetch, eviction/admission only). Default 1.
     """
 
-    name = "host"
+    prefetch_fraction: float = 0.25
+    period_steps: int = 32
+    alpha: float = 0.005
+    initial_fill: Literal["degree", "random"] = "degree"
+    seed: int = 0
+    lookahead_prefetch_steps: int = 1
 
-    def __init__(self, capacity_bytes: int, row_shape: Sequence[int], dtype: np.dtype | type, num_nodes: int) -> None:
-        self.row_shape = tuple(int(d) for d in row_shape)
-        self.dtype = np.dtype(dtype)
-        self.num_nodes = int(num_nodes)
-        self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
-        rows = min(max(int(capacity_bytes), 0) // self.row_bytes, self.num_nodes) if self.row_bytes else 0
-        self.capacity_rows = int(rows)
-        self._rows = np.empty((rows, *self.row_shape), dtype=self.dtype)
-        # The id map costs 4 bytes per node of the graph; a tier without capacity skips it.
-        self._slot_of = np.full(self.num_nodes if rows else 0, -1, dtype=np.int32 if rows < 2**31 else np.int64)
-        self._id_of = np.full(rows, -1, dtype=np.int64)
-        self._free = np.arange(rows - 1, -1, -1, dtype=np.int64)  # a stack: slot 0 is used first
-        self._num_free = rows
+    def validate(self) -> "CacheOptions":
+        """Returns self.
 
-    @property
-    def nbytes(self) -> int:
-        return (self.capacity_rows - self._num_free) * self.row_bytes
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self.capacity_rows * self.row_bytes
-
-    @property
-    def num_free(self) -> int:
-        return self._num_free
-
-    def _check(self, ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
-            raise InvalidArgument(f"node ids must be in [0, {self.num_nodes}), got [{ids.min()}, {ids.max()}]")
-        return ids
-
-    def slots(self, ids: np.ndarray) -> np.ndarray:
-        """Slot of each id, -1 where not cached."""
-        ids = self._check(ids)
-        if not self.capacity_rows:
-            return np.full(ids.shape, -1, dtype=np.int64)
-        return self._slot_of[ids].astype(np.int64)
-
-    def used_slots(self) -> np.ndarray:
-        """Slots that hold a row."""
-        return np.flatnonzero(self._id_of >= 0)
-
-    def cached_ids(self) -> np.ndarray:
-        """Gids held, sorted."""
-        return np.sort(self._id_of[self._id_of >= 0])
-
-    def contains(self, ids: np.ndarray) -> np.ndarray:
-        return self.slots(ids) >= 0
-
-    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        slots = self.slots(ids)
-        hit = slots >= 0
-        n_hit = int(np.count_nonzero(hit))
-        self.hits += n_hit
-        self.misses += int(hit.size) - n_hit
-        return hit, self._rows[slots[hit]]
-
-    def insert(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        ids = self._check(ids)
-        k = int(ids.size)
-        if k > self._num_free:
-            raise ValueError(f"{k} rows do not fit in {self._num_free} free slots; evict first")
-        if np.unique(ids).size != k or self.contains(ids).any():
-            raise ValueError("insert takes unique ids that are not cached yet")
-        slots = self._free[self._num_free - k : self._num_free][::-1].copy()
-        self._num_free -= k
-        self._rows[slots] = np.asarray(rows).reshape((k, *self.row_shape))
-        self._slot_of[ids] = slots
-        self._id_of[slots] = ids
-        self.inserts += k
-        return slots
-
-    def evict(self, ids: np.ndarray) -> int:
-        slots = self.slots(ids)
-        return self.evict_slots(np.unique(slots[slots >= 0]))
-
-    def evict_slots(self, slots: np.ndarray) -> int:
-        """Frees occupied, unique ``slots``; returns how many."""
-        slots = np.asarray(slots, dtype=np.int64)
-        k = int(slots.size)
-        self._slot_of[self._id_of[slots]] = -1
-        self._id_of[slots] = -1
-        self._free[self._num_free : self._num_free + k] = slots
-        self._num_free += k
-        self.evictions += k
-        return k
+        Raises:
+            InvalidArgument: naming the bad field.
+        """
+        if not 0.0 <= self.prefetch_fraction <= 1.0:
+            raise InvalidArgument(f"prefetch_fraction must be in [0, 1], got {self.prefetch_fraction}")
+        if self.period_steps < 1:
+            raise InvalidArgument(f"period_steps must be >= 1, got {self.period_steps}")
+        if not 0.0 < self.alpha < 1.0:
+            raise InvalidArgument(f"alpha must be in (0, 1), got {self.alpha}")
+        if self.initial_fill not in ("degree", "random"):
+            raise InvalidArgument(f"initial_fill must be degree or random, got {self.initial_fill!r}")
+        if self.lookahead_prefetch_steps < 0:
+            raise InvalidArgument(f"lookahead_prefetch_steps must be >= 0, got {self.lookahead_prefetch_steps}")
+        return self
 
 
 class CachePolicy(ABC):
     """Decides what a tier holds. The loader calls, per minibatch of input nodes ``ids``:
-    ``hit, rows = lookup(ids)``; ``on_access(ids, hit)``; fetch ``ids[~hit]``; ``admit(...)``.
+    ``hit, rows = lookup(ids)``; ``on_access(ids, hit, key)``; fetch ``ids[~hit]``;
+    ``admit(...)``; and ``on_sampled(key, ids)`` as soon as a future minibatch is sampled.
     """
 
     name: str
 
     def __init__(self, tier: HostTier) -> None:
         self.tier = tier
+        self.prefetcher: Prefetcher | None = None
 
     def tiers(self) -> list[CacheTier]:
         """The tiers, fastest first (only "host" for now)."""
         return [self.tier]
+
+    def attach(self, prefetcher: Prefetcher) -> None:
+        """Gives the policy its background row fetcher (before ``warm_up``)."""
+        self.prefetcher = prefetcher
 
     def warm_up(self, partitions: PartitionSet, feature_name: str) -> None:  # noqa: B027 - optional hook
         """Called once before the first minibatch of the job; default: start empty."""
@@ -205,12 +110,40 @@ class CachePolicy(ABC):
         """``(hit_mask, rows of ids[hit_mask])``."""
         return self.tier.lookup(ids)
 
-    def on_access(self, ids: np.ndarray, hit_mask: np.ndarray) -> None:  # noqa: B027 - optional hook
-        """Called after each minibatch lookup; default: nothing."""
+    def on_sampled(self, key: AccessKey, ids: np.ndarray) -> None:  # noqa: B027 - optional hook
+        """Step ``key`` of a stream was sampled: ``ids`` will be looked up later; default: nothing."""
+
+    def on_access(self, ids: np.ndarray, hit_mask: np.ndarray, key: AccessKey | None = None) -> None:  # noqa: B027
+        """Called after each minibatch lookup (``key``: which stream and step, if known); default: nothing."""
 
     @abstractmethod
     def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
         """Offers the rows fetched for the misses; the policy inserts/evicts as it sees fit."""
+
+    def forget(self, stream: int) -> None:  # noqa: B027 - optional hook
+        """``stream`` ended: its announced steps will not be looked up; default: nothing."""
+
+    def close(self) -> None:
+        """Stops background prefetching."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+
+    def _prefetch(self, ids: np.ndarray, landed: Callable[[np.ndarray, np.ndarray], None] | None = None) -> bool:
+        """Starts a background fetch of ``ids`` whose rows go to ``landed`` (default
+        :meth:`_landed`) with the cache lock held; False if refused (no prefetcher, or busy)."""
+        on_rows = self._landed if landed is None else landed
+        if self.prefetcher is None or not len(ids) or not self.prefetcher.submit(ids, on_rows, self._prefetch_failed):
+            return False
+        self.tier.prefetch_issued += len(ids)
+        return True
+
+    def _landed(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Rows of a prefetch arrived; subclasses insert what they still want (and call this)."""
+        self.tier.prefetch_bytes += len(ids) * self.tier.row_bytes
+
+    def _prefetch_failed(self, ids: np.ndarray, error: BaseException) -> None:
+        """A prefetch failed (graph-store down): its rows stay misses; subclasses release what they reserved."""
+        self.tier.prefetch_failed += len(ids)
 
 
 class NoCache(CachePolicy):
@@ -235,9 +168,7 @@ class StaticDegreeCache(CachePolicy):
     def warm_up(self, partitions: PartitionSet, feature_name: str) -> None:
         if not self.tier.capacity_rows:
             return
-        all_ids = np.arange(self.tier.num_nodes, dtype=np.int64)
-        degrees = fan_out(partitions, all_ids, partitions.get_degrees, self.max_ids_per_request).wait((), np.int64)[0]
-        top = np.sort(np.argsort(-degrees, kind="stable")[: self.tier.capacity_rows])
+        top = np.sort(top_by_degree(in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request), self.tier.capacity_rows))
         call = lambda p, ids: partitions.get_node_data(p, feature_name, ids)  # noqa: E731
         rows, _ = fan_out(partitions, top, call, self.max_ids_per_request).wait(self.tier.row_shape, self.tier.dtype)
         self.tier.insert(top, rows)
@@ -263,7 +194,7 @@ class LruCache(CachePolicy):
         self._last_used = np.zeros(tier.capacity_rows, dtype=np.int64)
         self._clock = 0
 
-    def on_access(self, ids: np.ndarray, hit_mask: np.ndarray) -> None:
+    def on_access(self, ids: np.ndarray, hit_mask: np.ndarray, key: AccessKey | None = None) -> None:
         self._clock += 1
         if self.tier.capacity_rows:
             self._last_used[self.tier.slots(np.asarray(ids)[hit_mask])] = self._clock
@@ -282,6 +213,17 @@ class LruCache(CachePolicy):
         self._last_used[self.tier.insert(ids, rows)] = self._clock
 
 
+def in_degrees(partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> np.ndarray:
+    """In-degree of every node, from the graph-stores (8 bytes per node over the wire)."""
+    all_ids = np.arange(num_nodes, dtype=np.int64)
+    return fan_out(partitions, all_ids, partitions.get_degrees, max_ids_per_request).wait((), np.int64)[0]
+
+
+def top_by_degree(degrees: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` highest-degree gids, highest first; ties: lower gid first."""
+    return np.argsort(-np.asarray(degrees), kind="stable")[:k]
+
+
 def make_cache(
     policy: str,
     capacity_bytes: int,
@@ -290,68 +232,28 @@ def make_cache(
     dtype: np.dtype | type,
     num_nodes: int,
     max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    options: CacheOptions | None = None,
 ) -> CachePolicy:
-    """A cache of ``policy`` ("none", "static_degree" or "lru") over a host tier of ``capacity_bytes``.
+    """A cache of ``policy`` (one of :data:`POLICIES`) over a host tier of ``capacity_bytes``.
 
     Raises:
-        InvalidArgument: unknown policy.
+        InvalidArgument: unknown policy or bad options.
     """
     if policy not in POLICIES:
         raise InvalidArgument(f"unknown cache policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    options = (options or CacheOptions()).validate()
     tier = HostTier(0 if policy == "none" else capacity_bytes, row_shape, dtype, num_nodes)
     if policy == "none":
         return NoCache(tier)
     if policy == "static_degree":
         return StaticDegreeCache(tier, max_ids_per_request)
-    return LruCache(tier)
+    if policy == "lru":
+        return LruCache(tier)
+    # Imported here: those modules build on this one.
+    if policy == "massivegnn":
+        from graphfeed.loader.massivegnn import MassiveGnnCache
 
+        return MassiveGnnCache(tier, options, max_ids_per_request)
+    from graphfeed.loader.lookahead import LookaheadCache
 
-class PendingRows:
-    """Requests in flight for rows of ``ids``, fanned out by owner partition (see :func:`fan_out`)."""
-
-    def __init__(self, num_ids: int, parts: list[tuple[int, np.ndarray, Future]]) -> None:
-        self.num_ids = num_ids
-        self.parts = parts  # (partition, positions in ids, future of their rows)
-
-    def wait(self, row_shape: Sequence[int], dtype: np.dtype | type) -> tuple[np.ndarray, dict[int, int]]:
-        """Rows in ``ids`` order and the bytes received per partition; re-raises a failed request."""
-        out = np.empty((self.num_ids, *row_shape), dtype=dtype)
-        received: dict[int, int] = {}
-        try:
-            for p, pos, fut in self.parts:
-                rows = np.asarray(fut.result())
-                out[pos] = rows.reshape((len(pos), *row_shape))
-                received[p] = received.get(p, 0) + int(rows.nbytes)
-        finally:
-            self.cancel()
-        return out, received
-
-    def cancel(self) -> None:
-        """Cancels requests not started yet (running ones finish on their own deadline)."""
-        for _, _, fut in self.parts:
-            fut.cancel()
-
-
-def fan_out(
-    partitions: PartitionSet,
-    ids: np.ndarray,
-    call: Callable[[int, np.ndarray], Future],
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-) -> PendingRows:
-    """Groups ``ids`` by owner partition and starts ``call(p, chunk)`` for every chunk at once
-    (DistDGL's ``_distributed_access``): all requests fly before any is waited on."""
-    ids = np.asarray(ids, dtype=np.int64)
-    owners = partitions.owner(ids)
-    order = np.argsort(owners, kind="stable")
-    bounds = np.searchsorted(owners[order], np.arange(partitions.num_partitions + 1))
-    pending = PendingRows(len(ids), [])
-    try:
-        for p in range(partitions.num_partitions):
-            pos = order[bounds[p] : bounds[p + 1]]
-            for lo in range(0, len(pos), max_ids_per_request):
-                chunk = pos[lo : lo + max_ids_per_request]
-                pending.parts.append((p, chunk, call(p, ids[chunk])))
-    except BaseException:
-        pending.cancel()
-        raise
-    return pending
+    return LookaheadCache(tier, options)

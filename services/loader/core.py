@@ -19,7 +19,7 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, TierStats, make_cache
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, CacheOptions, TierStats, make_cache
 from graphfeed.loader.pipeline import Channel, MinibatchStats, MinibatchStream, ReadyMinibatch, SharedCache, StreamWork
 from graphfeed.loader.plan import EpochPlan
 from graphfeed.sampler.types import BlockSampler
@@ -90,9 +90,14 @@ class Loader:
     Args:
         partitions: the graph's partitions (remote or in-process).
         sampler: multi-hop block sampler (remote or in-process).
-        cache_policy: "none", "static_degree" or "lru".
+        cache_policy: one of :data:`~graphfeed.loader.cache.POLICIES`: "none", "static_degree",
+            "lru", "massivegnn" or "lookahead".
         cache_bytes: host cache budget per feature name, in bytes.
-        lookahead_steps: sampler calls kept in flight ahead of gathering, per stream (>= 1).
+        cache_options: tuning of the massivegnn and lookahead policies (default: their defaults).
+        gpu_cache_bytes: GPU cache tier budget per feature name, in bytes, in front of the host
+            cache (0: none; ignored where no CUDA GPU with CuPy is usable).
+        lookahead_steps: sampler calls kept in flight ahead of gathering, per stream (>= 1); the
+            lookahead policy sees each step of this window as soon as it is sampled.
         max_inflight: ready minibatches buffered per stream (>= 1).
         sample_workers: threads running sampler calls, shared by all streams (>= 1).
         max_ids_per_request: ids per graph-store request.
@@ -106,7 +111,9 @@ class Loader:
         *,
         cache_policy: str = "static_degree",
         cache_bytes: int = 64 << 20,
-        lookahead_steps: int = 4,
+        cache_options: CacheOptions | None = None,
+        gpu_cache_bytes: int = 0,
+        lookahead_steps: int = 8,
         max_inflight: int = 2,
         sample_workers: int = 2,
         max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
@@ -121,6 +128,8 @@ class Loader:
         self.sampler = sampler
         self.cache_policy = cache_policy
         self.cache_bytes = cache_bytes
+        self.cache_options = (cache_options or CacheOptions()).validate()
+        self.gpu_cache_bytes = gpu_cache_bytes
         self.lookahead_steps = lookahead_steps
         self.max_inflight = max_inflight
         self.max_ids_per_request = max_ids_per_request
@@ -185,8 +194,13 @@ class Loader:
                     dtype=spec.dtype,
                     num_nodes=info.num_nodes,
                     max_ids_per_request=self.max_ids_per_request,
+                    options=self.cache_options,
                 )
-                self._caches[feature_name] = SharedCache(policy)
+                if self.gpu_cache_bytes > 0:  # imported only when asked for: CPU-only loaders never load it
+                    from graphfeed.gpu_kernels.tier import with_gpu_tier
+
+                    policy = with_gpu_tier(policy, self.gpu_cache_bytes, max_ids_per_request=self.max_ids_per_request)
+                self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request)
             return self._caches[feature_name]
 
     def stream(self, job: JobSpec, epoch: int, start_step: int = 0) -> MinibatchStream:
@@ -215,20 +229,23 @@ class Loader:
             tiers = [t.stats() for c in self._caches.values() for t in c.policy.tiers()]
         out: dict[str, TierStats] = {}
         for t in tiers:
-            o = out.get(t.tier)
-            out[t.tier] = t if o is None else TierStats(
-                t.tier, o.hits + t.hits, o.misses + t.misses, o.inserts + t.inserts,
-                o.evictions + t.evictions, o.nbytes + t.nbytes, o.capacity_bytes + t.capacity_bytes,
-            )  # fmt: skip
+            out[t.tier] = t if t.tier not in out else out[t.tier] + t
         return list(out.values())
 
     def queue_depth(self) -> int:
         """Ready minibatches waiting in all open streams."""
         return sum(s.queued for s in list(self._streams))
 
+    def open_streams(self) -> int:
+        """Streams handed out and not yet closed (StreamMinibatches calls in progress)."""
+        return sum(1 for s in list(self._streams) if not s.closed)
+
     def close(self) -> None:
-        """Stops every stream and the sampling pool (partitions and sampler stay open: the caller owns them)."""
+        """Stops every stream, the sampling pool and background prefetches (partitions and sampler stay open: the caller owns them)."""
         for s in list(self._streams):
             s.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for c in self._caches.values():
+                c.close()
 

@@ -22,11 +22,16 @@ if TYPE_CHECKING:
 # One multi-hop sampler round trip or one feature gather: sub-millisecond to tens of seconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
+# (TierStats field, metric name, help); hit rate = hits / (hits + misses) in PromQL.
 _TIER_COUNTERS = (
-    ("hits", "Input-feature rows served from the cache"),
-    ("misses", "Input-feature rows not in the cache (fetched from graph-stores)"),
-    ("inserts", "Rows inserted into the cache"),
-    ("evictions", "Rows evicted from the cache"),
+    ("hits", "graphfeed_loader_cache_hits", "Input-feature rows served from the cache"),
+    ("misses", "graphfeed_loader_cache_misses", "Input-feature rows not in the cache (fetched from graph-stores)"),
+    ("inserts", "graphfeed_loader_cache_inserts", "Rows inserted into the cache"),
+    ("evictions", "graphfeed_loader_cache_evictions", "Rows evicted from the cache"),
+    ("prefetch_issued", "graphfeed_loader_prefetch_issued", "Rows requested by background prefetches"),
+    ("prefetch_used", "graphfeed_loader_prefetch_used", "Prefetched rows hit at least once before their eviction"),
+    ("prefetch_failed", "graphfeed_loader_prefetch_failed", "Prefetched rows whose fetch failed (they stay misses)"),
+    ("prefetch_bytes", "graphfeed_loader_prefetch_bytes", "Bytes of prefetched rows received from graph-stores"),
 )
 
 
@@ -37,6 +42,8 @@ class LoaderState(Protocol):
 
     def queue_depth(self) -> int: ...
 
+    def open_streams(self) -> int: ...
+
 
 class _StateCollector:
     """Exports the loader's cumulative cache counters and queue depth when scraped."""
@@ -45,18 +52,18 @@ class _StateCollector:
         self.source: LoaderState | None = None
 
     def describe(self) -> list[Metric]:
-        return list(self._families([], 0))
+        return list(self._families([], 0, 0))
 
     def collect(self) -> Iterator[Metric]:
         src = self.source
         if src is None:
             return iter(self.describe())
-        return self._families(src.cache_stats(), src.queue_depth())
+        return self._families(src.cache_stats(), src.queue_depth(), src.open_streams())
 
     @staticmethod
-    def _families(tiers: list[TierStats], depth: int) -> Iterator[Metric]:
-        for what, doc in _TIER_COUNTERS:
-            fam = CounterMetricFamily(f"graphfeed_loader_cache_{what}", f"{doc}, by tier.", labels=["tier"])
+    def _families(tiers: list[TierStats], depth: int, streams: int) -> Iterator[Metric]:
+        for what, name, doc in _TIER_COUNTERS:
+            fam = CounterMetricFamily(name, f"{doc}, by tier.", labels=["tier"])
             for t in tiers:
                 fam.add_metric([t.tier], getattr(t, what))
             yield fam
@@ -64,12 +71,18 @@ class _StateCollector:
         for t in tiers:
             size.add_metric([t.tier], t.nbytes)
         yield size
+        cap = GaugeMetricFamily("graphfeed_loader_cache_capacity_bytes", "Bytes of feature rows the cache can hold, by tier.", labels=["tier"])
+        for t in tiers:
+            cap.add_metric([t.tier], t.capacity_bytes)
+        yield cap
         yield GaugeMetricFamily("graphfeed_loader_queue_depth", "Ready minibatches waiting for their trainer, all streams.", value=depth)
+        # The GraphfeedLoaderStreamStalled alert: streams open while no minibatch flows.
+        yield GaugeMetricFamily("graphfeed_loader_open_streams", "StreamMinibatches streams in progress.", value=streams)
 
 
 @dataclass
 class LoaderMetrics:
-    """What a loader exports; ``partition`` labels are partition ids, ``tier`` is "host" for now."""
+    """What a loader exports; ``partition`` labels are partition ids, ``tier`` a cache tier ("host", "gpu")."""
 
     minibatches: Counter
     sampled_edges: Counter
@@ -96,7 +109,8 @@ class LoaderMetrics:
                 buckets=LATENCY_BUCKETS, registry=registry,
             ),
             remote_feature_bytes=Counter(
-                "graphfeed_loader_remote_feature_bytes_total", "Node-data bytes (features and labels) received, by partition.",
+                "graphfeed_loader_remote_feature_bytes_total", "Node-data bytes (features and labels) received for minibatches, by partition "
+                "(prefetches: graphfeed_loader_prefetch_bytes_total).",
                 ("partition",), registry=registry,
             ),
             _state=state,

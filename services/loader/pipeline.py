@@ -1,15 +1,18 @@
 """The streaming machinery of the loader: one producer thread and a bounded queue per stream.
 
-The producer keeps ``lookahead_steps`` sampler calls in flight on a shared pool, takes their
-results in step order, gathers input features (cache, then the misses from their owner
-partitions, all partitions requested before any is waited on) and labels, and puts ready
-minibatches in a queue of ``max_inflight``; the consumer takes them in step order. A producer
-failure travels through the queue and is raised in the consumer after the minibatches before
-it. Closing the stream (from any thread) stops the producer and cancels what it queued.
+The producer keeps ``lookahead_steps`` sampler calls in flight on a shared pool, announcing
+each sampled step to the cache policy as soon as it is done (a look-ahead policy thus knows
+the window's exact future accesses). It takes the results in step order, gathers input
+features (cache, then the misses from their owner partitions, all partitions requested before
+any is waited on) and labels, and puts ready minibatches in a queue of ``max_inflight``; the
+consumer takes them in step order. A producer failure travels through the queue and is raised
+in the consumer after the minibatches before it. Closing the stream (from any thread) stops
+the producer and cancels what it queued.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -23,7 +26,8 @@ import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import CachePolicy, fan_out
+from graphfeed.loader.cache import CachePolicy
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, node_data_fetcher
 from graphfeed.loader.plan import EpochPlan
 from graphfeed.sampler.types import BlockSampler
 
@@ -60,18 +64,65 @@ class ReadyMinibatch:
 
 
 class SharedCache:
-    """A cache policy shared by the streams that read one feature, behind one lock."""
+    """A cache policy shared by the streams that read one feature, behind one lock (which its
+    background prefetches take too), and the streams it may hear future accesses from."""
 
-    def __init__(self, policy: CachePolicy) -> None:
+    def __init__(self, policy: CachePolicy, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> None:
         self.policy = policy
         self.lock = threading.Lock()
+        self.max_ids_per_request = max_ids_per_request
         self._warm = False
+        self._next_stream = 0
+        self._gathered: dict[int, int] = {}  # live stream -> last step gathered (-1: none)
+        self._announced: set[tuple[int, int]] = set()  # (stream, step) announced, not gathered yet
 
     def ensure_warm(self, partitions: PartitionSet, feature_name: str) -> None:
+        """Gives the policy its prefetcher and warms it up, once."""
         with self.lock:
             if not self._warm:
+                fetch = node_data_fetcher(partitions, feature_name, self.max_ids_per_request)
+                self.policy.attach(Prefetcher(fetch, self.lock))
                 self.policy.warm_up(partitions, feature_name)
                 self._warm = True
+
+    def open_stream(self) -> int:
+        """A new stream id; its announcements count until :meth:`close_stream`."""
+        with self.lock:
+            self._next_stream += 1
+            self._gathered[self._next_stream] = -1
+            return self._next_stream
+
+    def announce(self, stream: int, step: int, fut: Future) -> None:
+        """Tells the policy which ids ``step`` will look up, once: the sampling future's
+        done-callback calls it, and the producer again just before gathering (a callback may
+        run after the waiter wakes). Late calls for a gathered step or a closed stream are ignored."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        ids = fut.result()[0].input_nodes
+        with self.lock:
+            if step > self._gathered.get(stream, step) and (stream, step) not in self._announced:
+                self._announced.add((stream, step))
+                self.policy.on_sampled((stream, step), ids)
+
+    def access(self, stream: int, step: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Looks ``ids`` up for ``step`` of ``stream``: ``(hit_mask, rows of ids[hit_mask])``."""
+        with self.lock:
+            hit, rows = self.policy.lookup(ids)
+            self.policy.on_access(ids, hit, (stream, step))
+            self._gathered[stream] = step
+            self._announced.discard((stream, step))
+            return hit, rows
+
+    def close_stream(self, stream: int) -> None:
+        with self.lock:
+            self._gathered.pop(stream, None)
+            self._announced = {k for k in self._announced if k[0] != stream}
+            self.policy.forget(stream)
+
+    def close(self) -> None:
+        """Stops the policy's background prefetches."""
+        with self.lock:
+            self.policy.close()
 
 
 class Channel:
@@ -163,14 +214,12 @@ def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
     return sb, time.perf_counter() - t0
 
 
-def _gather(w: StreamWork, step: int, sb: SampledBlocks, sample_s: float) -> ReadyMinibatch:
+def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: float) -> ReadyMinibatch:
     """Features of the input nodes (cache first, misses from their owners) and seed labels."""
     t0 = time.perf_counter()
     j, parts, policy = w.job, w.partitions, w.cache.policy
     ids = np.asarray(sb.input_nodes, dtype=np.int64)
-    with w.cache.lock:
-        hit, hit_rows = policy.lookup(ids)
-        policy.on_access(ids, hit)
+    hit, hit_rows = w.cache.access(stream, step, ids)
     miss_pos = np.flatnonzero(~hit)
     spec = parts.info.node_data[j.feature_name]
     feats = fan_out(parts, ids[miss_pos], lambda p, c: parts.get_node_data(p, j.feature_name, c), w.max_ids_per_request)
@@ -204,12 +253,15 @@ def _produce(w: StreamWork) -> None:
     """The producer thread: sampling window, then gather in step order, then the queue."""
     pending: deque[tuple[int, Future]] = deque()
     next_step = w.start_step
+    stream = w.cache.open_stream()
     try:
         if w.start_step < w.plan.num_steps:
             w.cache.ensure_warm(w.partitions, w.job.feature_name)
         while not w.channel.closed:
             while next_step < w.plan.num_steps and len(pending) < w.lookahead_steps:
-                pending.append((next_step, w.pool.submit(_sample, w, next_step)))
+                fut = w.pool.submit(_sample, w, next_step)
+                fut.add_done_callback(functools.partial(w.cache.announce, stream, next_step))
+                pending.append((next_step, fut))
                 next_step += 1
             if not pending:
                 break
@@ -217,7 +269,8 @@ def _produce(w: StreamWork) -> None:
             if not w.channel.wait_done(fut):
                 fut.cancel()
                 break
-            if not w.channel.put(_gather(w, step, *fut.result())):
+            w.cache.announce(stream, step, fut)  # before the gather, even if the callback has not run yet
+            if not w.channel.put(_gather(w, stream, step, *fut.result())):
                 break
         w.channel.finish()
     except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
@@ -225,6 +278,7 @@ def _produce(w: StreamWork) -> None:
     finally:
         for _, fut in pending:
             fut.cancel()
+        w.cache.close_stream(stream)
         log.debug("producer job=%s rank=%d epoch=%d exits", w.job.job_id, w.job.rank, w.plan.epoch)
 
 
@@ -257,6 +311,11 @@ class MinibatchStream(Iterator[ReadyMinibatch]):
     @property
     def producer_alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed (the servicer closes every stream when its call ends)."""
+        return self._channel.closed
 
     def close(self) -> None:
         """Stops the producer (it exits after its current step) and drops queued minibatches.

@@ -18,9 +18,6 @@ PROMETHEUS_RULE = REPO / "k8s/monitoring/prometheusrule.yaml"
 # them). The tests check these are still missing, so that whoever adds one must take it off
 # this list, and from then on the tests require data for it.
 PENDING_METRICS = {
-    "process_cpu_seconds_total": "register prometheus_client.ProcessCollector(registry=registry) in serve_metrics",
-    "process_resident_memory_bytes": "register prometheus_client.ProcessCollector(registry=registry) in serve_metrics",
-    "graphfeed_loader_open_streams": "a loader gauge of open StreamMinibatches streams (len(Loader._streams))",
 }
 # Series that come from Prometheus itself or from kube-state-metrics, not from graphfeed.
 EXTERNAL_METRICS = {"up", "kube_statefulset_replicas", "kube_statefulset_status_replicas_ready"}

@@ -171,3 +171,5 @@ def test_metrics_endpoint_shows_minibatches_and_cache_counters(cluster: Cluster)
     assert samples[("graphfeed_loader_sampled_edges_total", ())] > 0
     assert sum(v for (n, _), v in samples.items() if n == "graphfeed_loader_remote_feature_bytes_total") > 0
     assert ("graphfeed_loader_queue_depth", ()) in samples
+    for name in ("issued", "used", "failed", "bytes"):  # LRU never prefetches, but the series exist
+        assert samples[(f"graphfeed_loader_prefetch_{name}_total", host)] == 0

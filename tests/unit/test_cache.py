@@ -1,4 +1,5 @@
-"""Feature cache: HostTier on hand traces, LRU order, static-degree contents, no-cache, budgets."""
+"""Feature cache: HostTier on hand traces, LRU order, static-degree contents, no-cache, budgets,
+prefetch accounting (the adaptive policies are in test_cache_policies.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.partition import part_dir_name
 from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.loader.cache import CachePolicy, HostTier, LruCache, NoCache, StaticDegreeCache, make_cache
+from graphfeed.loader.cache import CachePolicy, HostTier, LruCache, NoCache, StaticDegreeCache, TierStats, make_cache
+from graphfeed.loader.lookahead import LookaheadCache
+from graphfeed.loader.massivegnn import MassiveGnnCache
 
 ROW_BYTES = 8  # two float32
 
@@ -136,3 +139,27 @@ def test_static_degree_holds_the_highest_degree_nodes(arith_root: Path, arith_pa
     assert np.array_equal(got, (orig[held][:, None] * 4 + np.arange(4)).astype(np.float32))
     c.admit(others[:5], np.zeros((5, 4), np.float32))  # static: misses never enter
     assert np.array_equal(c.tier.cached_ids(), held) and c.tier.evictions == 0
+
+
+def test_prefetched_rows_count_as_used_once_on_their_first_hit() -> None:
+    t = tier(4)
+    t.insert(np.array([1, 2, 3]), rows([1, 2, 3]), prefetched=True)
+    t.insert(np.array([4]), rows([4]))  # a demand insert is not a prefetch
+    t.lookup(np.array([1, 4, 5]))
+    t.lookup(np.array([1, 2]))
+    assert t.prefetch_used == 2  # 1 once (not twice), 2; 3 never hit; 4 was not prefetched
+    t.evict(np.array([3]))
+    t.insert(np.array([3]), rows([3]))  # re-inserted on demand: its slot no longer counts as prefetched
+    t.lookup(np.array([3]))
+    assert t.prefetch_used == 2
+
+
+def test_tier_stats_add_field_by_field() -> None:
+    a = TierStats("host", 1, 2, 3, 4, 5, 6, prefetch_issued=7, prefetch_used=8, prefetch_failed=9, prefetch_bytes=10)
+    assert a + a == TierStats("host", 2, 4, 6, 8, 10, 12, 14, 16, 18, 20)
+
+
+@pytest.mark.parametrize("name, cls", [("massivegnn", MassiveGnnCache), ("lookahead", LookaheadCache)])
+def test_make_cache_builds_the_adaptive_policies(name: str, cls: type) -> None:
+    c = make_cache(name, 3 * ROW_BYTES, row_shape=(2,), dtype=np.float32, num_nodes=10)
+    assert isinstance(c, cls) and c.name == name and c.tier.capacity_rows == 3

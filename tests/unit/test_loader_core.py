@@ -64,7 +64,10 @@ def producers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("loader-producer")]
 
 
-@pytest.mark.parametrize("policy, cache_bytes", [("none", 0), ("static_degree", 30 * F * 4), ("lru", 25 * F * 4)])
+@pytest.mark.parametrize(
+    "policy, cache_bytes",
+    [("none", 0), ("static_degree", 30 * F * 4), ("lru", 25 * F * 4), ("massivegnn", 30 * F * 4), ("lookahead", 25 * F * 4)],
+)
 def test_full_epoch_has_exact_features_and_labels_and_every_seed_once(
     make_loader: Callable[..., Loader], orig: np.ndarray, policy: str, cache_bytes: int
 ) -> None:

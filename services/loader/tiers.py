@@ -1,0 +1,203 @@
+"""Cache tiers: where cached feature rows live. A tier stores and counts; a policy decides.
+
+:class:`CacheTier` is the interface (lookup, contains, insert, evict, bytes, counters) a GPU
+tier will implement too; :class:`HostTier` keeps rows in a preallocated host-memory slab with a
+direct-mapped gid -> slot array, so looking up a whole minibatch is two fancy-indexing
+operations and nothing on the hot path loops over nodes in Python.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class TierStats:
+    """Cumulative counters of one tier (rows, except the byte fields).
+
+    ``prefetch_issued`` counts rows requested by prefetches, ``prefetch_used`` prefetched rows
+    hit at least once before their eviction, ``prefetch_failed`` rows whose prefetch failed,
+    ``prefetch_bytes`` bytes of prefetched rows received (remote traffic on top of the misses).
+    """
+
+    tier: str
+    hits: int
+    misses: int
+    inserts: int
+    evictions: int
+    nbytes: int
+    capacity_bytes: int
+    prefetch_issued: int = 0
+    prefetch_used: int = 0
+    prefetch_failed: int = 0
+    prefetch_bytes: int = 0
+
+    def __add__(self, other: "TierStats") -> "TierStats":
+        """Field-wise sum (caches of several feature names on the same tier)."""
+        return replace(self, **{k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__ if k != "tier"})
+
+
+class CacheTier(ABC):
+    """Storage for feature rows keyed by gid. Counters are cumulative row counts (bytes for
+    ``prefetch_bytes``); the policy that fetched rows counts the prefetch ones."""
+
+    name: str
+    hits: int = 0
+    misses: int = 0
+    inserts: int = 0
+    evictions: int = 0
+    prefetch_issued: int = 0
+    prefetch_used: int = 0
+    prefetch_failed: int = 0
+    prefetch_bytes: int = 0
+
+    @abstractmethod
+    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(hit_mask, rows)``: which ``ids`` are cached, and the rows of ``ids[hit_mask]``."""
+
+    @abstractmethod
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """Boolean mask of cached ``ids``, without touching the counters."""
+
+    @abstractmethod
+    def insert(self, ids: np.ndarray, rows: np.ndarray, prefetched: bool = False) -> np.ndarray:
+        """Stores rows of uncached, unique ``ids`` in free slots; returns the slots used.
+        ``prefetched`` rows count in ``prefetch_used`` on their first hit."""
+
+    @abstractmethod
+    def evict(self, ids: np.ndarray) -> int:
+        """Drops the cached ones among ``ids``; returns how many were dropped."""
+
+    @property
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Bytes of rows held now."""
+
+    @property
+    @abstractmethod
+    def capacity_bytes(self) -> int:
+        """Bytes of rows the tier can hold."""
+
+    def stats(self) -> TierStats:
+        return TierStats(
+            self.name, self.hits, self.misses, self.inserts, self.evictions, self.nbytes, self.capacity_bytes,
+            self.prefetch_issued, self.prefetch_used, self.prefetch_failed, self.prefetch_bytes,
+        )  # fmt: skip
+
+
+class HostTier(CacheTier):
+    """Rows in a preallocated host-memory slab; ``slot_of[gid]`` is the row's slot or -1.
+
+    Args:
+        capacity_bytes: budget for rows; ``capacity_bytes // row_bytes`` rows (at most num_nodes).
+        row_shape: shape of one row.
+        dtype: element type.
+        num_nodes: gids are in ``[0, num_nodes)``.
+    """
+
+    name = "host"
+
+    def __init__(self, capacity_bytes: int, row_shape: Sequence[int], dtype: np.dtype | type, num_nodes: int) -> None:
+        self.row_shape = tuple(int(d) for d in row_shape)
+        self.dtype = np.dtype(dtype)
+        self.num_nodes = int(num_nodes)
+        self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+        rows = min(max(int(capacity_bytes), 0) // self.row_bytes, self.num_nodes) if self.row_bytes else 0
+        self.capacity_rows = int(rows)
+        self._rows = np.empty((rows, *self.row_shape), dtype=self.dtype)
+        # The id map costs 4 bytes per node of the graph; a tier without capacity skips it.
+        self._slot_of = np.full(self.num_nodes if rows else 0, -1, dtype=np.int32 if rows < 2**31 else np.int64)
+        self._id_of = np.full(rows, -1, dtype=np.int64)
+        self._free = np.arange(rows - 1, -1, -1, dtype=np.int64)  # a stack: slot 0 is used first
+        self._num_free = rows
+        self._prefetched = np.zeros(rows, dtype=bool)  # inserted by a prefetch, not hit yet
+
+    @property
+    def nbytes(self) -> int:
+        return (self.capacity_rows - self._num_free) * self.row_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.capacity_rows * self.row_bytes
+
+    @property
+    def num_free(self) -> int:
+        return self._num_free
+
+    def _check(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
+            raise InvalidArgument(f"node ids must be in [0, {self.num_nodes}), got [{ids.min()}, {ids.max()}]")
+        return ids
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Slot of each id, -1 where not cached."""
+        ids = self._check(ids)
+        if not self.capacity_rows:
+            return np.full(ids.shape, -1, dtype=np.int64)
+        return self._slot_of[ids].astype(np.int64)
+
+    def used_slots(self) -> np.ndarray:
+        """Slots that hold a row."""
+        return np.flatnonzero(self._id_of >= 0)
+
+    def cached_ids(self) -> np.ndarray:
+        """Gids held, sorted."""
+        return np.sort(self._id_of[self._id_of >= 0])
+
+    def ids_at(self, slots: np.ndarray) -> np.ndarray:
+        """Gid held in each of ``slots`` (-1 for a free slot)."""
+        return self._id_of[np.asarray(slots, dtype=np.int64)]
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        return self.slots(ids) >= 0
+
+    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        slots = self.slots(ids)
+        hit = slots >= 0
+        n_hit = int(np.count_nonzero(hit))
+        self.hits += n_hit
+        self.misses += int(hit.size) - n_hit
+        hit_slots = slots[hit]
+        first_use = hit_slots[self._prefetched[hit_slots]]
+        self.prefetch_used += int(np.unique(first_use).size)
+        self._prefetched[first_use] = False
+        return hit, self._rows[hit_slots]
+
+    def insert(self, ids: np.ndarray, rows: np.ndarray, prefetched: bool = False) -> np.ndarray:
+        ids = self._check(ids)
+        k = int(ids.size)
+        if k > self._num_free:
+            raise ValueError(f"{k} rows do not fit in {self._num_free} free slots; evict first")
+        if np.unique(ids).size != k or self.contains(ids).any():
+            raise ValueError("insert takes unique ids that are not cached yet")
+        slots = self._free[self._num_free - k : self._num_free][::-1].copy()
+        self._num_free -= k
+        self._rows[slots] = np.asarray(rows).reshape((k, *self.row_shape))
+        self._slot_of[ids] = slots
+        self._id_of[slots] = ids
+        self._prefetched[slots] = prefetched
+        self.inserts += k
+        return slots
+
+    def evict(self, ids: np.ndarray) -> int:
+        slots = self.slots(ids)
+        return self.evict_slots(np.unique(slots[slots >= 0]))
+
+    def evict_slots(self, slots: np.ndarray) -> int:
+        """Frees occupied, unique ``slots``; returns how many."""
+        slots = np.asarray(slots, dtype=np.int64)
+        k = int(slots.size)
+        self._slot_of[self._id_of[slots]] = -1
+        self._id_of[slots] = -1
+        self._prefetched[slots] = False
+        self._free[self._num_free : self._num_free + k] = slots
+        self._num_free += k
+        self.evictions += k
+        return k

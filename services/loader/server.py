@@ -6,8 +6,7 @@ import logging
 
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common.metrics import RpcMetrics, serve_metrics
-from graphfeed.common.rpc import RunningServer, announce, start_server, wait_for_termination
+from graphfeed.common.rpc import RunningServer, run_service, start_service_server
 from graphfeed.graph_store.client import RemotePartitionSet
 from graphfeed.loader.config import LoaderSettings
 from graphfeed.loader.core import Loader
@@ -54,30 +53,21 @@ def serve(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
         sampler,
         cache_policy=settings.cache_policy,
         cache_bytes=settings.cache_bytes,
+        cache_options=settings.cache_options(),
+        gpu_cache_bytes=settings.gpu_cache_bytes,
         lookahead_steps=settings.lookahead_steps,
         max_inflight=settings.max_inflight,
         sample_workers=settings.sample_workers,
         on_minibatch=metrics.record_minibatch,
     )
     metrics.watch(loader)
-    try:
-        running = start_server(
-            register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(LoaderServicer(loader), server),
-            service_names=[SERVICE_NAME],
-            metrics=RpcMetrics.create(registry),
-            host=settings.host,
-            port=settings.port,
-            max_workers=settings.max_workers,
-        )
-        if settings.metrics_port != -1:
-            try:
-                running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
-            except BaseException:
-                running.stop(0)
-                raise
-    except BaseException:
-        close_all(loader)
-        raise
+    running = start_service_server(
+        settings,
+        register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(LoaderServicer(loader), server),
+        service_names=[SERVICE_NAME],
+        registry=registry,
+        on_error=lambda: close_all(loader),
+    )
     log.info(
         "loader serving on %s: %d partitions, sampler %s, cache %s %d bytes",
         running.address, partitions.num_partitions, settings.sampler_address, settings.cache_policy, settings.cache_bytes,
@@ -87,7 +77,4 @@ def serve(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
 
 def main(settings: LoaderSettings) -> None:
     """Serves until SIGTERM/SIGINT, then drains calls for ``grace_s`` and closes everything."""
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    running, loader = serve(settings)
-    announce("loader", running)
-    wait_for_termination(running, settings.grace_s, on_stop=lambda: close_all(loader))
+    run_service("loader", settings, serve, on_stop=close_all)

@@ -187,7 +187,6 @@ def _cache_rows(cp: Any, kernels: Any, table: Any, batch: int, repeat: int, rng:
         ids_d = cp.asarray(rng.permutation(ids))
         t = _median_s(lambda: kernels.cache_gather(ids_d, slot_d, gpu_rows, table.device, check_ids=False), repeat, sync)
         rows.append({"table_rows": n, "batch_rows": batch, "hit_rate": hit_rate, "gbps": batch * ROW_DIM * 4 / t / 1e9})
-    del gpu_rows
     return rows
 
 

@@ -33,11 +33,12 @@ from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
 from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CachePolicy, CacheTier, fan_out
+from graphfeed.loader.tiers import SlotTier
 
 log = logging.getLogger(__name__)
 
 
-class GpuTier(CacheTier):
+class GpuTier(SlotTier):
     """Rows in a device-memory slab; ``slot_of[gid]`` (device, int32) is the slot or -1.
 
     Args:
@@ -68,24 +69,6 @@ class GpuTier(CacheTier):
         self._id_of = np.full(self.capacity_rows, -1, dtype=np.int64)
         self._free = np.arange(self.capacity_rows - 1, -1, -1, dtype=np.int64)  # a stack: slot 0 first
         self._num_free = self.capacity_rows
-
-    @property
-    def nbytes(self) -> int:
-        return (self.capacity_rows - self._num_free) * self.row_bytes
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self.capacity_rows * self.row_bytes
-
-    @property
-    def num_free(self) -> int:
-        return self._num_free
-
-    def _check(self, ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
-            raise InvalidArgument(f"node ids must be in [0, {self.num_nodes}), got [{ids.min()}, {ids.max()}]")
-        return ids
 
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where not cached (from the host mirror)."""

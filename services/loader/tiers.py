@@ -91,7 +91,36 @@ class CacheTier(ABC):
         )  # fmt: skip
 
 
-class HostTier(CacheTier):
+class SlotTier(CacheTier):
+    """A tier of ``capacity_rows`` fixed-size slots over gids ``[0, num_nodes)``: the byte
+    accounting and id checks shared by the host and GPU tiers. Subclasses set
+    ``capacity_rows``, ``row_bytes``, ``num_nodes`` and keep ``_num_free`` current."""
+
+    capacity_rows: int
+    row_bytes: int
+    num_nodes: int
+    _num_free: int
+
+    @property
+    def nbytes(self) -> int:
+        return (self.capacity_rows - self._num_free) * self.row_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.capacity_rows * self.row_bytes
+
+    @property
+    def num_free(self) -> int:
+        return self._num_free
+
+    def _check(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
+            raise InvalidArgument(f"node ids must be in [0, {self.num_nodes}), got [{ids.min()}, {ids.max()}]")
+        return ids
+
+
+class HostTier(SlotTier):
     """Rows in a preallocated host-memory slab; ``slot_of[gid]`` is the row's slot or -1.
 
     Args:
@@ -117,24 +146,6 @@ class HostTier(CacheTier):
         self._free = np.arange(rows - 1, -1, -1, dtype=np.int64)  # a stack: slot 0 is used first
         self._num_free = rows
         self._prefetched = np.zeros(rows, dtype=bool)  # inserted by a prefetch, not hit yet
-
-    @property
-    def nbytes(self) -> int:
-        return (self.capacity_rows - self._num_free) * self.row_bytes
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self.capacity_rows * self.row_bytes
-
-    @property
-    def num_free(self) -> int:
-        return self._num_free
-
-    def _check(self, ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
-            raise InvalidArgument(f"node ids must be in [0, {self.num_nodes}), got [{ids.min()}, {ids.max()}]")
-        return ids
 
     def slots(self, ids: np.ndarray) -> np.ndarray:
         """Slot of each id, -1 where not cached."""

@@ -243,6 +243,23 @@ def test_lookahead_prefetches_upcoming_misses_into_free_slots() -> None:
     assert (t.prefetch_issued, t.prefetch_used, t.misses) == (3, 3, 3)
 
 
+def test_a_failed_lookahead_prefetch_leaves_misses_and_exact_rows() -> None:
+    def down(ids: np.ndarray) -> np.ndarray:
+        raise Unavailable("graph-store down")
+
+    cache, pf = policy("lookahead", 10, fetch=down, lookahead_prefetch_steps=1)
+    trace = [[1, 2], [3], [4, 5], [6]]
+    for s, ids in enumerate(trace):
+        cache.on_sampled((0, s), np.array(ids))
+    assert access(cache, trace[0], (0, 0)) == [False, False]
+    assert pf.run_pending() == 1  # the prefetch of step 2 runs and fails
+    assert access(cache, trace[1], (0, 1)) == [False]
+    pf.run_pending()
+    assert access(cache, trace[2], (0, 2)) == [False, False]  # demand misses, rows still exact
+    t = cache.tier
+    assert t.prefetch_failed == t.prefetch_issued > 0 and t.prefetch_used == 0
+
+
 def test_lookahead_prefetch_never_evicts_a_row_with_a_nearer_use() -> None:
     cache, pf = policy("lookahead", 2, lookahead_prefetch_steps=1)
     trace = [[1, 2], [9], [1, 2], [3]]
@@ -443,7 +460,10 @@ def test_prefetch_failures_degrade_to_misses_and_minibatches_stay_exact(
         (host,) = loader.cache_stats()
     finally:
         loader.close()
-    assert host.prefetch_failed == host.prefetch_issued > 0
+    assert host.prefetch_failed == host.prefetch_issued
+    # massivegnn's initial fill always prefetches; whether lookahead prefetches here depends on
+    # thread timing (test_a_failed_lookahead_prefetch_leaves_misses_and_exact_rows pins it down).
+    assert host.prefetch_issued > 0 or name == "lookahead"
     assert host.prefetch_used == 0 and host.prefetch_bytes == 0
     if name == "massivegnn":  # the initial fill and every round failed: nothing was ever buffered
         assert host.hits == 0 and host.nbytes == 0

@@ -59,6 +59,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--job-id", default="graphsage", help="job name (default graphsage)")
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file; resumed from when it exists")
     p.add_argument("--checkpoint-every", type=int, default=1, help="steps between checkpoints (default 1)")
+    p.add_argument("--device", default="cpu", help="torch device for the model and minibatches, e.g. cuda:0 (default cpu)")
     p.add_argument("--stop-after-steps", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=_run_train)
 
@@ -80,6 +81,7 @@ def _run_train(args: argparse.Namespace) -> int:
         job_id=args.job_id,
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
+        device=args.device,
         stop_after_steps=args.stop_after_steps,
     )
     if cfg.world_size > 1:

@@ -43,6 +43,7 @@ class TrainConfig:
     job_id: str = "graphsage"
     checkpoint: Path | None = None
     checkpoint_every: int = 1
+    device: str = "cpu"  # torch device of model and minibatches, e.g. "cuda:0"
     stop_after_steps: int | None = None  # testing aid: exit after this many steps in this process
 
 
@@ -59,12 +60,12 @@ class EpochReport:
 def batch_digest(input_nodes: torch.Tensor, blocks: list) -> str:
     """Short digest of a minibatch (ids + features), used to prove replays are identical."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(input_nodes.numpy().tobytes())
-    h.update(blocks[0].srcdata["feat"].numpy().tobytes())
+    h.update(input_nodes.cpu().numpy().tobytes())
+    h.update(blocks[0].srcdata["feat"].cpu().numpy().tobytes())
     for b in blocks:
         src, dst = b.edges()
-        h.update(src.numpy().tobytes())
-        h.update(dst.numpy().tobytes())
+        h.update(src.cpu().numpy().tobytes())
+        h.update(dst.cpu().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -83,27 +84,32 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
+        self.device = torch.device(cfg.device)
         torch.manual_seed(cfg.seed)
-        common = dict(seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size, job_id=cfg.job_id)
+        common = dict(seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size, job_id=cfg.job_id, device=self.device)
         self.train_loader = RemoteDataLoader(
             cfg.loader_address, "train", fanouts=cfg.fanouts, batch_size=cfg.batch_size, shuffle=True, **common
         )
         in_feats = int(torch.tensor(self.train_loader.feature_shape).prod())
         self.model = GraphSAGE(in_feats, cfg.hidden, self.train_loader.num_classes, len(cfg.fanouts), cfg.dropout)
+        self.model.to(self.device)
         self.ddp = None
         if cfg.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
-            self.ddp = DistributedDataParallel(self.model)
+            ids = [self.device] if self.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.applied: list[tuple[int, int, str]] = []  # (epoch, step, digest) of every applied step
         if cfg.checkpoint is not None and cfg.checkpoint.exists():
-            self._restore(torch.load(cfg.checkpoint))
+            self._restore(torch.load(cfg.checkpoint, map_location=self.device))
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if "cuda_rng" in state and self.device.type == "cuda":  # dropout on a GPU draws from its RNG
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
         self.train_loader.load_state_dict(state["loader"])
         self.applied = list(state["applied"])
         log.info("resumed from %s at epoch %d step %d", self.cfg.checkpoint, *state["loader"].values())
@@ -113,6 +119,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            **({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
             "loader": self.train_loader.state_dict(),
             "applied": list(self.applied),
         }
@@ -154,6 +161,7 @@ class Trainer:
             rank=self.cfg.rank,
             world_size=self.cfg.world_size,
             job_id=f"{self.cfg.job_id}-eval",
+            device=self.device,
         ) as loader:
             for _in, _out, blocks in loader:
                 pred = self.model(blocks, blocks[0].srcdata["feat"]).argmax(1)

@@ -89,38 +89,19 @@ class GpuTier(SlotTier):
     def insert(self, ids: np.ndarray, rows: np.ndarray, prefetched: bool = False) -> np.ndarray:
         """Stores rows of uncached, unique ``ids`` (``prefetched`` is accepted for the
         interface; this tier is filled at warm-up and does not count prefetches)."""
-        ids = self._check(ids)
-        k = int(ids.size)
-        if k > self._num_free:
-            raise ValueError(f"{k} rows do not fit in {self._num_free} free slots; evict first")
-        if np.unique(ids).size != k or self.contains(ids).any():
-            raise ValueError("insert takes unique ids that are not cached yet")
+        ids, slots = self._take_slots(ids)
         xp = self.backend.xp
-        slots = self._free[self._num_free - k : self._num_free][::-1].copy()
-        self._num_free -= k
-        self.rows[xp.asarray(slots)] = xp.asarray(np.asarray(rows, dtype=self.dtype).reshape((k, *self.row_shape)))
+        self.rows[xp.asarray(slots)] = xp.asarray(np.asarray(rows, dtype=self.dtype).reshape((len(ids), *self.row_shape)))
         self.slot_of[xp.asarray(ids)] = xp.asarray(slots.astype(np.int32))
         self._slot_host[ids] = slots
-        self._id_of[slots] = ids
-        self.inserts += k
         return slots
-
-    def evict(self, ids: np.ndarray) -> int:
-        slots = self.slots(ids)
-        return self.evict_slots(np.unique(slots[slots >= 0]))
 
     def evict_slots(self, slots: np.ndarray) -> int:
         """Frees occupied, unique ``slots``; returns how many."""
-        slots = np.asarray(slots, dtype=np.int64)
-        k = int(slots.size)
-        ids = self._id_of[slots]
+        slots, ids = self._release_slots(slots)
         self.slot_of[self.backend.xp.asarray(ids)] = -1
         self._slot_host[ids] = -1
-        self._id_of[slots] = -1
-        self._free[self._num_free : self._num_free + k] = slots
-        self._num_free += k
-        self.evictions += k
-        return k
+        return len(slots)
 
 
 class GpuTieredCache(CachePolicy):

@@ -100,6 +100,8 @@ class SlotTier(CacheTier):
     row_bytes: int
     num_nodes: int
     _num_free: int
+    _free: np.ndarray  # stack of free slots; the top ``_num_free`` entries are free
+    _id_of: np.ndarray  # gid held by each slot, -1 when free
 
     @property
     def nbytes(self) -> int:
@@ -118,6 +120,39 @@ class SlotTier(CacheTier):
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
             raise InvalidArgument(f"node ids must be in [0, {self.num_nodes}), got [{ids.min()}, {ids.max()}]")
         return ids
+
+    def _take_slots(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pops a free slot for each of the uncached, unique ``ids``; the caller stores the rows.
+
+        Raises:
+            ValueError: not enough free slots, duplicate ids, or an id already cached.
+        """
+        ids = self._check(ids)
+        k = int(ids.size)
+        if k > self._num_free:
+            raise ValueError(f"{k} rows do not fit in {self._num_free} free slots; evict first")
+        if np.unique(ids).size != k or self.contains(ids).any():
+            raise ValueError("insert takes unique ids that are not cached yet")
+        slots = self._free[self._num_free - k : self._num_free][::-1].copy()
+        self._num_free -= k
+        self._id_of[slots] = ids
+        self.inserts += k
+        return ids, slots
+
+    def _release_slots(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pushes occupied, unique ``slots`` back on the free stack; returns them and their gids."""
+        slots = np.asarray(slots, dtype=np.int64)
+        ids = self._id_of[slots]
+        self._id_of[slots] = -1
+        k = int(slots.size)
+        self._free[self._num_free : self._num_free + k] = slots
+        self._num_free += k
+        self.evictions += k
+        return slots, ids
+
+    def evict(self, ids: np.ndarray) -> int:
+        slots = self.slots(ids)
+        return self.evict_slots(np.unique(slots[slots >= 0]))
 
 
 class HostTier(SlotTier):
@@ -182,33 +217,15 @@ class HostTier(SlotTier):
         return hit, self._rows[hit_slots]
 
     def insert(self, ids: np.ndarray, rows: np.ndarray, prefetched: bool = False) -> np.ndarray:
-        ids = self._check(ids)
-        k = int(ids.size)
-        if k > self._num_free:
-            raise ValueError(f"{k} rows do not fit in {self._num_free} free slots; evict first")
-        if np.unique(ids).size != k or self.contains(ids).any():
-            raise ValueError("insert takes unique ids that are not cached yet")
-        slots = self._free[self._num_free - k : self._num_free][::-1].copy()
-        self._num_free -= k
-        self._rows[slots] = np.asarray(rows).reshape((k, *self.row_shape))
+        ids, slots = self._take_slots(ids)
+        self._rows[slots] = np.asarray(rows).reshape((len(ids), *self.row_shape))
         self._slot_of[ids] = slots
-        self._id_of[slots] = ids
         self._prefetched[slots] = prefetched
-        self.inserts += k
         return slots
-
-    def evict(self, ids: np.ndarray) -> int:
-        slots = self.slots(ids)
-        return self.evict_slots(np.unique(slots[slots >= 0]))
 
     def evict_slots(self, slots: np.ndarray) -> int:
         """Frees occupied, unique ``slots``; returns how many."""
-        slots = np.asarray(slots, dtype=np.int64)
-        k = int(slots.size)
-        self._slot_of[self._id_of[slots]] = -1
-        self._id_of[slots] = -1
+        slots, ids = self._release_slots(slots)
+        self._slot_of[ids] = -1
         self._prefetched[slots] = False
-        self._free[self._num_free : self._num_free + k] = slots
-        self._num_free += k
-        self.evictions += k
-        return k
+        return len(slots)

@@ -7,8 +7,8 @@ path (take all / Floyd for ``fanout <= 64`` / parallel reservoir above / indepen
 replacement), so kernel and reference agree bit for bit, and the tests also check that the
 output is uniform. The semantics are those of ``graphfeed.graph_store.sampling.sample_csr``:
 offsets from ``min(deg, k)`` (``k`` or 0 with replacement, ``deg`` for ``-1``), ascending CSR
-positions within a seed, repeated rows sampled independently. Only the random stream differs
-(a ``seed`` instead of a ``numpy.random.Generator``: a GPU cannot consume a host generator).
+positions within a seed, repeated rows sampled independently. The graph-store's compiled CPU
+sampler draws the same stream, so CPU, GPU and this reference agree bit for bit.
 
 Imports nothing but NumPy, so it runs on any machine, including the GPU image.
 """

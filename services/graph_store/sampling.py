@@ -1,108 +1,132 @@
-"""One-hop neighbor sampling on a CSR, vectorized over all seeds (no Python loop per seed).
+"""One-hop neighbor sampling on a CSR: compiled loops (numba, GIL released), counter-based draws.
 
-These functions are pure (arrays and a ``numpy.random.Generator`` in, arrays out) and are the
-NumPy reference for the GPU kernels: given the same generator state they always return the
-same bytes.
+The draws are those of the GPU kernels (:mod:`graphfeed.gpu_kernels.reference` is the NumPy
+specification of both): the ``j``-th 64-bit draw of the seed at batch position ``i`` is
+``rand_u64(seed, i, j)``, a splitmix64 hash, so the sample is a pure function of
+``(seed, rows, fanout, replace)`` — the same bytes on any thread, any process, CPU or GPU —
+and rows can be sampled in any order or in parallel.
 
-Output is "CSR order per seed": seed ``i``'s sampled edges are ``[offsets[i], offsets[i+1])``
-and, within a seed, edge positions are ascending (the order they have in the CSR). Sampling
-without replacement picks a uniformly random subset of distinct edge positions; sampling with
-replacement draws exactly ``fanout`` positions uniformly (sorted afterwards, which does not
-change the multiset).
+Per row of degree ``deg`` and fanout ``k``:
+
+- ``k == -1`` or ``deg <= k`` (without replacement): every neighbor;
+- ``k <= 64``: Floyd's algorithm (draw ``s`` picks ``t`` in ``[0, deg-k+s]``; take it unless
+  taken, else take ``deg-k+s``): every ``k``-subset equally likely, ``O(k^2)``;
+- ``k > 64``: reservoir (Algorithm R) over positions ``k..deg-1``, ``O(deg)``;
+- with replacement: ``k`` independent uniform positions (rows of degree 0 get none).
+
+Output is "CSR order per seed": row ``i``'s edges are ``[offsets[i], offsets[i+1])`` in
+ascending CSR position. The compiled functions release the GIL, so a graph-store's handler
+threads sample concurrently.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-# Floyd's algorithm costs O(n * k^2) element operations; beyond this fanout the random-key
-# sort (O(sum of degrees * log)) is cheaper.
-FLOYD_MAX_FANOUT = 64
+# Above this fanout Floyd's O(k^2) per row loses to the reservoir (same constant as sample.cu).
+SMALL_FANOUT = 64
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_WEYL2 = np.uint64(0xD1B54A32D192ED03)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_M32 = np.uint64(0xFFFFFFFF)
 
 
-def _segment_arange(counts: np.ndarray) -> np.ndarray:
-    """``concat([arange(c) for c in counts])`` without a Python loop."""
-    total = int(counts.sum())
-    starts = np.cumsum(counts) - counts
-    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+@_jit
+def _mix64(z):  # noqa: ANN001, ANN202
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
 
 
-def _floor_uniform(u: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """``floor(u * n)`` for u in [0, 1), clipped to ``n - 1`` (float rounding can reach ``n``)."""
-    return np.minimum((u * n).astype(np.int64), n - 1)
+@_jit
+def _row_key(seed, i):  # noqa: ANN001, ANN202
+    """The per-row half of ``rand_u64(seed, i, j)``."""
+    return _mix64(seed + (np.uint64(i) + np.uint64(1)) * _GOLDEN)
 
 
-def floyd_sample(deg: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Uniform ``k``-subsets of ``range(deg[i])`` for every row, by Floyd's algorithm.
-
-    Floyd's algorithm: for ``j`` in ``deg-k .. deg-1`` draw ``t`` uniform in ``[0, j]``; take
-    ``t`` unless it was already taken, in which case take ``j`` (which cannot have been).
-    Every ``k``-subset is equally likely. Vectorized across rows: step ``s`` handles
-    ``j = deg - k + s`` of every row at once.
-
-    Args:
-        deg: int64 [n], every entry ``>= k``.
-        k: subset size, ``>= 1``.
-        rng: source of the ``n * k`` uniforms (drawn at once, row-major).
-
-    Returns:
-        int64 [n, k]: each row sorted ascending, distinct, in ``[0, deg[i])``.
-    """
-    n = len(deg)
-    u = rng.random((n, k))
-    chosen = np.empty((n, k), dtype=np.int64)
-    for s in range(k):
-        j = deg - k + s
-        t = _floor_uniform(u[:, s], j + 1)
-        taken = (chosen[:, :s] == t[:, None]).any(axis=1)
-        chosen[:, s] = np.where(taken, j, t)
-    chosen.sort(axis=1)
-    return chosen
+@_jit
+def _draw(key, j, m):  # noqa: ANN001, ANN202
+    """``bounded(rand_u64(seed, i, j), m)``: uniform in ``[0, m)`` for ``m < 2**32``."""
+    r = _mix64(key + (np.uint64(j) + np.uint64(1)) * _WEYL2)
+    mm = np.uint64(m)
+    hi = (r >> np.uint64(32)) * mm + (((r & _M32) * mm) >> np.uint64(32))
+    return np.int64(hi >> np.uint64(32))
 
 
-def random_key_sample(deg: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Same contract as :func:`floyd_sample`, by giving every edge a random key.
-
-    The ``k`` edges with the smallest keys of each row form a uniform ``k``-subset. Costs one
-    random integer per edge of the rows and one sort, so it suits large ``k``. The sort key
-    is ``row << bits | random`` (one int64 argsort is ~5x faster than a two-key lexsort);
-    with ``bits >= 40`` for any realistic ``n``, ties between random parts (broken by the
-    sort, deterministically) are negligible.
-    """
-    n = len(deg)
-    local = _segment_arange(deg)
-    bits = 63 - max(1, int(n).bit_length())
-    key = np.repeat(np.arange(n, dtype=np.int64), deg) << bits
-    key |= rng.integers(0, 1 << bits, size=len(local), dtype=np.int64)
-    order = np.argsort(key)  # by row, then by random part
-    rank = _segment_arange(deg)  # rank of order[i] within its row (rows stay contiguous)
-    picked = order[rank < k]
-    chosen = local[picked].reshape(n, k)
-    chosen.sort(axis=1)
-    return chosen
+@_jit
+def _counts(indptr, rows, fanout, replace):  # noqa: ANN001, ANN202
+    n = len(rows)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        deg = indptr[rows[i] + 1] - indptr[rows[i]]
+        if fanout == -1:
+            c = deg
+        elif replace:
+            c = fanout if deg > 0 else 0
+        else:
+            c = min(deg, fanout)
+        offsets[i + 1] = offsets[i] + c
+    return offsets
 
 
-def _without_replacement(deg: np.ndarray, fanout: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Per-seed counts and local positions (into each seed's neighbor list), flattened."""
-    counts = np.minimum(deg, fanout)
-    local = _segment_arange(counts)  # "take all" seeds keep 0..deg-1
-    big = np.flatnonzero(deg > fanout)
-    if len(big):
-        sampler = floyd_sample if fanout <= FLOYD_MAX_FANOUT else random_key_sample
-        chosen = sampler(deg[big], fanout, rng)
-        starts = np.cumsum(counts) - counts
-        slots = starts[big][:, None] + np.arange(fanout, dtype=np.int64)[None, :]
-        local[slots.ravel()] = chosen.ravel()
-    return counts, local
+@_jit
+def _insertion_sort(a, lo, hi):  # noqa: ANN001, ANN202
+    for x in range(lo + 1, hi):
+        v = a[x]
+        y = x - 1
+        while y >= lo and a[y] > v:
+            a[y + 1] = a[y]
+            y -= 1
+        a[y + 1] = v
 
 
-def _with_replacement(deg: np.ndarray, fanout: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    counts = np.where(deg > 0, fanout, 0).astype(np.int64)
-    has = np.flatnonzero(deg > 0)
-    u = rng.random((len(has), fanout))
-    draws = _floor_uniform(u, deg[has][:, None])
-    draws.sort(axis=1)
-    return counts, draws.ravel()
+@_jit
+def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, offsets, src, eids):  # noqa: ANN001, ANN202
+    useed = np.uint64(seed)
+    pos = np.empty(max(fanout, 1), dtype=np.int64)
+    for i in range(len(rows)):
+        begin = indptr[rows[i]]
+        deg = indptr[rows[i] + 1] - begin
+        out = offsets[i]
+        c = offsets[i + 1] - out
+        if c == 0:
+            continue
+        key = _row_key(useed, i)
+        if fanout == -1 or (not replace and deg <= fanout):
+            for s in range(c):
+                src[out + s] = indices[begin + s]
+                eids[out + s] = edge_ids[begin + s]
+            continue
+        if replace:
+            for s in range(fanout):
+                pos[s] = _draw(key, s, deg)
+        elif fanout <= SMALL_FANOUT:
+            for s in range(fanout):
+                j = deg - fanout + s
+                t = _draw(key, s, j + 1)
+                for q in range(s):
+                    if pos[q] == t:
+                        t = j
+                        break
+                pos[s] = t
+        else:
+            for s in range(fanout):
+                pos[s] = s
+            for idx in range(fanout, deg):
+                r = _draw(key, idx, idx + 1)
+                if r < fanout:
+                    pos[r] = idx
+        if fanout <= SMALL_FANOUT:
+            _insertion_sort(pos, 0, fanout)
+        else:
+            pos[:fanout].sort()
+        for s in range(fanout):
+            src[out + s] = indices[begin + pos[s]]
+            eids[out + s] = edge_ids[begin + pos[s]]
 
 
 def sample_csr(
@@ -112,42 +136,42 @@ def sample_csr(
     rows: np.ndarray,
     fanout: int,
     replace: bool,
-    rng: np.random.Generator,
+    seed: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Samples up to ``fanout`` neighbors of each row of a CSR.
 
     Args:
-        indptr: int64 [R+1] CSR row pointers.
+        indptr: int64 [R+1] CSR row pointers (every degree < 2**31).
         indices: [E] neighbor of each CSR position (returned as ``src``).
         edge_ids: [E] id of each CSR position (returned as ``eids``).
-        rows: int64 [N] rows to sample (repeats allowed; each is sampled independently).
+        rows: int64 [N] rows to sample, each in ``[0, R)`` (repeats are sampled independently:
+            the draws depend on the batch position).
         fanout: ``-1`` takes every neighbor; ``0`` takes none; otherwise up to ``fanout``
             (without replacement: ``min(deg, fanout)``; with replacement: exactly ``fanout``
             for rows of degree > 0 and 0 otherwise).
         replace: sample with replacement.
-        rng: the only source of randomness; the same state gives the same output.
+        seed: uint64, the only source of randomness.
 
     Returns:
         ``(offsets, src, eids)``: int64 [N+1] offsets and the sampled ``indices`` /
-        ``edge_ids`` in CSR order per row (ascending CSR position within a row).
+        ``edge_ids`` (int64) in CSR order per row; bit-identical to
+        :func:`graphfeed.gpu_kernels.reference.sample_csr`.
 
     Raises:
-        ValueError: ``fanout < -1``.
+        ValueError: ``fanout < -1`` or ``seed`` outside ``[0, 2**64)``.
     """
     if fanout < -1:
         raise ValueError(f"fanout must be -1 or >= 0, got {fanout}")
-    rows = np.asarray(rows, dtype=np.int64)
-    begin = np.asarray(indptr[rows], dtype=np.int64)
-    deg = np.asarray(indptr[rows + 1], dtype=np.int64) - begin
-    if fanout == -1:
-        counts, local = deg, _segment_arange(deg)
-    elif fanout == 0:
-        counts, local = np.zeros(len(rows), dtype=np.int64), np.empty(0, dtype=np.int64)
-    elif replace:
-        counts, local = _with_replacement(deg, fanout, rng)
-    else:
-        counts, local = _without_replacement(deg, fanout, rng)
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    pos = np.repeat(begin, counts) + local
-    return offsets, np.asarray(indices[pos], dtype=np.int64), np.asarray(edge_ids[pos], dtype=np.int64)
+    if not 0 <= int(seed) < 1 << 64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    indptr = np.asarray(indptr)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    offsets = _counts(indptr, rows, int(fanout), bool(replace))
+    total = int(offsets[-1])
+    src = np.empty(total, dtype=np.int64)
+    eids = np.empty(total, dtype=np.int64)
+    if total:
+        # A seed >= 2**63 does not fit numba's int64 argument: pass its two's-complement twin.
+        s = int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)
+        _sample(indptr, np.asarray(indices), np.asarray(edge_ids), rows, int(fanout), bool(replace), s, offsets, src, eids)
+    return offsets, src, eids

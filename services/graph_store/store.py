@@ -177,8 +177,8 @@ class GraphStore:
             seeds: int64 [N] owned global ids, non-empty; duplicates are sampled independently.
             fanout: ``-1`` for all in-neighbors, else in ``[0, max_fanout]``.
             replace: sample with replacement (exactly ``fanout`` per seed of degree > 0).
-            rng_seed: seed of the Philox generator, in ``[0, 2**64)``; the same arguments
-                always give the same sample.
+            rng_seed: seed of the counter-based draws, in ``[0, 2**64)``; the same arguments
+                always give the same sample (on CPU and GPU alike).
 
         Returns:
             The sample in CSR order per seed; ``src`` and ``edge_ids`` are global ids.
@@ -188,9 +188,8 @@ class GraphStore:
         if not 0 <= int(rng_seed) < 1 << 64:
             raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
-        rng = np.random.Generator(np.random.Philox(int(rng_seed)))
         r = self._reader
-        offsets, src, eids = sample_csr(r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), rng)
+        offsets, src, eids = sample_csr(r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), int(rng_seed))
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
 
     def get_node_data(self, name: str, ids: np.ndarray) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Multi-hop neighbor sampling across graph-store partitions into DGL blocks.
 
-Each hop groups the frontier by owning partition, starts one ``sample_neighbors`` call per
-partition before waiting on any (DistDGL's ``_distributed_access``), scatters the answers back
-into frontier order and compacts them with :func:`graphfeed.sampler.compact.to_block`. The
-block's src nodes are the next hop's frontier.
+Each hop groups the frontier by owning partition (a counting sort), starts one
+``sample_neighbors`` call per partition before waiting on any (DistDGL's
+``_distributed_access``), and merges the answers back into frontier order while compacting them
+(:func:`graphfeed.sampler.compact.compact_hop`, one compiled pass). The block's src nodes are
+the next hop's frontier.
 
 Every random choice is seeded by ``derive_seed(job_seed, epoch, step, hop, partition)``, and
 the merge is a pure function of the answers, so the same arguments give byte-identical blocks.
@@ -20,7 +21,7 @@ from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
-from graphfeed.sampler.compact import to_block
+from graphfeed.sampler.compact import SlotTables, compact_hop, group_by_owner
 
 _SHOW_IDS = 5  # offending ids quoted in an error message
 
@@ -41,6 +42,7 @@ class MultiHopSampler:
         self.max_seeds = max_seeds
         self.max_fanout = max_fanout
         self.num_nodes = int(partitions.info.num_nodes)
+        self._slots = SlotTables(self.num_nodes)
 
     def sample(
         self,
@@ -76,8 +78,8 @@ class MultiHopSampler:
         frontier = seeds
         blocks: list[Block] = []
         for hop, fanout in enumerate(reversed(fanouts)):
-            offsets, src, eids = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
-            frontier, block = to_block(frontier, offsets, src, eids)
+            order, offsets, src, eids = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
+            frontier, block = compact_hop(frontier, order, offsets, src, eids, self._slots.get())
             blocks.append(block)
         blocks.reverse()
         return SampledBlocks(input_nodes=frontier, output_nodes=seeds, blocks=blocks)
@@ -118,24 +120,27 @@ class MultiHopSampler:
 
     def _sample_hop(
         self, frontier: np.ndarray, fanout: int, replace: bool, key: tuple[int, int, int, int]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One hop around ``frontier``: CSR (offsets, src, edge ids) in frontier order."""
-        owner = np.asarray(self.partitions.owner(frontier))
-        order = np.argsort(owner, kind="stable")  # frontier positions grouped by partition
-        parts, starts = np.unique(owner[order], return_index=True)
-        bounds = [*starts.tolist(), len(frontier)]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One hop around ``frontier``: ``(order, offsets, src, edge ids)`` in grouped order
+        (partition by partition; ``order[j]`` is the frontier position of grouped position ``j``)."""
+        owner = np.asarray(self.partitions.owner(frontier), dtype=np.int64)
+        order, bounds = group_by_owner(owner, self.partitions.num_partitions)
         grouped = frontier[order]
+        parts = [p for p in range(self.partitions.num_partitions) if bounds[p + 1] > bounds[p]]
         # Start every partition's request before waiting on any, so they run in parallel.
         futures = [
-            self.partitions.sample_neighbors(
-                int(p), grouped[bounds[i] : bounds[i + 1]], fanout, replace, derive_seed(*key, int(p))
-            )
-            for i, p in enumerate(parts)
+            self.partitions.sample_neighbors(p, grouped[bounds[p] : bounds[p + 1]], fanout, replace, derive_seed(*key, p))
+            for p in parts
         ]
         results = [f.result() for f in futures]
-        for i, (p, r) in enumerate(zip(parts, results)):
-            _check_answer(int(p), r, bounds[i + 1] - bounds[i])
-        return _scatter(order, results)
+        for p, r in zip(parts, results):
+            _check_answer(p, r, int(bounds[p + 1] - bounds[p]))
+        counts = np.concatenate([np.diff(r.offsets) for r in results])
+        offsets = np.zeros(len(frontier) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        src = np.concatenate([r.src for r in results]) if len(results) > 1 else results[0].src
+        eids = np.concatenate([r.edge_ids for r in results]) if len(results) > 1 else results[0].edge_ids
+        return order, offsets, src, eids
 
 
 def _check_answer(p: int, r: SampledNeighbors, num_seeds: int) -> None:
@@ -145,24 +150,3 @@ def _check_answer(p: int, r: SampledNeighbors, num_seeds: int) -> None:
             f"partition {p} answered {len(r.offsets)} offsets / {len(r.src)} src / {len(r.edge_ids)} edge ids "
             f"for {num_seeds} seeds"
         )
-
-
-def _scatter(order: np.ndarray, results: list[SampledNeighbors]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merges per-partition CSRs (grouped order) into one CSR in frontier order.
-
-    ``order[j]`` is the frontier position of grouped position ``j``.
-    """
-    counts_grouped = np.concatenate([np.diff(r.offsets) for r in results]).astype(np.int64, copy=False)
-    src_grouped = np.concatenate([r.src for r in results]).astype(np.int64, copy=False)
-    eids_grouped = np.concatenate([r.edge_ids for r in results]).astype(np.int64, copy=False)
-    starts_grouped = np.cumsum(counts_grouped) - counts_grouped
-
-    counts = np.empty_like(counts_grouped)
-    counts[order] = counts_grouped
-    starts = np.empty_like(starts_grouped)
-    starts[order] = starts_grouped  # where each frontier node's edges begin in the grouped arrays
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    # Edge k of frontier node i sits at grouped position starts[i] + (k - offsets[i]).
-    gather = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
-    return offsets, src_grouped[gather], eids_grouped[gather]

@@ -105,10 +105,10 @@ def test_reference_cache_gather_hand_trace() -> None:
 
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanout", FANOUTS)
-def test_reference_sampling_layout_matches_the_cpu_sampler(fanout: int, replace: bool) -> None:
+def test_reference_sampling_is_what_the_cpu_sampler_computes(fanout: int, replace: bool) -> None:
     ours = reference.sample_csr(INDPTR, INDICES, EIDS, ROWS, fanout, replace, 42)
-    cpu = cpu_sample_csr(INDPTR, INDICES, EIDS, ROWS, fanout, replace, np.random.default_rng(0))
-    assert np.array_equal(ours[0], cpu[0])  # same offsets: counts are deterministic
+    cpu = cpu_sample_csr(INDPTR, INDICES, EIDS, ROWS, fanout, replace, 42)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(ours, cpu))  # one stream on CPU and GPU
     deg = INDPTR[ROWS + 1] - INDPTR[ROWS]
     for r, (pos, d) in enumerate(zip(_positions(ours[0], ours[2]), deg)):
         assert np.all(np.diff(pos) >= 0) and (len(pos) == 0 or (pos[0] >= 0 and pos[-1] < d))
@@ -117,8 +117,6 @@ def test_reference_sampling_layout_matches_the_cpu_sampler(fanout: int, replace:
         if fanout == -1 or (not replace and d <= fanout):  # deterministic: every edge, in CSR order
             assert pos.tolist() == list(range(d)), r
     assert np.array_equal(ours[1], INDICES[ours[2] - 7])  # src and eid come from the same positions
-    if fanout == -1 or fanout == 0 or not replace and fanout >= deg.max():
-        assert all(np.array_equal(a, b) for a, b in zip(ours, cpu))
 
 
 def test_reference_sampling_is_a_function_of_the_seed() -> None:

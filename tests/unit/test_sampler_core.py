@@ -176,6 +176,7 @@ class _RecordingPartitions:
 
     def __init__(self, inner: LocalPartitionSet, fail: dict[int, Exception] | None = None) -> None:
         self.inner, self.info, self.fail, self.log = inner, inner.info, fail or {}, []
+        self.num_partitions = inner.num_partitions
 
     def owner(self, gids: np.ndarray) -> np.ndarray:
         return self.inner.owner(gids)

@@ -82,19 +82,26 @@ class LocalCluster:
     loader: ServiceProcess | None = None
 
     @classmethod
-    def start(cls, data_dir: Path, log_dir: Path, loader_args: list[str] | None = None) -> "LocalCluster":
-        """Starts one graph-store per partition of ``data_dir``, a sampler and a loader."""
+    def start(
+        cls, data_dir: Path, log_dir: Path, loader_args: list[str] | None = None, shm_dir: str | None = None
+    ) -> "LocalCluster":
+        """Starts one graph-store per partition of ``data_dir``, a sampler and a loader.
+
+        ``shm_dir`` overrides every service's shared-memory directory ("" disables shared
+        memory: every tensor travels inline on the wire); None keeps their default.
+        """
         manifest = GraphManifest.load(data_dir)
+        common = [] if shm_dir is None else ["--shm-dir", shm_dir]
         cluster = cls()
         try:
             for p in range(manifest.num_partitions):
                 part = str(Path(data_dir) / part_dir_name(p))
-                cluster.graph_stores.append(start_service(f"graph-store-{p}", ["graph-store", "--part-dir", part], log_dir))
+                cluster.graph_stores.append(start_service(f"graph-store-{p}", ["graph-store", "--part-dir", part, *common], log_dir))
             stores = [s.address for s in cluster.graph_stores]
-            cluster.sampler = start_service("sampler", ["sampler", "--graph-store-addresses", *stores], log_dir)
+            cluster.sampler = start_service("sampler", ["sampler", "--graph-store-addresses", *stores, *common], log_dir)
             cluster.loader = start_service(
                 "loader",
-                ["loader", "--graph-store-addresses", *stores, "--sampler-address", cluster.sampler.address, *(loader_args or [])],
+                ["loader", "--graph-store-addresses", *stores, "--sampler-address", cluster.sampler.address, *common, *(loader_args or [])],
                 log_dir,
             )
         except BaseException:

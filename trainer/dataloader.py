@@ -16,6 +16,8 @@ from graphfeed.common import blocks as blocks_codec
 from graphfeed.common import codec
 from graphfeed.common.errors import from_rpc_error
 from graphfeed.common.rpc import call_with_retry, channel_options
+from graphfeed.common.shm import SegmentReader
+from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 
@@ -43,35 +45,37 @@ class EpochStats:
         return self.minibatches / elapsed if elapsed > 0 else 0.0
 
 
-def _tensor(msg, what: str) -> torch.Tensor:  # noqa: ANN001
-    arr = codec.decode(msg, what)
-    # The array is a read-only view of the received message (no copy). torch warns about
-    # non-writable memory; minibatch inputs are never written in place by training.
+def _torch(arr: np.ndarray) -> torch.Tensor:
+    """A tensor over ``arr`` without a copy. Inline arrays are read-only views of the received
+    message (torch warns about those; training never writes minibatch inputs in place); shared-
+    memory arrays are private writable mappings."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(arr)
 
 
-def to_dgl_blocks(mb: pb.Minibatch, feature_name: str, label_name: str) -> tuple[torch.Tensor, torch.Tensor, list]:
-    """Builds DGL blocks from a Minibatch message, with features and labels attached."""
-    sb = blocks_codec.from_proto(mb.blocks)
-    input_nodes = torch.from_numpy(sb.input_nodes.copy())
+def to_dgl_blocks(
+    mb: pb.Minibatch, feature_name: str, label_name: str, segments: SegmentReader | None = None
+) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """Builds DGL blocks from a Minibatch message, with features and labels attached (no copies)."""
+    sb = blocks_codec.from_proto(mb.blocks, segments)
+    input_nodes = _torch(sb.input_nodes.astype(np.int64, copy=False))
     output_nodes = input_nodes[: len(sb.output_nodes)]
     out = []
     for b in sb.blocks:
         block = dgl.create_block(
-            (torch.from_numpy(b.edge_src.astype(np.int64)), torch.from_numpy(b.edge_dst.astype(np.int64))),
+            (_torch(b.edge_src.astype(np.int64, copy=False)), _torch(b.edge_dst.astype(np.int64, copy=False))),
             num_src_nodes=b.num_src,
             num_dst_nodes=b.num_dst,
         )
         block.srcdata[dgl.NID] = input_nodes[: b.num_src]
         block.dstdata[dgl.NID] = input_nodes[: b.num_dst]
-        block.edata[dgl.EID] = torch.from_numpy(b.edge_ids.copy())
+        block.edata[dgl.EID] = _torch(b.edge_ids.astype(np.int64, copy=False))
         out.append(block)
     if out:
-        out[0].srcdata[feature_name] = _tensor(mb.input_features, "input_features")
+        out[0].srcdata[feature_name] = _torch(codec.decode(mb.input_features, "input_features", segments))
         if label_name:
-            out[-1].dstdata[label_name] = _tensor(mb.labels, "labels")
+            out[-1].dstdata[label_name] = _torch(codec.decode(mb.labels, "labels", segments))
     return input_nodes, output_nodes, out
 
 
@@ -98,6 +102,9 @@ class RemoteDataLoader:
         feature_name / label_name: node-data names to attach ("" label_name for none).
         device: where blocks and tensors are moved (e.g. "cuda:0").
         timeout_s: deadline for DescribeJob and for the first message of a stream.
+        shm_dir: shared-memory directory offered to the loader: when the loader is on this host
+            and sees the same directory, minibatch tensors arrive through it instead of inside
+            the gRPC messages (identical contents). "" or None: always inline.
     """
 
     def __init__(
@@ -118,8 +125,10 @@ class RemoteDataLoader:
         label_name: str = "label",
         device: str | torch.device = "cpu",
         timeout_s: float = 60.0,
+        shm_dir: str | None = "/dev/shm",
     ) -> None:
         self.address = address
+        self._transport = ClientTransport(shm_dir)
         self.job = pb.JobSpec(
             job_id=job_id,
             job_seed=seed,
@@ -175,7 +184,7 @@ class RemoteDataLoader:
         epoch, start = self.epoch, self.step
         self.stats = EpochStats()
         request = pb.StreamMinibatchesRequest(job=self.job, epoch=epoch, start_step=start)
-        stream = self._stub.StreamMinibatches(request)
+        stream = self._stub.StreamMinibatches(request, metadata=self._transport.metadata)
         try:
             while True:
                 t0 = time.perf_counter()
@@ -188,7 +197,7 @@ class RemoteDataLoader:
                 self.stats.wait_seconds += time.perf_counter() - t0
                 if mb.step_key.step != self.step or mb.step_key.epoch != epoch:
                     raise RuntimeError(f"loader sent step {mb.step_key.epoch}/{mb.step_key.step}, expected {epoch}/{self.step}")
-                batch = to_dgl_blocks(mb, self.job.feature_name, self.job.label_name)
+                batch = to_dgl_blocks(mb, self.job.feature_name, self.job.label_name, self._transport.reader())
                 self._count(mb)
                 self.step += 1
                 yield self._to_device(batch)

@@ -8,12 +8,16 @@ nodes are ``input_nodes[:blocks[l].num_src]`` and its dst nodes the prefix
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from graphfeed.common import codec
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.v1 import tensor_pb2
+
+if TYPE_CHECKING:
+    from graphfeed.common.shm import Arena, SegmentReader
 
 
 @dataclass(frozen=True)
@@ -44,34 +48,35 @@ class SampledBlocks:
         return sum(b.num_edges for b in self.blocks)
 
 
-def to_proto(sb: SampledBlocks, out: tensor_pb2.SampledBlocks | None = None) -> tensor_pb2.SampledBlocks:
+def to_proto(sb: SampledBlocks, out: tensor_pb2.SampledBlocks | None = None, arena: Arena | None = None) -> tensor_pb2.SampledBlocks:
+    """Encodes blocks; with an ``arena`` the arrays go to shared memory (see :func:`codec.encode`)."""
     msg = tensor_pb2.SampledBlocks() if out is None else out
-    codec.encode(sb.input_nodes, msg.input_nodes)
-    codec.encode(sb.output_nodes, msg.output_nodes)
+    codec.encode(sb.input_nodes, msg.input_nodes, arena)
+    codec.encode(sb.output_nodes, msg.output_nodes, arena)
     for b in sb.blocks:
         pb = msg.blocks.add(num_src=b.num_src, num_dst=b.num_dst)
-        codec.encode(b.edge_src, pb.edge_src)
-        codec.encode(b.edge_dst, pb.edge_dst)
-        codec.encode(b.edge_ids, pb.edge_ids)
+        codec.encode(b.edge_src, pb.edge_src, arena)
+        codec.encode(b.edge_dst, pb.edge_dst, arena)
+        codec.encode(b.edge_ids, pb.edge_ids, arena)
     msg.num_sampled_edges = sb.num_sampled_edges
     return msg
 
 
-def from_proto(msg: tensor_pb2.SampledBlocks) -> SampledBlocks:
+def from_proto(msg: tensor_pb2.SampledBlocks, segments: SegmentReader | None = None) -> SampledBlocks:
     """Decodes (zero-copy) and checks the invariants a trainer relies on."""
     blocks = [
         Block(
             num_src=int(b.num_src),
             num_dst=int(b.num_dst),
-            edge_src=codec.decode(b.edge_src, "edge_src"),
-            edge_dst=codec.decode(b.edge_dst, "edge_dst"),
-            edge_ids=codec.decode(b.edge_ids, "edge_ids"),
+            edge_src=codec.decode(b.edge_src, "edge_src", segments),
+            edge_dst=codec.decode(b.edge_dst, "edge_dst", segments),
+            edge_ids=codec.decode(b.edge_ids, "edge_ids", segments),
         )
         for b in msg.blocks
     ]
     sb = SampledBlocks(
-        input_nodes=codec.decode(msg.input_nodes, "input_nodes"),
-        output_nodes=codec.decode(msg.output_nodes, "output_nodes"),
+        input_nodes=codec.decode(msg.input_nodes, "input_nodes", segments),
+        output_nodes=codec.decode(msg.output_nodes, "output_nodes", segments),
         blocks=blocks,
     )
     if blocks and (blocks[0].num_src != len(sb.input_nodes) or blocks[-1].num_dst != len(sb.output_nodes)):

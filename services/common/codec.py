@@ -1,17 +1,25 @@
 """numpy <-> ``graphfeed.common.v1.Tensor``: dtype + shape + raw little-endian bytes.
 
-Decoding is zero-copy (``np.frombuffer`` over the message's bytes); the returned array is
-read-only. Nothing here pickles.
+The bytes travel inline, or, when the receiver offered a shared directory, in a shared-memory
+segment (:mod:`graphfeed.common.shm`): ``encode(..., arena=...)`` places the array in the
+response's segment and ``decode(..., segments=...)`` maps it without a copy. Inline decoding
+reads the message's bytes once and wraps them (``np.frombuffer``, read-only). Nothing here
+pickles.
 """
 
 from __future__ import annotations
 
 import sys
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.v1 import tensor_pb2
+
+if TYPE_CHECKING:
+    from graphfeed.common.shm import Arena, SegmentReader
 
 DType = tensor_pb2.DType
 
@@ -53,46 +61,83 @@ def dtype_from_proto(value: int) -> np.dtype:
         raise InvalidArgument(f"tensor dtype {name} is not a valid element type") from None
 
 
-def encode(array: np.ndarray, out: tensor_pb2.Tensor | None = None) -> tensor_pb2.Tensor:
+def encode(array: np.ndarray, out: tensor_pb2.Tensor | None = None, arena: Arena | None = None) -> tensor_pb2.Tensor:
     """Encodes an array (any supported dtype, any shape, empty included).
 
     Args:
         array: the array; made C-contiguous if it is not.
         out: an existing message field to fill (e.g. ``request.seeds``); a new Tensor if None.
+        arena: the response's shared-memory arena: the bytes go there (copied when the arena
+            is finished) and the message carries only the reference. None: inline bytes.
     """
     arr = np.asarray(array)
     msg = tensor_pb2.Tensor() if out is None else out
     msg.dtype = dtype_to_proto(arr.dtype)
     del msg.shape[:]
     msg.shape.extend(arr.shape)
-    msg.data = np.ascontiguousarray(arr).tobytes()
+    if arena is None:
+        msg.data = np.ascontiguousarray(arr).tobytes()
+    else:
+        msg.shm.segment = arena.name
+        msg.shm.offset = arena.put(arr)
     return msg
 
 
-def decode(msg: tensor_pb2.Tensor, what: str = "tensor") -> np.ndarray:
-    """Decodes a Tensor without copying; the result is read-only.
+def encode_ref(shape: tuple[int, ...], dtype: np.dtype, segment: str, offset: int, out: tensor_pb2.Tensor) -> tensor_pb2.Tensor:
+    """Describes an array that already lives in shared-memory ``segment`` at byte ``offset``."""
+    out.dtype = dtype_to_proto(dtype)
+    del out.shape[:]
+    out.shape.extend(shape)
+    out.shm.segment = segment
+    out.shm.offset = offset
+    return out
+
+
+def encode_reserved(shape: tuple[int, ...], dtype: np.dtype, out: tensor_pb2.Tensor, arena: Arena) -> int:
+    """Describes an array the caller will write into ``arena`` after it is finished; returns
+    its byte offset (fill it through ``segment.array(offset, shape, dtype)``)."""
+    out.dtype = dtype_to_proto(dtype)
+    del out.shape[:]
+    out.shape.extend(shape)
+    out.shm.segment = arena.name
+    out.shm.offset = arena.reserve(shape, dtype)
+    return int(out.shm.offset)
+
+
+def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader | None = None) -> np.ndarray:
+    """Decodes a Tensor without copying its bytes.
 
     Args:
         msg: the message.
         what: name used in error messages (e.g. ``"seeds"``).
+        segments: maps the shared-memory segments this message refers to (the arrays are then
+            writable private mappings); None when this side offered no shared directory.
 
     Raises:
-        InvalidArgument: unknown dtype, negative dims, or a byte count that does not match.
+        InvalidArgument: unknown dtype, negative dims, a byte count that does not match, or a
+            shared-memory reference this side did not ask for.
     """
     dtype = dtype_from_proto(msg.dtype)
     shape = tuple(int(d) for d in msg.shape)
     if any(d < 0 for d in shape):
         raise InvalidArgument(f"{what}: negative dimension in shape {shape}")
+    if msg.WhichOneof("payload") == "shm":
+        if segments is None:
+            raise InvalidArgument(f"{what}: bytes in shared memory, but no shared directory was offered")
+        return segments.array(msg.shm.segment, msg.shm.offset, shape, dtype)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if count * dtype.itemsize != len(msg.data):
+    data = msg.data  # every access copies the bytes out of the message: read it once
+    if count * dtype.itemsize != len(data):
         raise InvalidArgument(
             f"{what}: shape {shape} of {np.dtype(dtype).name} needs {count * dtype.itemsize} "
-            f"bytes, got {len(msg.data)}"
+            f"bytes, got {len(data)}"
         )
-    return np.frombuffer(msg.data, dtype=dtype, count=count).reshape(shape)
+    return np.frombuffer(data, dtype=dtype, count=count).reshape(shape)
 
 
-def decode_ids(msg: tensor_pb2.Tensor, what: str = "ids", allow_empty: bool = False) -> np.ndarray:
+def decode_ids(
+    msg: tensor_pb2.Tensor, what: str = "ids", allow_empty: bool = False, segments: SegmentReader | None = None
+) -> np.ndarray:
     """Decodes a 1-D int64 id tensor, the common case for requests.
 
     Raises:
@@ -101,7 +146,7 @@ def decode_ids(msg: tensor_pb2.Tensor, what: str = "ids", allow_empty: bool = Fa
     if msg.dtype != DType.DTYPE_INT64:
         got = DType.Name(msg.dtype) if msg.dtype in DType.values() else str(msg.dtype)
         raise InvalidArgument(f"{what} must be DTYPE_INT64, got {got}")
-    ids = decode(msg, what)
+    ids = decode(msg, what, segments)
     if ids.ndim != 1:
         raise InvalidArgument(f"{what} must be 1-D, got shape {ids.shape}")
     if not allow_empty and ids.size == 0:

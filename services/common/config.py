@@ -28,6 +28,11 @@ class ServiceSettings(BaseSettings):
     max_workers: int = Field(16, ge=1, description="gRPC handler threads.")
     grace_s: float = Field(5.0, ge=0, description="Seconds in-flight calls get to finish on SIGTERM.")
     log_level: str = Field("INFO", description="Python logging level.")
+    shm_dir: str = Field(
+        "/dev/shm",
+        description="Shared-memory directory for bulk tensors with same-host peers that offer it "
+        "(this server's responses, and what its own clients offer); empty disables.",
+    )
 
 
 def _flag(name: str) -> str:

@@ -16,7 +16,8 @@ import numpy as np
 from graphfeed.common import codec
 from graphfeed.common.errors import FailedPrecondition, GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import call_with_retry, channel_options
-from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
+from graphfeed.common.transport import ClientTransport
+from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 
@@ -40,11 +41,19 @@ def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
 
 
 class GraphStoreClient:
-    """One graph-store over gRPC. Every call has a deadline; errors arrive as GraphfeedError."""
+    """One graph-store over gRPC. Every call has a deadline; errors arrive as GraphfeedError.
 
-    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+    Args:
+        address: ``host:port``.
+        timeout_s: deadline of each call.
+        shm_dir: shared-memory directory offered to the server for bulk answers ("" or None:
+            inline bytes only; see :mod:`graphfeed.common.transport`).
+    """
+
+    def __init__(self, address: str, timeout_s: float = 30.0, shm_dir: str | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self._transport = ClientTransport(shm_dir)
         self._channel = grpc.insecure_channel(address, options=channel_options())
         self._stub = pb_grpc.GraphStoreServiceStub(self._channel)
 
@@ -57,7 +66,7 @@ class GraphStoreClient:
 
     def _unary_future(self, method, request) -> "Future":  # noqa: ANN001
         """Starts a unary call; the returned future raises GraphfeedError on failure."""
-        call = method.future(request, timeout=self.timeout_s)
+        call = method.future(request, timeout=self.timeout_s, metadata=self._transport.metadata)
         out: Future = Future()
 
         def done(c: grpc.Future) -> None:
@@ -73,7 +82,12 @@ class GraphStoreClient:
         req = pb.SampleNeighborsRequest(fanout=fanout, replace=replace, rng_seed=rng_seed)
         codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
         raw = self._unary_future(self._stub.SampleNeighbors, req)
-        return _then(raw, lambda r: SampledNeighbors(codec.decode(r.offsets), codec.decode(r.src), codec.decode(r.edge_ids)))
+
+        def decoded(r: pb.SampleNeighborsResponse) -> SampledNeighbors:
+            seg = self._transport.reader()
+            return SampledNeighbors(codec.decode(r.offsets, "offsets", seg), codec.decode(r.src, "src", seg), codec.decode(r.edge_ids, "edge_ids", seg))
+
+        return _then(raw, decoded)
 
     def sample_neighbors(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> SampledNeighbors:
         return self.sample_neighbors_future(seeds, fanout, replace, rng_seed).result()
@@ -82,13 +96,35 @@ class GraphStoreClient:
         """Rows of ``name`` for ``ids`` (owned here), reassembled from the server's chunks."""
         req = pb.GetNodeDataRequest(name=name)
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
+        seg = self._transport.reader()
         try:
-            chunks = [codec.decode(m.rows, name) for m in self._stub.GetNodeData(req, timeout=self.timeout_s)]
+            chunks = [
+                codec.decode(m.rows, name, seg)
+                for m in self._stub.GetNodeData(req, timeout=self.timeout_s, metadata=self._transport.metadata)
+            ]
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         if not chunks:  # the server always sends at least one chunk, empty ones included
             raise GraphfeedError(f"graph-store {self.address} sent no rows for {name!r}")
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+    @property
+    def shares_memory(self) -> bool:
+        """Whether this client offers a shared directory (direct writes may then work)."""
+        return self._transport.offer is not None
+
+    def scatter_node_data(self, name: str, ids: np.ndarray, target: NodeDataTarget) -> int:
+        """Has the server write the rows of ``ids`` into ``target`` (shared memory); returns the
+        rows written. FailedPrecondition when the server cannot see this client's directory."""
+        req = pb.GetNodeDataRequest(name=name)
+        codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
+        req.target.segment, req.target.offset, req.target.num_rows = target.segment, target.offset, target.num_rows
+        codec.encode(np.asarray(target.positions, dtype=np.int64), req.target.positions)
+        try:
+            msgs = list(self._stub.GetNodeData(req, timeout=self.timeout_s, metadata=self._transport.metadata))
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, f"graph-store {self.address}") from None
+        return sum(int(m.rows_written) for m in msgs)
 
     def get_degrees_future(self, ids: np.ndarray) -> "Future[np.ndarray]":
         req = pb.GetDegreesRequest()
@@ -143,10 +179,11 @@ class RemotePartitionSet(_PartitionSetBase):
             read from GetPartitionInfo and checked for consistency.
         timeout_s: deadline of each call.
         max_parallel: threads for the streaming calls (GetNodeData) run in parallel.
+        shm_dir: shared-memory directory offered to same-host graph-stores ("" or None: never).
     """
 
-    def __init__(self, addresses: Sequence[str], timeout_s: float = 30.0, max_parallel: int = 8) -> None:
-        clients = [GraphStoreClient(a, timeout_s) for a in addresses]
+    def __init__(self, addresses: Sequence[str], timeout_s: float = 30.0, max_parallel: int = 8, shm_dir: str | None = None) -> None:
+        clients = [GraphStoreClient(a, timeout_s, shm_dir) for a in addresses]
         infos = [c.info() for c in clients]
         n = infos[0].num_partitions
         by_id = {i.partition_id: c for i, c in zip(infos, clients)}
@@ -165,6 +202,13 @@ class RemotePartitionSet(_PartitionSetBase):
 
     def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
         return self._pool.submit(self.clients[p].get_node_data, name, ids)
+
+    def scatter_node_data(self, p: int, name: str, ids: np.ndarray, target: NodeDataTarget) -> "Future[int] | None":
+        """Partition ``p`` writes the rows into ``target``; None when this set offers no shared
+        memory (the caller then fetches the rows)."""
+        if not self.clients[p].shares_memory:
+            return None
+        return self._pool.submit(self.clients[p].scatter_node_data, name, ids, target)
 
     def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]":
         return self.clients[p].get_degrees_future(ids)

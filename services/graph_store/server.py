@@ -8,6 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from graphfeed.common.rpc import RunningServer, run_service, start_service_server
+from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.metrics import GraphStoreMetrics
 from graphfeed.graph_store.servicer import GraphStoreServicer
@@ -46,7 +47,7 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     metrics = GraphStoreMetrics.create(registry)
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
     metrics.partition_info.labels(str(store.partition_id)).set(1)
-    servicer = GraphStoreServicer(store, metrics)
+    servicer = GraphStoreServicer(store, metrics, ServerTransport(settings.shm_dir, "GraphStoreService", registry))
     running = start_service_server(
         settings,
         register=lambda server: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, server),

@@ -10,7 +10,12 @@ from collections.abc import Iterator
 
 import grpc
 
+import numpy as np
+
 from graphfeed.common import codec
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument
+from graphfeed.common.shm import Segment
+from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.metrics import GraphStoreMetrics
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
@@ -41,10 +46,11 @@ def info_to_proto(store: GraphStore) -> pb.GetPartitionInfoResponse:
 class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
     """Implements ``graphfeed.graph_store.v1.GraphStoreService`` over one store."""
 
-    def __init__(self, store: GraphStore, metrics: GraphStoreMetrics) -> None:
+    def __init__(self, store: GraphStore, metrics: GraphStoreMetrics, transport: ServerTransport | None = None) -> None:
         self._store = store
         self._m = metrics
         self._info = info_to_proto(store)
+        self._transport = transport or ServerTransport(None)
 
     def GetPartitionInfo(self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext) -> pb.GetPartitionInfoResponse:
         return self._info
@@ -55,9 +61,11 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
             out = self._store.sample_neighbors(seeds, request.fanout, request.replace, request.rng_seed)
         self._m.sampled_edges.inc(len(out.src))
         resp = pb.SampleNeighborsResponse()
-        codec.encode(out.offsets, resp.offsets)
-        codec.encode(out.src, resp.src)
-        codec.encode(out.edge_ids, resp.edge_ids)
+        arena = self._transport.arena(context)
+        codec.encode(out.offsets, resp.offsets, arena)
+        codec.encode(out.src, resp.src, arena)
+        codec.encode(out.edge_ids, resp.edge_ids, arena)
+        self._transport.finish(arena, "SampleNeighbors")
         return resp
 
     def GetNodeData(self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext) -> Iterator[pb.GetNodeDataResponse]:
@@ -65,12 +73,57 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         chunks = self._store.iter_node_data(request.name, ids)  # validates the name: labels stay a fixed set
         rows_total = self._m.node_data_rows.labels(request.name)
         bytes_total = self._m.node_data_bytes.labels(request.name)
+        if request.HasField("target"):
+            yield self._node_data_into(request, ids, context, bytes_total)
+            rows_total.inc(len(ids))
+            return
+        arena = self._transport.arena(context)
+        if arena is not None:  # one message; rows gathered straight into shared memory
+            rows_total.inc(len(ids))
+            yield self._node_data_shm(request.name, ids, arena, bytes_total)
+            return
         for start, rows in chunks:
             resp = pb.GetNodeDataResponse(start=start)
             codec.encode(rows, resp.rows)
             rows_total.inc(len(rows))
             bytes_total.inc(rows.nbytes)
             yield resp
+
+    def _node_data_into(self, request: pb.GetNodeDataRequest, ids: np.ndarray, context: grpc.ServicerContext, bytes_total) -> pb.GetNodeDataResponse:  # noqa: ANN001
+        directory = self._transport.directory(context)
+        if directory is None:
+            raise FailedPrecondition("GetNodeData with a target needs a shared-memory offer this server can verify")
+        t = request.target
+        positions = codec.decode_ids(t.positions, "target.positions", allow_empty=True)
+        info = self._store.info().node_data[request.name]
+        shape, dtype = (int(t.num_rows), *info.row_shape), np.dtype(info.dtype)
+        segment = Segment.open(directory, t.segment)
+        try:
+            try:
+                out = segment.array(t.offset, shape, dtype)
+            except ValueError as exc:
+                raise InvalidArgument(f"target {t.segment}: {exc}") from None
+            written = self._store.scatter_node_data(request.name, ids, out, positions)
+        finally:
+            segment.close()
+        nbytes = written * dtype.itemsize * int(np.prod(info.row_shape, dtype=np.int64))
+        bytes_total.inc(nbytes)
+        self._transport.count("GetNodeData", nbytes)
+        return pb.GetNodeDataResponse(start=0, rows_written=written)
+
+    def _node_data_shm(self, name: str, ids: np.ndarray, arena, bytes_total) -> pb.GetNodeDataResponse:  # noqa: ANN001
+        info = self._store.info().node_data[name]
+        shape, dtype = (len(ids), *info.row_shape), np.dtype(info.dtype)
+        resp = pb.GetNodeDataResponse(start=0)
+        offset = codec.encode_reserved(shape, dtype, resp.rows, arena)
+        segment = arena.finish()
+        try:
+            self._store.get_node_data(name, ids, out=segment.array(offset, shape, dtype))
+        finally:
+            segment.close()
+        bytes_total.inc(int(np.prod(shape)) * dtype.itemsize)
+        self._transport.count("GetNodeData", segment.nbytes)
+        return resp
 
     def GetDegrees(self, request: pb.GetDegreesRequest, context: grpc.ServicerContext) -> pb.GetDegreesResponse:
         ids = codec.decode_ids(request.ids, "ids", allow_empty=True)

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
@@ -20,6 +21,16 @@ from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeig
 log = logging.getLogger(__name__)
 
 _MAX_NAMED_IDS = 5  # offending ids quoted in a NotFound message
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _scatter_rows(table, rows, out, positions):  # noqa: ANN001, ANN202
+    """``out[positions[i]] = table[rows[i]]`` for byte rows, one pass, GIL released."""
+    width = table.shape[1]
+    for i in range(len(rows)):
+        src, dst = rows[i], positions[i]
+        for b in range(width):
+            out[dst, b] = table[src, b]
 
 
 def _load_db(reader: PartitionReader) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -192,14 +203,52 @@ class GraphStore:
         offsets, src, eids = sample_csr(r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), int(rng_seed))
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
 
-    def get_node_data(self, name: str, ids: np.ndarray) -> np.ndarray:
+    def get_node_data(self, name: str, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Rows of node data ``name`` for owned ``ids``, in request order.
+
+        Args:
+            name: node-data name.
+            ids: owned gids.
+            out: where to gather the rows (e.g. a shared-memory segment), shape
+                ``[len(ids), *row_shape]`` of the table's dtype; a new array if None.
 
         Returns:
             Array of shape ``[len(ids), *row_shape]`` (empty ``ids`` give zero rows).
         """
         self._table(name)  # unknown name is reported before id problems
-        return self._rows(name, self._owned_rows(ids, "ids", allow_empty=True))
+        rows = self._owned_rows(ids, "ids", allow_empty=True)
+        if out is None:
+            return self._rows(name, rows)
+        return np.take(self._table(name), rows, axis=0, out=out)
+
+    def scatter_node_data(self, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
+        """Writes the rows of owned ``ids`` into ``out[positions]`` (one pass, no temporary):
+        how rows land directly in a loader's shared-memory minibatch.
+
+        Args:
+            out: ``[num_rows, *row_shape]`` of the table's dtype, C-contiguous and writable.
+            positions: int64 [len(ids)] rows of ``out``, each in ``[0, num_rows)``.
+
+        Returns:
+            The number of rows written.
+
+        Raises:
+            InvalidArgument: ``out`` of the wrong shape/dtype or positions out of range.
+        """
+        table = self._table(name)
+        rows = self._owned_rows(ids, "ids", allow_empty=True)
+        positions = np.asarray(positions)
+        if out.dtype != table.dtype or out.shape[1:] != table.shape[1:] or not out.flags.c_contiguous:
+            raise InvalidArgument(f"target must be [n, {list(table.shape[1:])}] {table.dtype}, got {list(out.shape)} {out.dtype}")
+        if positions.shape != rows.shape or positions.dtype != np.int64:
+            raise InvalidArgument(f"positions must be int64 [{len(rows)}], got {positions.dtype} {list(positions.shape)}")
+        if len(positions) and (positions.min() < 0 or positions.max() >= len(out)):
+            raise InvalidArgument(f"positions must be in [0, {len(out)}), got [{positions.min()}, {positions.max()}]")
+        if len(rows):
+            row_bytes = table.itemsize * int(np.prod(table.shape[1:], dtype=np.int64))
+            _scatter_rows(table.reshape(len(table), -1).view(np.uint8).reshape(len(table), row_bytes), rows,
+                          out.reshape(len(out), -1).view(np.uint8).reshape(len(out), row_bytes), positions)  # fmt: skip
+        return len(rows)
 
     def iter_node_data(self, name: str, ids: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         """Like :meth:`get_node_data`, in chunks of at most ``chunk_bytes`` (at least one row).

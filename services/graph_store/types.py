@@ -10,6 +10,18 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class NodeDataTarget:
+    """Where a graph-store writes rows in the caller's shared memory (graph_store.proto's
+    NodeDataTarget): array ``[num_rows, *row_shape]`` at byte ``offset`` of ``segment``; the
+    i-th id goes to row ``positions[i]``."""
+
+    segment: str
+    offset: int
+    num_rows: int
+    positions: np.ndarray  # int64 [N]
+
+
+@dataclass(frozen=True)
 class SampledNeighbors:
     """One-hop sample in CSR order: seed i's neighbors are ``src[offsets[i]:offsets[i+1]]``."""
 

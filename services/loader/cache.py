@@ -89,6 +89,8 @@ class CachePolicy(ABC):
     ``admit(...)``; and ``on_sampled(key, ids)`` as soon as a future minibatch is sampled.
     """
 
+    admits = True  # False: admit() ignores its rows, so the loader need not gather them
+
     name: str
 
     def __init__(self, tier: HostTier) -> None:
@@ -150,6 +152,7 @@ class NoCache(CachePolicy):
     """Never caches: every lookup misses (the counters still count them)."""
 
     name = "none"
+    admits = False
 
     def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
         pass
@@ -160,6 +163,8 @@ class StaticDegreeCache(CachePolicy):
     then never changes. High in-degree nodes are the likeliest to be sampled as neighbors."""
 
     name = "static_degree"
+
+    admits = False
 
     def __init__(self, tier: HostTier, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> None:
         super().__init__(tier)

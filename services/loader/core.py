@@ -20,7 +20,7 @@ import numpy as np
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, CacheOptions, TierStats, make_cache
-from graphfeed.loader.pipeline import Channel, MinibatchStats, MinibatchStream, ReadyMinibatch, SharedCache, StreamWork
+from graphfeed.loader.pipeline import Channel, MinibatchStats, MinibatchStream, ReadyMinibatch, SharedCache, ShmSink, StreamWork
 from graphfeed.loader.plan import EpochPlan
 from graphfeed.sampler.types import BlockSampler
 
@@ -203,8 +203,11 @@ class Loader:
                 self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request)
             return self._caches[feature_name]
 
-    def stream(self, job: JobSpec, epoch: int, start_step: int = 0) -> MinibatchStream:
+    def stream(self, job: JobSpec, epoch: int, start_step: int = 0, sink: ShmSink | None = None) -> MinibatchStream:
         """Starts streaming steps ``[start_step, steps_per_epoch)`` of ``epoch``.
+
+        ``sink``: assemble each minibatch's features in a shared-memory segment there (the
+        consumer shares the directory); None: in ordinary memory.
 
         Raises:
             InvalidArgument: bad job spec. NotFound: unknown split or node-data name.
@@ -216,7 +219,7 @@ class Loader:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
         work = StreamWork(
             self.partitions, self.sampler, self._pool, self._cache(job.feature_name), job, plan,
-            start_step, self.lookahead_steps, self.max_ids_per_request, Channel(self.max_inflight),
+            start_step, self.lookahead_steps, self.max_ids_per_request, Channel(self.max_inflight), sink,
         )  # fmt: skip
         log.info("stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps)
         stream = MinibatchStream(work, self.on_minibatch)

@@ -52,17 +52,20 @@ class PendingRows:
     def cancel(self) -> None:
         """Cancels requests not started yet (running ones finish on their own deadline)."""
         for _, _, fut in self.parts:
-            fut.cancel()
+            if fut is not None:
+                fut.cancel()
 
 
 def fan_out(
     partitions: PartitionSet,
     ids: np.ndarray,
-    call: Callable[[int, np.ndarray], Future],
+    call: Callable[..., Future],
     max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    with_positions: bool = False,
 ) -> PendingRows:
     """Groups ``ids`` by owner partition and starts ``call(p, chunk)`` for every chunk at once
-    (DistDGL's ``_distributed_access``): all requests fly before any is waited on."""
+    (DistDGL's ``_distributed_access``): all requests fly before any is waited on.
+    ``with_positions``: ``call(p, chunk, positions of the chunk in ids)``."""
     ids = np.asarray(ids, dtype=np.int64)
     owners = partitions.owner(ids)
     order = np.argsort(owners, kind="stable")
@@ -73,7 +76,8 @@ def fan_out(
             pos = order[bounds[p] : bounds[p + 1]]
             for lo in range(0, len(pos), max_ids_per_request):
                 chunk = pos[lo : lo + max_ids_per_request]
-                pending.parts.append((p, chunk, call(p, ids[chunk])))
+                fut = call(p, ids[chunk], chunk) if with_positions else call(p, ids[chunk])
+                pending.parts.append((p, chunk, fut))
     except BaseException:
         pending.cancel()
         raise

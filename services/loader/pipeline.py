@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from pathlib import Path
 import threading
 import time
 from collections import deque
@@ -25,7 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.common.errors import FailedPrecondition
+from graphfeed.common.shm import Segment, SegmentRegistry
+from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
 from graphfeed.loader.cache import CachePolicy
 from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, node_data_fetcher
 from graphfeed.loader.plan import EpochPlan
@@ -61,6 +64,19 @@ class ReadyMinibatch:
     features: np.ndarray  # [len(blocks.input_nodes), *row_shape]
     labels: np.ndarray  # [len(blocks.output_nodes), *label_shape]; empty without label_name
     stats: MinibatchStats
+    features_segment: str | None = None  # the shared-memory segment holding ``features`` at offset 0
+
+
+@dataclass
+class ShmSink:
+    """Where a stream assembles minibatch features when its consumer shares memory: a segment
+    per minibatch in ``directory``, which same-host graph-stores write their rows into directly
+    (``direct``; switched off for good when one of them cannot see the directory)."""
+
+    directory: Path
+    registry: SegmentRegistry
+    owner: object
+    direct: bool = True
 
 
 class SharedCache:
@@ -205,6 +221,7 @@ class StreamWork:
     lookahead_steps: int
     max_ids_per_request: int
     channel: Channel
+    sink: ShmSink | None = None
 
 
 def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
@@ -215,28 +232,39 @@ def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
 
 
 def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: float) -> ReadyMinibatch:
-    """Features of the input nodes (cache first, misses from their owners) and seed labels."""
+    """Features of the input nodes (cache first, misses from their owners) and seed labels.
+
+    With a shared-memory sink the features are assembled in a new segment and the owners write
+    their rows straight into it: each row is copied once, from its owner's table to where the
+    trainer maps it."""
     t0 = time.perf_counter()
     j, parts, policy = w.job, w.partitions, w.cache.policy
     ids = np.asarray(sb.input_nodes, dtype=np.int64)
     hit, hit_rows = w.cache.access(stream, step, ids)
     miss_pos = np.flatnonzero(~hit)
     spec = parts.info.node_data[j.feature_name]
-    feats = fan_out(parts, ids[miss_pos], lambda p, c: parts.get_node_data(p, j.feature_name, c), w.max_ids_per_request)
-    labels, got_labels = np.empty((0,), dtype=np.int64), {}
+    shape, dtype = (len(ids), *spec.row_shape), np.dtype(spec.dtype)
+    segment = None
+    if w.sink is not None:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        segment = Segment.create(w.sink.directory, nbytes, w.sink.registry, w.sink.owner)
+        features = segment.array(0, shape, dtype)
+    else:
+        features = np.empty(shape, dtype=dtype)
     try:
+        got = _fetch_misses(w, ids[miss_pos], miss_pos, features, segment)
+        features[hit] = hit_rows
+        labels, got_labels = np.empty((0,), dtype=np.int64), {}
         if j.label_name:
             lspec = parts.info.node_data[j.label_name]
             pending = fan_out(parts, sb.output_nodes, lambda p, c: parts.get_node_data(p, j.label_name, c), w.max_ids_per_request)
             labels, got_labels = pending.wait(lspec.row_shape, lspec.dtype)
-        miss_rows, got = feats.wait(spec.row_shape, spec.dtype)
     finally:
-        feats.cancel()
-    features = np.empty((len(ids), *spec.row_shape), dtype=spec.dtype)
-    features[hit] = hit_rows
-    features[miss_pos] = miss_rows
-    with w.cache.lock:
-        policy.admit(ids[miss_pos], miss_rows)
+        if segment is not None:
+            segment.close()  # the features view keeps the mapping alive
+    if policy.admits:
+        with w.cache.lock:
+            policy.admit(ids[miss_pos], features[miss_pos])
     by_part = {p: got.get(p, 0) + got_labels.get(p, 0) for p in sorted(set(got) | set(got_labels))}
     stats = MinibatchStats(
         cache_hits=len(ids) - len(miss_pos),
@@ -246,7 +274,41 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
         gather_seconds=time.perf_counter() - t0,
         remote_bytes_by_partition=by_part,
     )
-    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats)
+    name = segment.name if segment is not None else None
+    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats, name)
+
+
+def _fetch_misses(
+    w: StreamWork, miss_ids: np.ndarray, miss_pos: np.ndarray, features: np.ndarray, segment: Segment | None
+) -> dict[int, int]:
+    """Fills ``features[miss_pos]`` from the owners; returns the bytes received per partition."""
+    j, parts = w.job, w.partitions
+    row_bytes = features.itemsize * int(np.prod(features.shape[1:], dtype=np.int64))
+    scatter = getattr(parts, "scatter_node_data", None)
+    if segment is not None and w.sink.direct and scatter is not None and len(miss_ids):
+
+        def call(p: int, chunk: np.ndarray, pos: np.ndarray) -> Future | None:
+            return scatter(p, j.feature_name, chunk, NodeDataTarget(segment.name, 0, len(features), miss_pos[pos]))
+
+        pending = fan_out(parts, miss_ids, call, w.max_ids_per_request, with_positions=True)
+        try:
+            if all(fut is not None for _, _, fut in pending.parts):
+                got: dict[int, int] = {}
+                for p, _pos, fut in pending.parts:
+                    got[p] = got.get(p, 0) + int(fut.result()) * row_bytes
+                return got
+        except FailedPrecondition as exc:  # a graph-store does not see our directory
+            log.warning("graph-stores cannot write into %s (%s); fetching rows instead", w.sink.directory, exc)
+            w.sink.direct = False
+        finally:
+            pending.cancel()
+    feats = fan_out(parts, miss_ids, lambda p, c: parts.get_node_data(p, j.feature_name, c), w.max_ids_per_request)
+    try:
+        rows, got = feats.wait(features.shape[1:], features.dtype)
+    finally:
+        feats.cancel()
+    features[miss_pos] = rows
+    return got
 
 
 def _produce(w: StreamWork) -> None:

@@ -6,6 +6,7 @@ import logging
 
 from prometheus_client import CollectorRegistry
 
+from graphfeed.common.transport import ServerTransport
 from graphfeed.common.rpc import RunningServer, run_service, start_service_server
 from graphfeed.graph_store.client import RemotePartitionSet
 from graphfeed.loader.config import LoaderSettings
@@ -46,8 +47,8 @@ def serve(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
     """
     registry = CollectorRegistry() if registry is None else registry
     metrics = LoaderMetrics.create(registry)
-    partitions = RemotePartitionSet(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s)
-    sampler = SamplerClient(settings.sampler_address, timeout_s=settings.rpc_timeout_s)
+    partitions = RemotePartitionSet(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir)
+    sampler = SamplerClient(settings.sampler_address, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir)
     loader = Loader(
         partitions,
         sampler,
@@ -63,7 +64,7 @@ def serve(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
     metrics.watch(loader)
     running = start_service_server(
         settings,
-        register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(LoaderServicer(loader), server),
+        register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(LoaderServicer(loader, ServerTransport(settings.shm_dir, "LoaderService", registry)), server),
         service_names=[SERVICE_NAME],
         registry=registry,
         on_error=lambda: close_all(loader),

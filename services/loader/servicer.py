@@ -7,6 +7,9 @@ from collections.abc import Iterator
 import grpc
 
 from graphfeed.common import blocks, codec
+from graphfeed.common.shm import Arena
+from graphfeed.common.transport import Backpressure, ServerTransport
+from graphfeed.loader.pipeline import ShmSink
 from graphfeed.loader.core import JobInfo, JobSpec, Loader, ReadyMinibatch
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
@@ -41,12 +44,17 @@ def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
     )
 
 
-def minibatch_to_proto(mb: ReadyMinibatch) -> pb.Minibatch:
+def minibatch_to_proto(mb: ReadyMinibatch, arena: Arena | None = None) -> pb.Minibatch:
+    """The message for one minibatch; with an ``arena`` its arrays go to shared memory (the
+    features are already in their own segment when the stream assembled them there)."""
     msg = pb.Minibatch(steps_per_epoch=mb.steps_per_epoch)
     msg.step_key.job_seed, msg.step_key.epoch, msg.step_key.step = mb.job_seed, mb.epoch, mb.step
-    blocks.to_proto(mb.blocks, out=msg.blocks)
-    codec.encode(mb.features, msg.input_features)
-    codec.encode(mb.labels, msg.labels)
+    blocks.to_proto(mb.blocks, msg.blocks, arena)
+    if mb.features_segment is not None and arena is not None:
+        codec.encode_ref(mb.features.shape, mb.features.dtype, mb.features_segment, 0, msg.input_features)
+    else:
+        codec.encode(mb.features, msg.input_features, arena)
+    codec.encode(mb.labels, msg.labels, arena)
     s = mb.stats
     msg.stats.cache_hits, msg.stats.cache_misses = s.cache_hits, s.cache_misses
     msg.stats.remote_feature_bytes = s.remote_feature_bytes
@@ -57,16 +65,43 @@ def minibatch_to_proto(mb: ReadyMinibatch) -> pb.Minibatch:
 class LoaderServicer(pb_grpc.LoaderServiceServicer):
     """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core."""
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Loader, transport: ServerTransport | None = None) -> None:
         self._loader = loader
+        self._transport = transport or ServerTransport(None)
 
     def DescribeJob(self, request: pb.DescribeJobRequest, context: grpc.ServicerContext) -> pb.DescribeJobResponse:
         return info_to_proto(self._loader.describe(job_from_proto(request.job)))
 
     def StreamMinibatches(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Minibatch]:
-        stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step)
-        # A cancelled RPC stops pulling from this generator; the callback stops the producer.
+        directory = self._transport.directory(context)
+        if directory is None:
+            stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step)
+            context.add_callback(stream.close)  # a cancelled RPC stops the producer
+            with stream:
+                for mb in stream:
+                    yield minibatch_to_proto(mb)
+            return
+        # Shared memory: features assembled in a segment per minibatch, the rest in an arena;
+        # at most max_inflight minibatches sent and not yet claimed by the trainer.
+        owner = object()
+        sink = ShmSink(directory, self._transport.registry, owner)
+        stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, sink)
         context.add_callback(stream.close)
-        with stream:
-            for mb in stream:
-                yield minibatch_to_proto(mb)
+        pressure = Backpressure(context, self._loader.max_inflight)
+        try:
+            with stream:
+                for mb in stream:
+                    arena = Arena(directory, self._transport.registry, owner)
+                    msg = minibatch_to_proto(mb, arena)
+                    self._transport.finish(arena, "StreamMinibatches")
+                    self._transport.count("StreamMinibatches", mb.features.nbytes)
+                    sent = [directory / arena.name, directory / mb.features_segment]
+                    if not pressure.wait():
+                        return
+                    pressure.sent(sent)
+                    yield msg
+        finally:
+            if context.is_active():  # ended normally: the client may still read buffered messages
+                self._transport.registry.release(owner)  # what it never claims goes after the TTL
+            else:  # cancelled: nobody will claim what is left
+                self._transport.registry.drop(owner)

@@ -11,6 +11,7 @@ from graphfeed.common import blocks, codec
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.rpc import call_with_retry, channel_options
+from graphfeed.common.transport import ClientTransport
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.sampler.v1 import sampler_pb2 as pb
 from graphfeed.sampler.v1 import sampler_pb2_grpc as pb_grpc
@@ -26,11 +27,13 @@ class SamplerClient:
     Args:
         address: ``host:port`` of the sampler.
         timeout_s: deadline of each attempt, in seconds.
+        shm_dir: shared-memory directory offered for the blocks ("" or None: inline bytes).
     """
 
-    def __init__(self, address: str, timeout_s: float = 60.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 60.0, shm_dir: str | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self._transport = ClientTransport(shm_dir)
         self._channel = grpc.insecure_channel(address, options=channel_options())
         self._stub = pb_grpc.SamplerServiceStub(self._channel)
 
@@ -52,9 +55,10 @@ class SamplerClient:
         except (TypeError, ValueError) as exc:  # out of the wire types' range (int32, uint64, uint32)
             raise InvalidArgument(f"cannot encode fanouts {list(fanouts)} / step key: {exc}") from None
         resp = call_with_retry(
-            lambda: self._stub.SampleBlocks(req, timeout=self.timeout_s), what=f"sampler {self.address}"
+            lambda: self._stub.SampleBlocks(req, timeout=self.timeout_s, metadata=self._transport.metadata),
+            what=f"sampler {self.address}",
         )
-        return blocks.from_proto(resp.blocks)
+        return blocks.from_proto(resp.blocks, self._transport.reader())
 
     def close(self) -> None:
         self._channel.close()

@@ -27,6 +27,7 @@ class SamplerMetrics:
     sampling_latency: Histogram
     partition_requests: Counter
     partition_request_seeds: Counter
+    partition_response_bytes: Counter
     minibatches: Counter
 
     @classmethod
@@ -47,6 +48,11 @@ class SamplerMetrics:
             ),
             partition_request_seeds=Counter(
                 "graphfeed_sampler_partition_request_seeds_total", "Frontier nodes sent to be sampled, by partition.",
+                ("partition",), registry=registry,
+            ),
+            partition_response_bytes=Counter(
+                "graphfeed_sampler_partition_response_bytes_total",
+                "Sampled-neighbor bytes received (offsets, src, edge ids; wire or shared memory), by partition.",
                 ("partition",), registry=registry,
             ),
             minibatches=Counter(
@@ -79,7 +85,16 @@ class MeteredPartitionSet:
     ) -> "Future[SampledNeighbors]":
         self._m.partition_requests.labels(str(p)).inc()
         self._m.partition_request_seeds.labels(str(p)).inc(len(seeds))
-        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed)
+        fut = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed)
+        received = self._m.partition_response_bytes.labels(str(p))
+
+        def count(f: Future) -> None:
+            if not f.cancelled() and f.exception() is None:
+                r = f.result()
+                received.inc(r.offsets.nbytes + r.src.nbytes + r.edge_ids.nbytes)
+
+        fut.add_done_callback(count)
+        return fut
 
     def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
         return self.inner.get_node_data(p, name, ids)

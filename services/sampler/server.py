@@ -7,6 +7,7 @@ import logging
 from prometheus_client import CollectorRegistry
 
 from graphfeed.common.rpc import RunningServer, run_service, start_service_server
+from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.client import RemotePartitionSet
 from graphfeed.sampler.config import SamplerSettings
 from graphfeed.sampler.core import MultiHopSampler
@@ -38,10 +39,10 @@ def serve(settings: SamplerSettings, registry: CollectorRegistry | None = None) 
     registry = CollectorRegistry() if registry is None else registry
     metrics = SamplerMetrics.create(registry)
     partitions = MeteredPartitionSet(
-        RemotePartitionSet(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s), metrics
+        RemotePartitionSet(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir), metrics
     )
     sampler = MultiHopSampler(partitions, max_seeds=settings.max_seeds_per_request, max_fanout=settings.max_fanout)
-    servicer = SamplerServicer(sampler, metrics)
+    servicer = SamplerServicer(sampler, metrics, ServerTransport(settings.shm_dir, "SamplerService", registry))
     running = start_service_server(
         settings,
         register=lambda server: pb_grpc.add_SamplerServiceServicer_to_server(servicer, server),

@@ -7,6 +7,7 @@ import time
 import grpc
 
 from graphfeed.common import blocks, codec
+from graphfeed.common.transport import ServerTransport
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.sampler.metrics import SamplerMetrics
 from graphfeed.sampler.v1 import sampler_pb2 as pb
@@ -16,9 +17,10 @@ from graphfeed.sampler.v1 import sampler_pb2_grpc as pb_grpc
 class SamplerServicer(pb_grpc.SamplerServiceServicer):
     """Implements ``graphfeed.sampler.v1.SamplerService``; errors come from the core."""
 
-    def __init__(self, sampler: MultiHopSampler, metrics: SamplerMetrics) -> None:
+    def __init__(self, sampler: MultiHopSampler, metrics: SamplerMetrics, transport: ServerTransport | None = None) -> None:
         self._sampler = sampler
         self._m = metrics
+        self._transport = transport or ServerTransport(None)
 
     def SampleBlocks(self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext) -> pb.SampleBlocksResponse:
         seeds = codec.decode_ids(request.seeds, "seeds")
@@ -29,5 +31,7 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
         self._m.sampled_edges.inc(sb.num_sampled_edges)
         self._m.minibatches.inc()
         resp = pb.SampleBlocksResponse()
-        blocks.to_proto(sb, resp.blocks)
+        arena = self._transport.arena(context)
+        blocks.to_proto(sb, resp.blocks, arena)
+        self._transport.finish(arena, "SampleBlocks")
         return resp

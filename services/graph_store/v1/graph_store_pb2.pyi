@@ -70,20 +70,36 @@ class SampleNeighborsResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class GetNodeDataRequest(_message.Message):
-    __slots__ = ("name", "ids")
+    __slots__ = ("name", "ids", "target")
     NAME_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
     name: str
     ids: _tensor_pb2.Tensor
-    def __init__(self, name: _Optional[str] = ..., ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    target: NodeDataTarget
+    def __init__(self, name: _Optional[str] = ..., ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., target: _Optional[_Union[NodeDataTarget, _Mapping]] = ...) -> None: ...
+
+class NodeDataTarget(_message.Message):
+    __slots__ = ("segment", "offset", "num_rows", "positions")
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    segment: str
+    offset: int
+    num_rows: int
+    positions: _tensor_pb2.Tensor
+    def __init__(self, segment: _Optional[str] = ..., offset: _Optional[int] = ..., num_rows: _Optional[int] = ..., positions: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class GetNodeDataResponse(_message.Message):
-    __slots__ = ("start", "rows")
+    __slots__ = ("start", "rows", "rows_written")
     START_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     start: int
     rows: _tensor_pb2.Tensor
-    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    rows_written: int
+    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rows_written: _Optional[int] = ...) -> None: ...
 
 class GetDegreesRequest(_message.Message):
     __slots__ = ("ids",)

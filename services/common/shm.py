@@ -1,0 +1,531 @@
+"""Shared-memory transport for bulk tensors between processes on one host.
+
+The bytes travel through files in a tmpfs directory (default ``/dev/shm``); a gRPC message
+only carries (segment name, byte offset). The writer creates one file per message
+(:class:`Segment`, laid out by :class:`Arena`); the reader maps it copy-on-write and unlinks it
+at once (:class:`SegmentReader`, "claiming" it). A mapping outlives the unlink, so the kernel
+refcounts the memory and no ring buffer or cross-process slot tracking is needed. Files nobody
+claims are removed by the writer's :class:`SegmentRegistry`. Both sides must see the same
+directory (same host, same mount, same user): the client proves it with a probe file
+(:class:`ShmOffer`) that the server checks (:class:`OfferVerifier`) before using shared memory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import hmac
+import itertools
+import logging
+import math
+import mmap
+import os
+import re
+import secrets
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+
+log = logging.getLogger(__name__)
+
+SEGMENT_PREFIX = "graphfeed-seg-"
+PROBE_PREFIX = "graphfeed-probe-"
+ALIGN = 64  # every array starts at a multiple of 64 bytes
+METADATA_KEY = "graphfeed-shm"  # gRPC metadata key of a client's offer
+DEFAULT_DIR = Path("/dev/shm")
+
+_SEGMENT_RE = re.compile(rf"^{SEGMENT_PREFIX}[0-9]+-[0-9]+-[0-9a-f]{{8}}$")
+_PROBE_RE = re.compile(rf"^{PROBE_PREFIX}[0-9]+-[0-9a-f]{{16}}$")
+_counter = itertools.count()
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # prefault the writer's pages (one syscall, no faults)
+
+
+def _new_name() -> str:
+    return f"{SEGMENT_PREFIX}{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:  # already claimed / swept
+        return False
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _layout(shape: Sequence[int], dtype: object) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Checked (shape, dtype, byte count); ValueError/TypeError on nonsense."""
+    dt = np.dtype(dtype)
+    if dt.hasobject:
+        raise ValueError(f"dtype {dt} holds Python objects and cannot be shared")
+    shp = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shp):
+        raise ValueError(f"shape {shp} has a negative dimension")
+    return shp, dt, math.prod(shp) * dt.itemsize
+
+
+def _view(buf: mmap.mmap | None, size: int, offset: int, shape: Sequence[int], dtype: object) -> np.ndarray:
+    """An array over ``buf[offset:]``; ValueError/TypeError when it does not fit."""
+    shp, dt, nbytes = _layout(shape, dtype)
+    offset = int(offset)
+    if offset < 0 or offset + nbytes > size:
+        raise ValueError(f"{nbytes} bytes at offset {offset} do not fit in {size} bytes")
+    if nbytes == 0 or buf is None:
+        return np.empty(shp, dt)
+    return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(shp)
+
+
+class Segment:
+    """Writer side: one new file of exactly ``nbytes``, mapped read-write (shared)."""
+
+    def __init__(self, name: str, path: Path, nbytes: int, mm: mmap.mmap | None) -> None:
+        self.name = name
+        self.path = path
+        self.nbytes = nbytes
+        self._mm = mm
+        self._closed = False
+
+    @classmethod
+    def create(
+        cls, directory: Path, nbytes: int, registry: SegmentRegistry | None = None, owner: object = None,
+        name: str | None = None,
+    ) -> Segment:
+        """Creates and maps a new segment file.
+
+        Args:
+            directory: the shared-memory directory.
+            nbytes: exact file size; may be 0.
+            registry: records the file so it is removed if nobody claims it.
+            owner: the registry owner (e.g. a stream); None for one-off messages.
+            name: the file name (default: a fresh unique one).
+
+        Raises:
+            ResourceExhausted: the directory has no room for ``nbytes``.
+            FailedPrecondition: the file could not be created or mapped.
+        """
+        if nbytes < 0:
+            raise ValueError(f"segment size {nbytes} is negative")
+        name = name or _new_name()
+        path = Path(directory) / name
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except OSError as e:
+            raise FailedPrecondition(f"cannot create shared-memory segment {path}: {e.strerror}") from None
+        try:
+            if nbytes:
+                # Allocate now: a sparse tmpfs file that runs out of room kills the writer with
+                # SIGBUS on the copy; fallocate fails cleanly with ENOSPC instead.
+                try:
+                    os.posix_fallocate(fd, 0, nbytes)
+                except OSError as e:
+                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    os.ftruncate(fd, nbytes)
+                mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED | _POPULATE)
+            else:
+                mm = None
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.ENOMEM):
+                raise ResourceExhausted(f"no room for a {nbytes}-byte segment in {directory}") from None
+            raise FailedPrecondition(f"cannot size/map shared-memory segment {path}: {e.strerror}") from None
+        os.close(fd)
+        if registry is not None:
+            registry.add(path, owner)
+        return cls(name, path, nbytes, mm)
+
+    @classmethod
+    def open(cls, directory: Path, name: str) -> Segment:
+        """Maps a peer's existing segment read-write (shared), without claiming it: how a
+        graph-store writes rows straight into the minibatch segment a loader created.
+
+        Raises:
+            InvalidArgument: a name that is not a graphfeed segment.
+            Unavailable: no such segment in ``directory``.
+            FailedPrecondition: it cannot be opened or mapped.
+        """
+        if not _SEGMENT_RE.match(name or ""):
+            raise InvalidArgument(f"{name!r} is not a graphfeed shared-memory segment name")
+        path = Path(directory) / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise Unavailable(f"shared-memory segment {name} is gone from {directory}") from None
+        except OSError as e:
+            raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FailedPrecondition(f"{path} is not a regular file")
+            mm = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED) if st.st_size else None
+        finally:
+            os.close(fd)
+        return cls(name, path, st.st_size, mm)
+
+    def array(self, offset: int, shape: tuple[int, ...], dtype: object) -> np.ndarray:
+        """A writable view of ``shape``/``dtype`` at byte ``offset``; ValueError if it does not fit."""
+        if self._closed:
+            raise ValueError(f"segment {self.name} is closed")
+        return _view(self._mm, self.nbytes, offset, shape, dtype)
+
+    def close(self) -> None:
+        """Drops the writer's mapping (the data stays in the file); idempotent."""
+        self._closed = True
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            with contextlib.suppress(BufferError):  # arrays still exported: unmapped when the last dies
+                mm.close()
+
+
+class Arena:
+    """Lays out several arrays in one segment: :meth:`put` returns the offset at once, :meth:`finish` copies."""
+
+    def __init__(self, directory: Path, registry: SegmentRegistry | None = None, owner: object = None) -> None:
+        self.directory = Path(directory)
+        self.name = _new_name()
+        self._registry = registry
+        self._owner = owner
+        self._items: list[tuple[int, np.ndarray | None]] = []
+        self._end = 0
+        self._finished = False
+
+    def _place(self, nbytes: int) -> int:
+        if self._finished:
+            raise ValueError(f"arena {self.name} is already finished")
+        offset = _aligned(self._end)
+        self._end = offset + nbytes
+        return offset
+
+    def put(self, array: np.ndarray) -> int:
+        """Places an array (copied C-contiguous at :meth:`finish`); returns its byte offset.
+
+        Raises:
+            InvalidArgument: the array holds Python objects.
+        """
+        arr = np.asarray(array)
+        if arr.dtype.hasobject:
+            raise InvalidArgument(f"dtype {arr.dtype} holds Python objects and cannot be shared")
+        offset = self._place(arr.nbytes)
+        self._items.append((offset, arr))
+        return offset
+
+    def reserve(self, shape: Sequence[int], dtype: object) -> int:
+        """Places space for an array the caller fills via ``segment.array`` after :meth:`finish`."""
+        _, _, nbytes = _layout(shape, dtype)
+        offset = self._place(nbytes)
+        self._items.append((offset, None))
+        return offset
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the segment :meth:`finish` creates (end of the last array)."""
+        return self._end
+
+    def finish(self) -> Segment | None:
+        """Creates the segment, copies every put array; None (no file) if nothing was placed.
+
+        The returned segment is still mapped so reserved parts can be filled; the caller closes it.
+        """
+        if self._finished:
+            raise ValueError(f"arena {self.name} is already finished")
+        self._finished = True
+        items, self._items = self._items, []
+        if not items:
+            return None
+        seg = Segment.create(self.directory, self._end, self._registry, self._owner, name=self.name)
+        for offset, arr in items:
+            if arr is not None and arr.nbytes:
+                seg.array(offset, arr.shape, arr.dtype)[...] = arr
+        return seg
+
+
+class SegmentReader:
+    """Reader side for one received message: maps each named segment once and claims (unlinks) it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._maps: dict[str, tuple[mmap.mmap | None, int]] = {}
+
+    def _claim(self, name: str) -> tuple[mmap.mmap | None, int]:
+        path = self.directory / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise Unavailable(
+                f"shared-memory segment {name} is gone from {self.directory} "
+                "(claimed twice, or expired before it was read)"
+            ) from None
+        except OSError as e:
+            raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise InvalidArgument(f"shared-memory segment {path} is not a regular file")
+            # Private copy-on-write: writable arrays (torch.from_numpy is happy) that change nobody else's.
+            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY) if st.st_size else None
+        finally:
+            os.close(fd)
+        _unlink(path)  # a concurrent sweep/claim is fine: our mapping stays good
+        return mm, st.st_size
+
+    def array(self, name: str, offset: int, shape: tuple[int, ...], dtype: object) -> np.ndarray:
+        """The array stored at ``offset`` of segment ``name`` (mapped and claimed on first use).
+
+        The result is writable and keeps the mapping alive.
+
+        Raises:
+            InvalidArgument: a malformed name, or offset/shape/dtype outside the file.
+            Unavailable: the segment file no longer exists.
+            FailedPrecondition: the file exists but cannot be opened.
+        """
+        if not isinstance(name, str) or not _SEGMENT_RE.match(name):
+            raise InvalidArgument(f"{name!r} is not a shared-memory segment name")
+        entry = self._maps.get(name)
+        if entry is None:
+            entry = self._maps[name] = self._claim(name)
+        mm, size = entry
+        try:
+            return _view(mm, size, offset, shape, dtype)
+        except (ValueError, TypeError) as e:
+            raise InvalidArgument(
+                f"segment {name} ({size} bytes) has no array of shape {shape!r}, dtype {dtype} at offset {offset}: {e}"
+            ) from None
+
+
+class SegmentRegistry:
+    """Writer-side bookkeeping so that unclaimed segments never leak. Thread-safe.
+
+    A segment of owner None may be swept ``ttl_s`` after creation; one of a live owner never,
+    until :meth:`release` (then ``ttl_s`` after the release).
+    """
+
+    def __init__(self, ttl_s: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        # id(owner) -> (owner, {path: deadline or None while the owner is live})
+        self._groups: dict[int, tuple[object, dict[Path, float | None]]] = {}
+        self._last_sweep = clock()
+
+    def add(self, path: Path, owner: object = None) -> None:
+        """Records a new segment file of ``owner``."""
+        with self._lock:
+            now = self._clock()
+            group = self._groups.setdefault(id(owner), (owner, {}))[1]
+            group[Path(path)] = now + self.ttl_s if owner is None else None
+            if now - self._last_sweep >= 1.0:
+                self._sweep_locked(now)
+
+    def outstanding(self, owner: object) -> int:
+        """How many segments of ``owner`` are still unclaimed (their file exists)."""
+        with self._lock:
+            entry = self._groups.get(id(owner))
+            if entry is None:
+                return 0
+            paths = entry[1]
+            for path in [p for p in paths if not os.path.lexists(p)]:
+                del paths[path]
+            if not paths:
+                del self._groups[id(owner)]
+            return len(paths)
+
+    def wait_outstanding_below(
+        self, owner: object, limit: int, stop: threading.Event | None = None, poll_s: float = 0.002
+    ) -> bool:
+        """Blocks until fewer than ``limit`` segments of ``owner`` are unclaimed (stream back-pressure).
+
+        Returns:
+            True when there is room; False if ``stop`` was set first.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        while self.outstanding(owner) >= limit:
+            if stop is None:
+                time.sleep(poll_s)
+            elif stop.wait(poll_s):
+                return False
+        return True
+
+    def release(self, owner: object) -> None:
+        """The owner is done: its unclaimed segments become sweepable ``ttl_s`` from now."""
+        with self._lock:
+            entry = self._groups.get(id(owner))
+            if entry is not None and owner is not None:
+                deadline = self._clock() + self.ttl_s
+                for path in entry[1]:
+                    entry[1][path] = deadline
+
+    def drop(self, owner: object) -> int:
+        """Unlinks the owner's unclaimed segments now (its reader is gone, e.g. a cancelled
+        stream); returns the count unlinked."""
+        with self._lock:
+            entry = self._groups.pop(id(owner), None)
+        return sum(_unlink(path) for path in entry[1]) if entry is not None else 0
+
+    def sweep(self) -> int:
+        """Unlinks unclaimed segments past their deadline, forgets claimed ones; returns the count unlinked."""
+        with self._lock:
+            return self._sweep_locked(self._clock())
+
+    def _sweep_locked(self, now: float) -> int:
+        self._last_sweep = now
+        unlinked = 0
+        for key, (_, paths) in list(self._groups.items()):
+            for path, deadline in list(paths.items()):
+                if deadline is not None and now >= deadline:
+                    unlinked += _unlink(path)
+                    del paths[path]
+                elif not os.path.lexists(path):
+                    del paths[path]
+            if not paths:
+                del self._groups[key]
+        return unlinked
+
+    def close(self) -> None:
+        """Unlinks every segment still unclaimed (server shutdown)."""
+        with self._lock:
+            groups, self._groups = self._groups, {}
+        for _, paths in groups.values():
+            for path in paths:
+                _unlink(path)
+
+
+class ShmOffer:
+    """Client side: a probe file that proves to a server that both see the same directory."""
+
+    def __init__(self, directory: Path, probe: str, token: str) -> None:
+        self.directory = directory
+        self.probe = probe
+        self._token = token
+        self._pid = os.getpid()
+        self._closed = False
+        atexit.register(self.close)
+
+    @classmethod
+    def create(cls, directory: Path = DEFAULT_DIR) -> ShmOffer | None:
+        """Writes a probe file; None (debug log) if ``directory`` is missing or not writable."""
+        directory = Path(directory).absolute()
+        if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
+            log.debug("no shared-memory transport: %s is not a writable directory", directory)
+            return None
+        token = secrets.token_hex(8)
+        probe = f"{PROBE_PREFIX}{os.getpid()}-{token}"
+        try:
+            fd = os.open(directory / probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            try:
+                os.write(fd, token.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            log.debug("no shared-memory transport: cannot write a probe in %s: %s", directory, e)
+            return None
+        return cls(directory, probe, token)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The gRPC metadata that carries the offer."""
+        return ((METADATA_KEY, f"{self.directory}|{self.probe}|{self._token}"),)
+
+    def close(self) -> None:
+        """Removes the probe file now (only in the process that wrote it); idempotent."""
+        if self._closed or os.getpid() != self._pid:
+            return
+        self._closed = True
+        _unlink(self.directory / self.probe)
+
+
+_offers: dict[tuple[Path, int], ShmOffer | None] = {}
+_offers_lock = threading.Lock()
+
+
+def shared_offer(directory: Path = DEFAULT_DIR) -> ShmOffer | None:
+    """The process-wide :class:`ShmOffer` for ``directory`` (one probe file per process and directory)."""
+    key = (Path(directory), os.getpid())  # a forked child writes its own probe
+    with _offers_lock:
+        if key not in _offers:
+            _offers[key] = ShmOffer.create(key[0])
+        return _offers[key]
+
+
+class OfferVerifier:
+    """Server side: accepts a client's offer only for an allowed directory whose probe it can read."""
+
+    _MAX_REMEMBERED = 4096
+
+    def __init__(self, allowed_dirs: Sequence[Path]) -> None:
+        self.allowed_dirs = frozenset(Path(d).resolve() for d in allowed_dirs)
+        self._lock = threading.Lock()
+        self._verified: dict[str, Path] = {}  # offer value -> resolved directory
+        self._logged: set[str] = set()
+
+    def accept(self, metadata: Iterable[object] | None) -> Path | None:
+        """The directory to put segments in for this call, or None to send bytes inline. Never raises.
+
+        Args:
+            metadata: (key, value) pairs as from ``ServicerContext.invocation_metadata()``
+                (objects with ``.key``/``.value``, or 2-tuples).
+        """
+        if not self.allowed_dirs or not metadata:
+            return None
+        try:
+            value = None
+            for item in metadata:
+                key, val = (item.key, item.value) if hasattr(item, "key") else item
+                if key == METADATA_KEY:
+                    value = val.decode() if isinstance(val, bytes) else str(val)
+                    break
+            if value is None:
+                return None
+            with self._lock:
+                hit = self._verified.get(value)
+            if hit is not None:
+                return hit
+            directory, reason = self._check(value)
+        except Exception as e:  # noqa: BLE001 - bad metadata must never fail a call
+            directory, value, reason = None, repr(metadata)[:200], f"unreadable offer ({e})"
+        with self._lock:
+            if directory is not None:
+                if len(self._verified) >= self._MAX_REMEMBERED:
+                    self._verified.clear()
+                self._verified[value] = directory
+            elif value not in self._logged and len(self._logged) < self._MAX_REMEMBERED:
+                self._logged.add(value)
+                log.info("client's shared-memory offer declined, sending bytes inline: %s", reason)
+        return directory
+
+    def _check(self, value: str) -> tuple[Path | None, str]:
+        parts = value.rsplit("|", 2)
+        if len(parts) != 3:
+            return None, f"malformed offer {value[:200]!r}"
+        dir_s, probe, token = parts
+        if not os.path.isabs(dir_s):
+            return None, f"offered directory {dir_s!r} is not absolute"
+        directory = Path(dir_s).resolve()
+        if directory not in self.allowed_dirs:
+            return None, f"directory {directory} is not one of {sorted(map(str, self.allowed_dirs))}"
+        if not _PROBE_RE.match(probe):
+            return None, f"malformed probe name {probe[:100]!r}"
+        try:
+            fd = os.open(directory / probe, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            return None, f"probe {directory / probe} not readable here ({e.strerror}): another host or mount?"
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return None, f"probe {directory / probe} is not a regular file of this server's user"
+            content = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        if not hmac.compare_digest(content, token.encode()):
+            return None, f"probe {directory / probe} does not hold the offered token"
+        return directory, ""

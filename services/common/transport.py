@@ -1,0 +1,121 @@
+"""Inline bytes or shared memory, decided per call on both sides of an RPC.
+
+A client that can share a directory with its server (same host, same mount) sends an offer in
+the call's metadata (:class:`ClientTransport`); a server that verifies it
+(:class:`ServerTransport`) puts the response's bulk tensors in one shared-memory segment per
+message and sends only references. Everything else — another host, another pod without a
+shared volume, ``shm_dir=""`` on either side — falls back to inline bytes in the same message
+types, so correctness never depends on the fast path.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from pathlib import Path
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter
+
+from graphfeed.common.shm import Arena, OfferVerifier, SegmentReader, SegmentRegistry, shared_offer
+
+
+class ServerTransport:
+    """A server's side: which calls get shared memory, and the segments it has not seen claimed.
+
+    Args:
+        shm_dir: the one directory this server writes segments into ("" or None: never).
+        service: the ``service`` label of the byte counter (e.g. "GraphStoreService").
+        metrics: where ``graphfeed_rpc_response_shm_bytes_total`` is registered (None: not
+            counted). With shared memory the wire carries only references, so this counter is
+            the other half of the communication volume next to ``..._response_bytes_total``.
+        ttl_s: seconds an unclaimed segment of a finished call survives before it is removed.
+    """
+
+    def __init__(
+        self, shm_dir: str | Path | None, service: str = "", metrics: CollectorRegistry | None = None, ttl_s: float = 300.0
+    ) -> None:
+        self.shm_dir = Path(shm_dir) if shm_dir else None
+        self.service = service
+        self._verifier = OfferVerifier([self.shm_dir.resolve()] if self.shm_dir else [])
+        self.registry = SegmentRegistry(ttl_s)
+        self._bytes = None
+        if metrics is not None:
+            self._bytes = Counter(
+                "graphfeed_rpc_response_shm_bytes_total",
+                "Response tensor bytes sent through shared memory (not on the wire), by RPC.",
+                ("service", "method"),
+                registry=metrics,
+            )
+        atexit.register(self.close)  # a graceful exit leaves nothing behind in shm_dir
+
+    def directory(self, context: grpc.ServicerContext) -> Path | None:
+        """The shared directory when the caller's offer checks out, else None."""
+        if self.shm_dir is None:
+            return None
+        return self._verifier.accept(context.invocation_metadata())
+
+    def arena(self, context: grpc.ServicerContext, owner: object = None) -> Arena | None:
+        """A new arena for one response when the caller's offer checks out, else None (inline)."""
+        directory = self.directory(context)
+        return None if directory is None else Arena(directory, self.registry, owner)
+
+    def finish(self, arena: Arena | None, method: str) -> None:
+        """Writes the arena's segment (if anything was put in it), drops the writer's mapping
+        and counts the bytes for ``method``."""
+        if arena is None:
+            return
+        segment = arena.finish()
+        if segment is not None:
+            segment.close()
+            self.count(method, segment.nbytes)
+
+    def count(self, method: str, nbytes: int) -> None:
+        if self._bytes is not None:
+            self._bytes.labels(self.service, method).inc(nbytes)
+
+    def close(self) -> None:
+        """Removes every segment no client has claimed (server shutdown)."""
+        self.registry.close()
+
+
+class Backpressure:
+    """Bounds what one server stream has sent through shared memory and the client has not yet
+    claimed: a message is then a few bytes, so gRPC flow control no longer limits how far the
+    producer runs ahead. A minibatch counts until the client unlinks its segments."""
+
+    def __init__(self, context: grpc.ServicerContext, limit: int, poll_s: float = 0.001) -> None:
+        self._limit = max(1, limit)
+        self._poll_s = poll_s
+        self._sent: list[list[Path]] = []
+        self._stop = threading.Event()
+        context.add_callback(self._stop.set)
+
+    def wait(self) -> bool:
+        """Blocks until fewer than ``limit`` sent messages are unclaimed; False when the call ended."""
+        while True:
+            self._sent = [paths for paths in self._sent if any(p.exists() for p in paths)]
+            if len(self._sent) < self._limit:
+                return True
+            if self._stop.wait(self._poll_s):
+                return False
+
+    def sent(self, paths: list[Path]) -> None:
+        self._sent.append(paths)
+
+
+class ClientTransport:
+    """A client's side: the offer sent with each call and the reader for what comes back.
+
+    Args:
+        shm_dir: the directory offered to servers ("" or None: inline bytes only). A directory
+            that does not exist or is not writable silently disables the offer.
+    """
+
+    def __init__(self, shm_dir: str | Path | None) -> None:
+        self.offer = shared_offer(Path(shm_dir)) if shm_dir else None
+        self.metadata = self.offer.metadata() if self.offer is not None else None
+
+    def reader(self) -> SegmentReader | None:
+        """A reader for one response (maps and claims the segments it names)."""
+        return SegmentReader(self.offer.directory) if self.offer is not None else None

@@ -1,0 +1,120 @@
+"""The shared-memory fast path and the inline gRPC path deliver identical minibatches.
+
+Real service processes on loopback (the ``process_cluster`` fixture: graph-store x2, sampler,
+loader over Cora). Every service offers and accepts /dev/shm by default; a trainer chooses per
+RemoteDataLoader. The byte counters prove which path carried the tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+import dgl
+import numpy as np
+import pytest
+import torch
+
+from graphfeed.common import shm
+from graphfeed.trainer import RemoteDataLoader
+
+SHM = shm.DEFAULT_DIR
+pytestmark = pytest.mark.skipif(not os.access(SHM, os.W_OK), reason="needs a writable /dev/shm")
+
+
+def _counters(cluster, prefix: str) -> dict[str, float]:  # noqa: ANN001
+    out: dict[str, float] = {}
+    for s in cluster.services:
+        text = urllib.request.urlopen(f"http://{s.metrics_address}/metrics", timeout=10).read().decode()  # noqa: S310
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                key, value = line.rsplit(" ", 1)
+                out[f"{s.name} {key}"] = float(value)
+    return out
+
+
+def _epoch(address: str, shm_dir: str | None, epoch: int) -> list[dict[str, np.ndarray]]:
+    with RemoteDataLoader(address, "train", fanouts=[10, 5], batch_size=32, seed=7, job_id="transport", shm_dir=shm_dir) as dl:
+        dl.set_epoch(epoch)
+        out = []
+        for input_nodes, output_nodes, blocks in dl:
+            mb = {"input_nodes": input_nodes.numpy(), "output_nodes": output_nodes.numpy()}
+            for i, b in enumerate(blocks):
+                src, dst = b.edges()
+                mb[f"b{i}_src"], mb[f"b{i}_dst"] = src.numpy(), dst.numpy()
+                mb[f"b{i}_eid"] = b.edata[dgl.EID].numpy()
+                mb[f"b{i}_shape"] = np.array([b.num_src_nodes(), b.num_dst_nodes()])
+            mb["feat"] = blocks[0].srcdata["feat"].numpy()
+            mb["label"] = blocks[-1].dstdata["label"].numpy()
+            assert isinstance(blocks[0].srcdata["feat"], torch.Tensor)
+            out.append({k: v.copy() for k, v in mb.items()})
+        return out
+
+
+def _segments_of(pids: set[int]) -> list[str]:
+    return [n for n in os.listdir(SHM) if n.startswith(shm.SEGMENT_PREFIX) and int(n.split("-")[2]) in pids]
+
+
+def test_shared_memory_and_inline_minibatches_are_identical(process_cluster) -> None:  # noqa: ANN001
+    shm_bytes = "graphfeed_rpc_response_shm_bytes_total"
+    pids = {s.proc.pid for s in process_cluster.services}
+    earlier = set(_segments_of(pids))  # e.g. of a stream another test left mid-epoch
+    before = _counters(process_cluster, shm_bytes)
+    inline = _epoch(process_cluster.loader.address, None, 3)
+    after_inline = _counters(process_cluster, shm_bytes)
+    fast = _epoch(process_cluster.loader.address, str(SHM), 3)
+    after_fast = _counters(process_cluster, shm_bytes)
+
+    assert len(inline) == len(fast) > 1
+    for step, (a, b) in enumerate(zip(inline, fast)):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes(), f"step {step}: {k} differs"
+
+    def grew(x: dict[str, float], y: dict[str, float], needle: str) -> float:
+        return sum(v - x.get(k, 0.0) for k, v in y.items() if needle in k)
+
+    # The inline trainer got no shared memory from the loader; the loader itself still used it
+    # with the sampler and graph-stores (its own clients offer /dev/shm).
+    assert grew(before, after_inline, 'method="StreamMinibatches"') == 0
+    assert grew(before, after_inline, 'method="GetNodeData"') > 0
+    assert grew(before, after_inline, 'method="SampleBlocks"') > 0
+    # The shm trainer received every minibatch tensor through shared memory: features alone
+    # are input nodes x 1433 float32 per minibatch.
+    feat_bytes = sum(mb["feat"].nbytes for mb in fast)
+    assert grew(after_inline, after_fast, 'method="StreamMinibatches"') >= feat_bytes
+    # Every segment of these two epochs was claimed (unlinked) by its reader.
+    deadline = time.monotonic() + 5
+    while set(_segments_of(pids)) - earlier and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(_segments_of(pids)) - earlier == set()
+
+
+def test_a_stream_cancelled_mid_epoch_leaves_no_segments(process_cluster) -> None:  # noqa: ANN001
+    pids = {s.proc.pid for s in process_cluster.services}
+    earlier = set(_segments_of(pids))
+    with RemoteDataLoader(process_cluster.loader.address, "train", fanouts=[10, 5], batch_size=16, seed=3,
+                          job_id="cancel", shm_dir=str(SHM)) as dl:  # fmt: skip
+        it = iter(dl)
+        next(it)
+        time.sleep(0.5)  # the loader has more minibatches assembled and sent ahead
+        it.close()  # cancels the stream
+    deadline = time.monotonic() + 10
+    while set(_segments_of(pids)) - earlier and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(_segments_of(pids)) - earlier == set()
+
+
+def test_a_directory_the_server_cannot_see_falls_back_to_inline(process_cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    """An offer for another directory (e.g. a trainer in another pod) is declined: same bytes, inline."""
+    shm_bytes = "graphfeed_rpc_response_shm_bytes_total"
+    before = _counters(process_cluster, shm_bytes)
+    other = _epoch(process_cluster.loader.address, str(tmp_path), 4)
+    after = _counters(process_cluster, shm_bytes)
+    reference = _epoch(process_cluster.loader.address, None, 4)
+    loader_shm = sum(v - before.get(k, 0.0) for k, v in after.items() if 'method="StreamMinibatches"' in k)
+    assert loader_shm == 0
+    assert [m["feat"].tobytes() for m in other] == [m["feat"].tobytes() for m in reference]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(shm.SEGMENT_PREFIX)]

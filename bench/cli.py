@@ -10,6 +10,7 @@ BENCHMARKS: dict[str, str] = {
     "cache": "graphfeed.bench.cache",
     "throughput": "graphfeed.bench.throughput",
     "gpu": "graphfeed.bench.gpu",
+    "profile": "graphfeed.bench.profile",
 }
 
 

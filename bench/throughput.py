@@ -36,8 +36,14 @@ class Run:
     minibatches: int
     seconds: float
     sampled_edges: int
-    wire_bytes: int  # bytes all graphfeed servers sent and received during the run
+    # bytes by "<process> <Method> <wire|shm>" during the run: gRPC request + response bytes
+    # on the wire, and response tensor bytes sent through shared memory
+    traffic: dict[str, int] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # by process
+
+    @property
+    def wire_bytes(self) -> int:
+        return sum(v for k, v in self.traffic.items() if k.endswith(" wire"))
 
     @property
     def minibatches_per_s(self) -> float:
@@ -55,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
     p.add_argument("--cache-policy", default="none", help="loader cache policy (default none)")
     p.add_argument("--cache-bytes", type=int, default=0, help="loader cache bytes (default 0)")
+    p.add_argument("--inflight", type=int, default=4, help="sampler calls outstanding in gf_sampler (default 4)")
+    p.add_argument("--transport", choices=("shm", "grpc"), default="shm",
+                   help="shm: bulk tensors through /dev/shm between same-host processes (gRPC carries references); "
+                        "grpc: everything inline on the wire (default shm)")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/throughput-<preset>.json)")
     p.set_defaults(func=run)
 
@@ -106,26 +116,34 @@ class Meter:
         if cluster is not None:
             for s in cluster.services:
                 self.procs[s.name] = psutil.Process(s.proc.pid)
-                self.metrics_urls.append(f"http://{s.metrics_address}/metrics")
+                self.metrics_urls.append((s.name, f"http://{s.metrics_address}/metrics"))
 
     def _cpu(self) -> dict[str, float]:
         return {k: sum(p.cpu_times()[:2]) for k, p in self.procs.items()}
 
-    def _bytes(self) -> int:
-        total = 0.0
-        for url in self.metrics_urls:
+    def _bytes(self) -> dict[str, float]:
+        """Byte counters of every server, keyed "<process> <Method> <wire|shm>"."""
+        kinds = {"graphfeed_rpc_response_bytes_total": "wire", "graphfeed_rpc_request_bytes_total": "wire",
+                 "graphfeed_rpc_response_shm_bytes_total": "shm"}  # fmt: skip
+        out: dict[str, float] = {}
+        for proc, url in self.metrics_urls:
             for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():  # noqa: S310 - loopback
-                if line.startswith(("graphfeed_rpc_response_bytes_total{", "graphfeed_rpc_request_bytes_total{")):
-                    total += float(line.rsplit(" ", 1)[1])
-        return int(total)
+                name, _, rest = line.partition("{")
+                if name in kinds:
+                    method = rest.split('method="', 1)[1].split('"', 1)[0]
+                    key = f"{proc} {method} {kinds[name]}"
+                    out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
 
-    def start(self) -> tuple[dict[str, float], int, float]:
+    def start(self) -> tuple[dict[str, float], dict[str, float], float]:
         return self._cpu(), self._bytes(), time.perf_counter()
 
     def stop(self, system: str, started: tuple, minibatches: int, edges: int) -> Run:
         seconds = time.perf_counter() - started[2]
         cpu = {k: v - started[0][k] for k, v in self._cpu().items()}
-        return Run(system, minibatches, seconds, edges, self._bytes() - started[1], cpu)
+        before = started[1]
+        traffic = {k: int(v - before.get(k, 0.0)) for k, v in self._bytes().items() if v - before.get(k, 0.0) > 0}
+        return Run(system, minibatches, seconds, edges, traffic, cpu)
 
 
 def _dgl_runner(g, feat, train, fanouts, batch_size, gather: bool):  # noqa: ANN001, ANN202
@@ -147,28 +165,40 @@ def _dgl_runner(g, feat, train, fanouts, batch_size, gather: bool):  # noqa: ANN
     return run
 
 
-def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batch_size: int):  # noqa: ANN202
+def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batch_size: int, inflight: int, shm_dir: str | None):  # noqa: ANN202
+    """Blocks delivered into this process, ``inflight`` sampler calls outstanding (as the
+    loader's look-ahead keeps them), taken in step order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from graphfeed.sampler.client import SamplerClient
 
-    client = SamplerClient(address)
+    client = SamplerClient(address, shm_dir=shm_dir)
+    pool = ThreadPoolExecutor(max_workers=inflight, thread_name_prefix="bench-sample")
     epoch = [0]
 
     def run(steps: int) -> int:
         epoch[0] += 1
         perm = np.random.default_rng(epoch[0]).permutation(train)
+        seeds = lambda s: perm[s * batch_size : (s + 1) * batch_size]  # noqa: E731
+        calls = [pool.submit(client.sample, seeds(s), fanouts, False, 0, epoch[0], s) for s in range(min(inflight, steps))]
         edges = 0
         for step in range(steps):
-            sb = client.sample(perm[step * batch_size : (step + 1) * batch_size], fanouts, False, 0, epoch[0], step)
+            sb = calls[step].result()
+            if step + inflight < steps:
+                calls.append(pool.submit(client.sample, seeds(step + inflight), fanouts, False, 0, epoch[0], step + inflight))
             edges += sb.num_sampled_edges
+            calls[step] = None  # release the blocks
         return edges
 
     return run
 
 
-def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int):  # noqa: ANN202
+def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: str | None):  # noqa: ANN202
     from graphfeed.trainer import RemoteDataLoader
 
-    loader = RemoteDataLoader(address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench")
+    loader = RemoteDataLoader(
+        address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench", shm_dir=shm_dir
+    )
     epoch = [0]
 
     def run(steps: int) -> int:
@@ -220,13 +250,14 @@ def run(args: argparse.Namespace) -> int:
     root = ensure_dataset(args.workdir.resolve(), args.preset)
     g, feat, train = load_global(root)
     loader_args = ["--cache-policy", args.cache_policy, "--cache-bytes", str(args.cache_bytes)]
-    cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args)
+    shm_dir = "/dev/shm" if args.transport == "shm" else ""
+    cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir)
     try:
         runners = {
             "dgl_sample": _dgl_runner(g, feat, train, fanouts, bs, gather=False),
             "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
-            "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs),
-            "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs),
+            "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, shm_dir),
+            "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir),
         }
         meter = Meter(cluster)
         for name, fn in runners.items():  # warm-up: imports, connections, caches
@@ -260,11 +291,15 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
             continue
         mb = sum(r.minibatches for r in rs)
         procs = sorted({k for r in rs for k in r.cpu_seconds})
+        routes = sorted({k for r in rs for k in r.traffic})
         systems[name] = {
             "minibatches_per_s": statistics.median(r.minibatches_per_s for r in rs),
             "runs_minibatches_per_s": [r.minibatches_per_s for r in rs],
             "sampled_edges_per_s": statistics.median(r.sampled_edges / r.seconds for r in rs),
             "wire_bytes_per_minibatch": sum(r.wire_bytes for r in rs) / mb,
+            "shm_bytes_per_minibatch": sum(r.traffic.get(k, 0) for r in rs for k in routes if k.endswith(" shm")) / mb,
+            # "<server process> <RPC> <wire|shm>": graph-store-<p> is partition p
+            "bytes_per_minibatch_by_rpc": {k: sum(r.traffic.get(k, 0) for r in rs) / mb for k in routes},
             "cpu_seconds_per_minibatch": {k: sum(r.cpu_seconds.get(k, 0.0) for r in rs) / mb for k in procs},
         }
     ratio = lambda a, b: systems[a]["minibatches_per_s"] / systems[b]["minibatches_per_s"]  # noqa: E731

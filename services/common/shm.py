@@ -168,6 +168,7 @@ class Segment:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise FailedPrecondition(f"{path} is not a regular file")
+            # Not populated: a graph-store touches only its own rows of a loader's segment.
             mm = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED) if st.st_size else None
         finally:
             os.close(fd)

@@ -26,11 +26,8 @@ _MAX_NAMED_IDS = 5  # offending ids quoted in a NotFound message
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _scatter_rows(table, rows, out, positions):  # noqa: ANN001, ANN202
     """``out[positions[i]] = table[rows[i]]`` for byte rows, one pass, GIL released."""
-    width = table.shape[1]
     for i in range(len(rows)):
-        src, dst = rows[i], positions[i]
-        for b in range(width):
-            out[dst, b] = table[src, b]
+        out[positions[i], :] = table[rows[i], :]
 
 
 def _load_db(reader: PartitionReader) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

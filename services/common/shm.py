@@ -85,6 +85,27 @@ def _view(buf: mmap.mmap | None, size: int, offset: int, shape: Sequence[int], d
     return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(shp)
 
 
+def _map_existing(path: Path, mode: int, gone_hint: str, **mmap_args: int) -> tuple[mmap.mmap | None, int]:
+    """Maps an existing regular segment file; ``(None, 0)`` for an empty one.
+
+    Raises:
+        Unavailable: the file is gone. FailedPrecondition: it cannot be opened or is not a file.
+    """
+    try:
+        fd = os.open(path, mode | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise Unavailable(f"shared-memory segment {path.name} is gone from {path.parent}{gone_hint}") from None
+    except OSError as e:
+        raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FailedPrecondition(f"shared-memory segment {path} is not a regular file")
+        return (mmap.mmap(fd, st.st_size, **mmap_args) if st.st_size else None), st.st_size
+    finally:
+        os.close(fd)
+
+
 class Segment:
     """Writer side: one new file of exactly ``nbytes``, mapped read-write (shared)."""
 
@@ -158,21 +179,9 @@ class Segment:
         if not _SEGMENT_RE.match(name or ""):
             raise InvalidArgument(f"{name!r} is not a graphfeed shared-memory segment name")
         path = Path(directory) / name
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise Unavailable(f"shared-memory segment {name} is gone from {directory}") from None
-        except OSError as e:
-            raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise FailedPrecondition(f"{path} is not a regular file")
-            # Not populated: a graph-store touches only its own rows of a loader's segment.
-            mm = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED) if st.st_size else None
-        finally:
-            os.close(fd)
-        return cls(name, path, st.st_size, mm)
+        # Not populated: a graph-store touches only its own rows of a loader's segment.
+        mm, size = _map_existing(path, os.O_RDWR, "", flags=mmap.MAP_SHARED)
+        return cls(name, path, size, mm)
 
     def array(self, offset: int, shape: tuple[int, ...], dtype: object) -> np.ndarray:
         """A writable view of ``shape``/``dtype`` at byte ``offset``; ValueError if it does not fit."""
@@ -260,25 +269,10 @@ class SegmentReader:
 
     def _claim(self, name: str) -> tuple[mmap.mmap | None, int]:
         path = self.directory / name
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise Unavailable(
-                f"shared-memory segment {name} is gone from {self.directory} "
-                "(claimed twice, or expired before it was read)"
-            ) from None
-        except OSError as e:
-            raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidArgument(f"shared-memory segment {path} is not a regular file")
-            # Private copy-on-write: writable arrays (torch.from_numpy is happy) that change nobody else's.
-            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY) if st.st_size else None
-        finally:
-            os.close(fd)
+        # Private copy-on-write: writable arrays (torch.from_numpy is happy) that change nobody else's.
+        mapped = _map_existing(path, os.O_RDONLY, " (claimed twice, or expired before it was read)", access=mmap.ACCESS_COPY)
         _unlink(path)  # a concurrent sweep/claim is fine: our mapping stays good
-        return mm, st.st_size
+        return mapped
 
     def array(self, name: str, offset: int, shape: tuple[int, ...], dtype: object) -> np.ndarray:
         """The array stored at ``offset`` of segment ``name`` (mapped and claimed on first use).

@@ -10,7 +10,6 @@ pickles.
 from __future__ import annotations
 
 import sys
-
 from typing import TYPE_CHECKING
 
 import numpy as np

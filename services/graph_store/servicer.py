@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import grpc
-
 import numpy as np
 
 from graphfeed.common import codec

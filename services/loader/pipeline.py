@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from pathlib import Path
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -6,8 +6,8 @@ import logging
 
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common.transport import ServerTransport
 from graphfeed.common.rpc import RunningServer, run_service, start_service_server
+from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.client import RemotePartitionSet
 from graphfeed.loader.config import LoaderSettings
 from graphfeed.loader.core import Loader

@@ -95,12 +95,9 @@ def encode_ref(shape: tuple[int, ...], dtype: np.dtype, segment: str, offset: in
 def encode_reserved(shape: tuple[int, ...], dtype: np.dtype, out: tensor_pb2.Tensor, arena: Arena) -> int:
     """Describes an array the caller will write into ``arena`` after it is finished; returns
     its byte offset (fill it through ``segment.array(offset, shape, dtype)``)."""
-    out.dtype = dtype_to_proto(dtype)
-    del out.shape[:]
-    out.shape.extend(shape)
-    out.shm.segment = arena.name
-    out.shm.offset = arena.reserve(shape, dtype)
-    return int(out.shm.offset)
+    offset = arena.reserve(shape, dtype)
+    encode_ref(shape, dtype, arena.name, offset, out)
+    return offset
 
 
 def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader | None = None) -> np.ndarray:

@@ -335,23 +335,6 @@ class SegmentRegistry:
                 del self._groups[id(owner)]
             return len(paths)
 
-    def wait_outstanding_below(
-        self, owner: object, limit: int, stop: threading.Event | None = None, poll_s: float = 0.002
-    ) -> bool:
-        """Blocks until fewer than ``limit`` segments of ``owner`` are unclaimed (stream back-pressure).
-
-        Returns:
-            True when there is room; False if ``stop`` was set first.
-        """
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
-        while self.outstanding(owner) >= limit:
-            if stop is None:
-                time.sleep(poll_s)
-            elif stop.wait(poll_s):
-                return False
-        return True
-
     def release(self, owner: object) -> None:
         """The owner is done: its unclaimed segments become sweepable ``ttl_s`` from now."""
         with self._lock:

@@ -55,10 +55,10 @@ class ServerTransport:
             return None
         return self._verifier.accept(context.invocation_metadata())
 
-    def arena(self, context: grpc.ServicerContext, owner: object = None) -> Arena | None:
+    def arena(self, context: grpc.ServicerContext) -> Arena | None:
         """A new arena for one response when the caller's offer checks out, else None (inline)."""
         directory = self.directory(context)
-        return None if directory is None else Arena(directory, self.registry, owner)
+        return None if directory is None else Arena(directory, self.registry)
 
     def finish(self, arena: Arena | None, method: str) -> None:
         """Writes the arena's segment (if anything was put in it), drops the writer's mapping

@@ -97,13 +97,7 @@ class GraphStoreClient:
         req = pb.GetNodeDataRequest(name=name)
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         seg = self._transport.reader()
-        try:
-            chunks = [
-                codec.decode(m.rows, name, seg)
-                for m in self._stub.GetNodeData(req, timeout=self.timeout_s, metadata=self._transport.metadata)
-            ]
-        except grpc.RpcError as err:
-            raise from_rpc_error(err, f"graph-store {self.address}") from None
+        chunks = [codec.decode(m.rows, name, seg) for m in self._node_data_call(req)]
         if not chunks:  # the server always sends at least one chunk, empty ones included
             raise GraphfeedError(f"graph-store {self.address} sent no rows for {name!r}")
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
@@ -120,11 +114,14 @@ class GraphStoreClient:
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         req.target.segment, req.target.offset, req.target.num_rows = target.segment, target.offset, target.num_rows
         codec.encode(np.asarray(target.positions, dtype=np.int64), req.target.positions)
+        return sum(int(m.rows_written) for m in self._node_data_call(req))
+
+    def _node_data_call(self, req: pb.GetNodeDataRequest) -> list[pb.GetNodeDataResponse]:
+        """Every message of one GetNodeData call (with this client's shared-memory offer)."""
         try:
-            msgs = list(self._stub.GetNodeData(req, timeout=self.timeout_s, metadata=self._transport.metadata))
+            return list(self._stub.GetNodeData(req, timeout=self.timeout_s, metadata=self._transport.metadata))
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
-        return sum(int(m.rows_written) for m in msgs)
 
     def get_degrees_future(self, ids: np.ndarray) -> "Future[np.ndarray]":
         req = pb.GetDegreesRequest()

@@ -18,6 +18,7 @@ import pytest
 
 from graphfeed.common import shm
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from graphfeed.common.transport import Backpressure
 
 
 class FakeClock:
@@ -202,7 +203,7 @@ def test_reader_errors(tmp_path: Path) -> None:
         shm.SegmentReader(tmp_path).array(arena.name, 0, (4,), np.int64)
 
 
-def test_registry_outstanding_and_back_pressure(tmp_path: Path) -> None:
+def test_registry_outstanding_counts_unclaimed(tmp_path: Path) -> None:
     reg = shm.SegmentRegistry()
     owner = object()
     segs = []
@@ -214,24 +215,54 @@ def test_registry_outstanding_and_back_pressure(tmp_path: Path) -> None:
     assert reg.outstanding(object()) == 0
     shm.SegmentReader(tmp_path).array(segs[0].name, 0, (4,), np.int64)
     assert reg.outstanding(owner) == 2
-    assert reg.wait_outstanding_below(owner, 3)
+    for seg in segs:
+        seg.close()
+
+
+class _Context:
+    """The one ServicerContext method Backpressure uses: callbacks run when the call ends."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[], None]] = []
+
+    def add_callback(self, fn: Callable[[], None]) -> None:
+        self.callbacks.append(fn)
+
+    def end(self) -> None:
+        for fn in self.callbacks:
+            fn()
+
+
+def test_stream_back_pressure_waits_for_claims_and_stops_with_the_call(tmp_path: Path) -> None:
+    ctx = _Context()
+    pressure = Backpressure(ctx, limit=2)
+    segs = []
+    for _ in range(3):
+        arena = shm.Arena(tmp_path)
+        arena.put(np.arange(4))
+        segs.append(arena.finish())
+    assert pressure.wait()  # nothing sent yet
+    pressure.sent([segs[0].path])
+    assert pressure.wait()  # one unclaimed < 2
+    pressure.sent([segs[1].path, segs[2].path])  # a message may name several segments
 
     def claim_later() -> None:
         time.sleep(0.05)
-        shm.SegmentReader(tmp_path).array(segs[1].name, 0, (4,), np.int64)
+        shm.SegmentReader(tmp_path).array(segs[0].name, 0, (4,), np.int64)
 
     t = threading.Thread(target=claim_later)
     start = time.monotonic()  # before start(): a loaded machine may run the claim at once
     t.start()
-    assert _within(5, lambda: reg.wait_outstanding_below(owner, 2, stop=threading.Event()))
+    assert _within(5, pressure.wait)
     assert time.monotonic() - start >= 0.04
     t.join()
-    assert reg.outstanding(owner) == 1
 
-    stop = threading.Event()
-    threading.Timer(0.05, stop.set).start()
-    assert _within(5, lambda: reg.wait_outstanding_below(owner, 1, stop=stop)) is False
-    assert stop.is_set()
+    # The second message counts until both its segments are claimed.
+    shm.SegmentReader(tmp_path).array(segs[1].name, 0, (4,), np.int64)
+    pressure.sent([tmp_path / "graphfeed-seg-1-1-00000000"])  # already gone: never counts
+    pressure.sent([segs[1].path, segs[2].path])
+    threading.Timer(0.05, ctx.end).start()
+    assert _within(5, pressure.wait) is False  # the call ended first
     for seg in segs:
         seg.close()
 

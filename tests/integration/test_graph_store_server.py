@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common import codec
+from graphfeed.common import codec, shm
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.server import SERVICE_NAME, serve
 from graphfeed.graph_store.store import GraphStore
@@ -197,3 +198,79 @@ def test_metrics_endpoint_counts_codes_and_domain_metrics(server: Server) -> Non
     assert value["graphfeed_graph_store_rocksdb_bytes"] > 0
     assert value["graphfeed_graph_store_sampling_latency_seconds_count"] >= 1
     assert 'name="embedding"' not in text, "unknown names must not become label values"
+
+
+def _counter(port: int, name: str) -> float:
+    return sum(float(ln.split()[-1]) for ln in _scrape(port).splitlines() if ln.startswith(name))
+
+
+def test_rpc_byte_counters_are_the_serialized_lengths(server: Server) -> None:
+    sel = '{method="SampleNeighbors",service="GraphStoreService"}'
+    req_before = _counter(server.metrics_port, "graphfeed_rpc_request_bytes_total" + sel)
+    resp_before = _counter(server.metrics_port, "graphfeed_rpc_response_bytes_total" + sel)
+    req = _sample(np.array([0, 1, 2]), 2, rng_seed=9)
+    resp = server.stub.SampleNeighbors(req, timeout=10)
+    assert _counter(server.metrics_port, "graphfeed_rpc_request_bytes_total" + sel) - req_before == len(req.SerializeToString())
+    assert _counter(server.metrics_port, "graphfeed_rpc_response_bytes_total" + sel) - resp_before == len(resp.SerializeToString())
+
+
+# -- GetNodeData straight into the caller's shared memory ------------------------------------
+
+needs_shm = pytest.mark.skipif(not shm.DEFAULT_DIR.is_dir() or not os.access(shm.DEFAULT_DIR, os.W_OK), reason="needs /dev/shm")
+
+
+def _target_request(ids: np.ndarray, segment: str, num_rows: int, positions: np.ndarray) -> pb.GetNodeDataRequest:
+    req = pb.GetNodeDataRequest(name="feat", ids=_ids(ids))
+    req.target.segment, req.target.offset, req.target.num_rows = segment, 0, num_rows
+    codec.encode(np.asarray(positions, dtype=np.int64), req.target.positions)
+    return req
+
+
+@needs_shm
+def test_node_data_written_into_the_callers_segment(server: Server, orig: np.ndarray) -> None:
+    offer = shm.shared_offer()
+    ids = np.arange(10, dtype=np.int64)
+    positions = np.arange(19, -1, -2, dtype=np.int64)  # rows 19, 17, .., 1 of a 20-row array
+    seg = shm.Segment.create(shm.DEFAULT_DIR, 20 * F * 4)  # feat rows: F float32
+    try:
+        out = seg.array(0, (20, F), np.float32)
+        out[:] = -1
+        shm_before = _counter(server.metrics_port, 'graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"')
+        msgs = list(server.stub.GetNodeData(_target_request(ids, seg.name, 20, positions), timeout=10, metadata=offer.metadata()))
+        assert [m.rows_written for m in msgs] == [10] and not msgs[0].rows.shape
+        assert np.array_equal(out[positions], orig[ids][:, None] * F + np.arange(F)[None, :])
+        assert np.all(out[np.setdiff1d(np.arange(20), positions)] == -1), "other rows untouched"
+        assert seg.path.exists(), "the caller's segment is not claimed by the writer"
+        grown = _counter(server.metrics_port, 'graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"') - shm_before
+        assert grown == 10 * F * 4
+    finally:
+        seg.close()
+        seg.path.unlink()
+
+
+@needs_shm
+@pytest.mark.parametrize("case", ["no offer", "position out of range", "bad segment name", "segment gone", "too small"])
+def test_bad_node_data_targets_get_a_clear_status(server: Server, case: str) -> None:
+    offer = shm.shared_offer()
+    seg = shm.Segment.create(shm.DEFAULT_DIR, 4 * F * 4)  # room for 4 float32 feat rows
+    ids, name, rows, pos, metadata = np.arange(2), seg.name, 4, np.array([0, 1]), offer.metadata()
+    expected = grpc.StatusCode.INVALID_ARGUMENT
+    if case == "no offer":
+        metadata, expected = None, grpc.StatusCode.FAILED_PRECONDITION
+    elif case == "position out of range":
+        pos = np.array([0, 4])
+    elif case == "bad segment name":
+        name = "../etc/passwd"
+    elif case == "segment gone":
+        name, expected = seg.name[:-8] + "00000000", grpc.StatusCode.UNAVAILABLE
+    elif case == "too small":
+        rows = 5
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            list(server.stub.GetNodeData(_target_request(ids, name, rows, pos), timeout=10, metadata=metadata))
+        assert err.value.code() == expected, err.value.details()
+        assert seg.array(0, (4, F), np.float32).sum() == 0, "nothing written on a rejected request"
+        assert len(_node_data(server.stub, "feat", np.array([0]))) == 1, "still serving"
+    finally:
+        seg.close()
+        seg.path.unlink()

@@ -82,13 +82,17 @@ def encode(array: np.ndarray, out: tensor_pb2.Tensor | None = None, arena: Arena
     return msg
 
 
-def encode_ref(shape: tuple[int, ...], dtype: np.dtype, segment: str, offset: int, out: tensor_pb2.Tensor) -> tensor_pb2.Tensor:
-    """Describes an array that already lives in shared-memory ``segment`` at byte ``offset``."""
+def encode_ref(
+    shape: tuple[int, ...], dtype: np.dtype, segment: str, offset: int, out: tensor_pb2.Tensor, recycle: bool = False
+) -> tensor_pb2.Tensor:
+    """Describes an array that already lives in shared-memory ``segment`` at byte ``offset``
+    (``recycle``: a pool's file, handed back rather than unlinked by the reader)."""
     out.dtype = dtype_to_proto(dtype)
     del out.shape[:]
     out.shape.extend(shape)
     out.shm.segment = segment
     out.shm.offset = offset
+    out.shm.recycle = recycle
     return out
 
 
@@ -120,7 +124,7 @@ def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader
     if msg.WhichOneof("payload") == "shm":
         if segments is None:
             raise InvalidArgument(f"{what}: bytes in shared memory, but no shared directory was offered")
-        return segments.array(msg.shm.segment, msg.shm.offset, shape, dtype)
+        return segments.array(msg.shm.segment, msg.shm.offset, shape, dtype, msg.shm.recycle)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     data = msg.data  # every access copies the bytes out of the message: read it once
     if count * dtype.itemsize != len(data):

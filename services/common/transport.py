@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from graphfeed.common.shm import Arena, OfferVerifier, SegmentReader, SegmentRegistry, shared_offer
+from graphfeed.common.shm import Arena, OfferVerifier, SegmentPool, SegmentReader, SegmentRegistry, shared_offer
 
 
 class ServerTransport:
@@ -39,6 +39,8 @@ class ServerTransport:
         self.service = service
         self._verifier = OfferVerifier([self.shm_dir.resolve()] if self.shm_dir else [])
         self.registry = SegmentRegistry(ttl_s)
+        self._pools: dict[tuple[Path, int], SegmentPool] = {}
+        self._pools_lock = threading.Lock()
         self._bytes = None
         if metrics is not None:
             self._bytes = Counter(
@@ -70,13 +72,26 @@ class ServerTransport:
             segment.close()
             self.count(method, segment.nbytes)
 
+    def pool(self, directory: Path, max_files: int) -> SegmentPool:
+        """The server's reusable segment files in ``directory`` (one pool per directory and
+        size, shared by its calls; closed with the transport)."""
+        with self._pools_lock:
+            key = (Path(directory), max_files)
+            if key not in self._pools:
+                self._pools[key] = SegmentPool(key[0], max_files)
+            return self._pools[key]
+
     def count(self, method: str, nbytes: int) -> None:
         if self._bytes is not None:
             self._bytes.labels(self.service, method).inc(nbytes)
 
     def close(self) -> None:
-        """Removes every segment no client has claimed (server shutdown)."""
+        """Removes every segment no client has claimed and every pooled file (server shutdown)."""
         self.registry.close()
+        with self._pools_lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
 
 
 class Backpressure:

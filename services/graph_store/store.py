@@ -10,24 +10,17 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.partition import PartitionReader
+from graphfeed.common.rows import scatter_rows, take_rows
 from graphfeed.graph_store.sampling import sample_csr
 from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
 
 log = logging.getLogger(__name__)
 
 _MAX_NAMED_IDS = 5  # offending ids quoted in a NotFound message
-
-
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _scatter_rows(table, rows, out, positions):  # noqa: ANN001, ANN202
-    """``out[positions[i]] = table[rows[i]]`` for byte rows, one pass, GIL released."""
-    for i in range(len(rows)):
-        out[positions[i], :] = table[rows[i], :]
 
 
 def _load_db(reader: PartitionReader) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -173,8 +166,8 @@ class GraphStore:
             raise NotFound(f"node data {name!r} does not exist; available: {sorted(self._tables)}")
         return table
 
-    def _rows(self, name: str, rows: np.ndarray) -> np.ndarray:
-        return self._table(name)[rows]
+    def _rows(self, name: str, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return take_rows(self._table(name), rows, out)
 
     # -- public API -----------------------------------------------------------------------
 
@@ -214,9 +207,7 @@ class GraphStore:
         """
         self._table(name)  # unknown name is reported before id problems
         rows = self._owned_rows(ids, "ids", allow_empty=True)
-        if out is None:
-            return self._rows(name, rows)
-        return np.take(self._table(name), rows, axis=0, out=out)
+        return self._rows(name, rows, out)
 
     def scatter_node_data(self, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
         """Writes the rows of owned ``ids`` into ``out[positions]`` (one pass, no temporary):
@@ -241,10 +232,7 @@ class GraphStore:
             raise InvalidArgument(f"positions must be int64 [{len(rows)}], got {positions.dtype} {list(positions.shape)}")
         if len(positions) and (positions.min() < 0 or positions.max() >= len(out)):
             raise InvalidArgument(f"positions must be in [0, {len(out)}), got [{positions.min()}, {positions.max()}]")
-        if len(rows):
-            row_bytes = table.itemsize * int(np.prod(table.shape[1:], dtype=np.int64))
-            _scatter_rows(table.reshape(len(table), -1).view(np.uint8).reshape(len(table), row_bytes), rows,
-                          out.reshape(len(out), -1).view(np.uint8).reshape(len(out), row_bytes), positions)  # fmt: skip
+        scatter_rows(table, rows, out, positions)
         return len(rows)
 
     def iter_node_data(self, name: str, ids: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import FailedPrecondition
-from graphfeed.common.shm import Segment, SegmentRegistry
+from graphfeed.common.shm import Segment, SegmentPool, SegmentRegistry
 from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
 from graphfeed.loader.cache import CachePolicy
 from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, node_data_fetcher
@@ -65,17 +65,20 @@ class ReadyMinibatch:
     labels: np.ndarray  # [len(blocks.output_nodes), *label_shape]; empty without label_name
     stats: MinibatchStats
     features_segment: str | None = None  # the shared-memory segment holding ``features`` at offset 0
+    features_recycle: bool = False  # that segment is a pool's file (handed back, not unlinked)
 
 
 @dataclass
 class ShmSink:
     """Where a stream assembles minibatch features when its consumer shares memory: a segment
     per minibatch in ``directory``, which same-host graph-stores write their rows into directly
-    (``direct``; switched off for good when one of them cannot see the directory)."""
+    (``direct``; switched off for good when one of them cannot see the directory). Segments
+    come from ``pool`` while it has a file to lend."""
 
     directory: Path
     registry: SegmentRegistry
     owner: object
+    pool: SegmentPool | None = None  # reused files (pages already allocated); None: a new file each
     direct: bool = True
 
 
@@ -247,7 +250,11 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
     segment = None
     if w.sink is not None:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        segment = Segment.create(w.sink.directory, nbytes, w.sink.registry, w.sink.owner)
+        segment = w.sink.pool.acquire(nbytes) if w.sink.pool is not None else None
+        if segment is not None:
+            w.sink.registry.add(segment.path, w.sink.owner, recycle=True)
+        else:
+            segment = Segment.create(w.sink.directory, nbytes, w.sink.registry, w.sink.owner)
         features = segment.array(0, shape, dtype)
     else:
         features = np.empty(shape, dtype=dtype)
@@ -275,7 +282,8 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
         remote_bytes_by_partition=by_part,
     )
     name = segment.name if segment is not None else None
-    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats, name)
+    recycle = segment is not None and segment.recycle
+    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats, name, recycle)
 
 
 def _fetch_misses(
@@ -341,6 +349,10 @@ def _produce(w: StreamWork) -> None:
         for _, fut in pending:
             fut.cancel()
         w.cache.close_stream(stream)
+        if w.sink is not None and w.channel.closed:
+            # Consumer gone mid-stream: segments made after its own cleanup ran go now
+            # (pooled files back to the pool), not after the TTL.
+            w.sink.registry.drop(w.sink.owner)
         log.debug("producer job=%s rank=%d epoch=%d exits", w.job.job_id, w.job.rank, w.plan.epoch)
 
 

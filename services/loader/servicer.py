@@ -51,7 +51,7 @@ def minibatch_to_proto(mb: ReadyMinibatch, arena: Arena | None = None) -> pb.Min
     msg.step_key.job_seed, msg.step_key.epoch, msg.step_key.step = mb.job_seed, mb.epoch, mb.step
     blocks.to_proto(mb.blocks, msg.blocks, arena)
     if mb.features_segment is not None and arena is not None:
-        codec.encode_ref(mb.features.shape, mb.features.dtype, mb.features_segment, 0, msg.input_features)
+        codec.encode_ref(mb.features.shape, mb.features.dtype, mb.features_segment, 0, msg.input_features, mb.features_recycle)
     else:
         codec.encode(mb.features, msg.input_features, arena)
     codec.encode(mb.labels, msg.labels, arena)
@@ -84,7 +84,10 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
         # Shared memory: features assembled in a segment per minibatch, the rest in an arena;
         # at most max_inflight minibatches sent and not yet claimed by the trainer.
         owner = object()
-        sink = ShmSink(directory, self._transport.registry, owner)
+        # Files out at once: queued + sent-unclaimed (max_inflight each), one being gathered and
+        # the two a trainer typically holds (the current minibatch and the previous one).
+        pool = self._transport.pool(directory, 2 * self._loader.max_inflight + 3)
+        sink = ShmSink(directory, self._transport.registry, owner, pool)
         stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, sink)
         context.add_callback(stream.close)
         pressure = Backpressure(context, self._loader.max_inflight)

@@ -7,6 +7,7 @@ RemoteDataLoader. The byte counters prove which path carried the tensors.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import urllib.request
@@ -21,6 +22,7 @@ from graphfeed.common import shm
 from graphfeed.trainer import RemoteDataLoader
 
 SHM = shm.DEFAULT_DIR
+POOL_FILES = 2 * 2 + 3  # the loader's pool with the default max_inflight=2
 pytestmark = pytest.mark.skipif(not os.access(SHM, os.W_OK), reason="needs a writable /dev/shm")
 
 
@@ -53,8 +55,31 @@ def _epoch(address: str, shm_dir: str | None, epoch: int) -> list[dict[str, np.n
         return out
 
 
+def _files_of(pids: set[int], suffix: str = "") -> list[str]:
+    """Segment files of these processes in SHM: unclaimed ones (no suffix), or a pool's lent /
+    handed-back ones (``shm.LENT_SUFFIX`` / ``shm.FREE_SUFFIX``)."""
+    return [
+        n for n in os.listdir(SHM)
+        if n.startswith(shm.SEGMENT_PREFIX) and int(n.split("-")[2]) in pids
+        and (n.endswith(suffix) if suffix else "." not in n)
+    ]  # fmt: skip
+
+
 def _segments_of(pids: set[int]) -> list[str]:
-    return [n for n in os.listdir(SHM) if n.startswith(shm.SEGMENT_PREFIX) and int(n.split("-")[2]) in pids]
+    return _files_of(pids)
+
+
+def _assert_all_claimed(pids: set[int], earlier: set[str], loader_pid: int) -> None:
+    """Every segment was claimed, every recycled one handed back once the trainer let go of
+    its minibatches, and the loader's pool holds no more files than it may."""
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while (set(_segments_of(pids)) - earlier or _files_of(pids, shm.LENT_SUFFIX)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(_segments_of(pids)) - earlier == set()
+    assert _files_of(pids, shm.LENT_SUFFIX) == []
+    pooled = _files_of({loader_pid}, shm.FREE_SUFFIX)
+    assert len(pooled) <= POOL_FILES, pooled
 
 
 def test_shared_memory_and_inline_minibatches_are_identical(process_cluster) -> None:  # noqa: ANN001
@@ -85,11 +110,9 @@ def test_shared_memory_and_inline_minibatches_are_identical(process_cluster) -> 
     # are input nodes x 1433 float32 per minibatch.
     feat_bytes = sum(mb["feat"].nbytes for mb in fast)
     assert grew(after_inline, after_fast, 'method="StreamMinibatches"') >= feat_bytes
-    # Every segment of these two epochs was claimed (unlinked) by its reader.
-    deadline = time.monotonic() + 5
-    while set(_segments_of(pids)) - earlier and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert set(_segments_of(pids)) - earlier == set()
+    # Every segment of these two epochs was claimed by its reader (unlinked, or handed back
+    # to the loader's pool).
+    _assert_all_claimed(pids, earlier, process_cluster.loader.proc.pid)
 
 
 def test_a_stream_cancelled_mid_epoch_leaves_no_segments(process_cluster) -> None:  # noqa: ANN001
@@ -101,10 +124,7 @@ def test_a_stream_cancelled_mid_epoch_leaves_no_segments(process_cluster) -> Non
         next(it)
         time.sleep(0.5)  # the loader has more minibatches assembled and sent ahead
         it.close()  # cancels the stream
-    deadline = time.monotonic() + 10
-    while set(_segments_of(pids)) - earlier and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert set(_segments_of(pids)) - earlier == set()
+    _assert_all_claimed(pids, earlier, process_cluster.loader.proc.pid)
 
 
 def test_a_directory_the_server_cannot_see_falls_back_to_inline(process_cluster, tmp_path: Path) -> None:  # noqa: ANN001

@@ -435,3 +435,104 @@ def test_bytes_outlive_the_writer_process(tmp_path: Path) -> None:
     got = shm.SegmentReader(tmp_path).array(name, int(off), (10, 10), np.float64)
     assert np.array_equal(got, np.arange(100, dtype=np.float64).reshape(10, 10) * 1.5)
     assert not (tmp_path / name).exists()
+
+
+# -- recycled segments (SegmentPool) ---------------------------------------------------------
+
+
+def _lend(directory: Path, seg: shm.Segment, values: np.ndarray) -> np.ndarray:
+    """Writer fills a lease; a reader claims it as a recycled segment and returns its array."""
+    seg.array(0, values.shape, values.dtype)[...] = values
+    return shm.SegmentReader(directory).array(seg.name, 0, values.shape, values.dtype, recycle=True)
+
+
+def test_pool_reuses_a_file_once_its_reader_lets_go(tmp_path: Path) -> None:
+    pool = shm.SegmentPool(tmp_path, max_files=1)
+    first = pool.acquire(1000)
+    assert first.recycle and first.nbytes >= 1000
+    inode = os.stat(first.path).st_ino
+    got = _lend(tmp_path, first, np.arange(100, dtype=np.int64))
+    # Claimed: the name is gone (back-pressure and registries see it claimed), the file is lent.
+    assert not first.path.exists() and (tmp_path / (first.name + shm.LENT_SUFFIX)).exists()
+    assert pool.acquire(1000) is None  # the only file is out
+    view = got[10:20]
+    del got
+    assert pool.acquire(1000) is None  # a view still maps it
+    del view
+    assert (tmp_path / (first.name + shm.FREE_SUFFIX)).exists()
+    second = pool.acquire(800)
+    assert second.name != first.name and os.stat(second.path).st_ino == inode  # new name, same pages
+    assert _segments(tmp_path) == [second.name]
+    pool.close()
+    assert _segments(tmp_path) == []
+
+
+def test_reader_never_sees_a_later_message_in_a_recycled_file(tmp_path: Path) -> None:
+    pool = shm.SegmentPool(tmp_path, max_files=2)
+    a = pool.acquire(64)
+    held = _lend(tmp_path, a, np.full(8, 1, dtype=np.int64))
+    b = pool.acquire(64)  # the held file is not handed out again: a second one is made
+    assert os.stat(b.path).st_ino != os.stat(tmp_path / (a.name + shm.LENT_SUFFIX)).st_ino
+    b.array(0, (8,), np.int64)[...] = 2
+    assert held.tolist() == [1] * 8
+    held[0] = 5  # private: the writer's file is unchanged
+    assert pool.acquire(64) is None
+    pool.close()
+
+
+def test_pool_grows_a_free_file_rather_than_owning_more(tmp_path: Path) -> None:
+    pool = shm.SegmentPool(tmp_path, max_files=1)
+    small = pool.acquire(10)
+    _lend(tmp_path, small, np.zeros(2, dtype=np.int64))  # claimed and dropped at once
+    big = pool.acquire(5 << 20)
+    assert big is not None and big.nbytes >= 5 << 20 and os.path.getsize(big.path) == big.nbytes
+    big.array(0, (5 << 20,), np.uint8)[-1] = 7  # the writer's mapping covers the grown file
+    assert pool.files == 1
+    pool.close()
+
+
+def test_unclaimed_recycled_segments_go_back_to_the_pool(tmp_path: Path) -> None:
+    clock = FakeClock()
+    registry = shm.SegmentRegistry(ttl_s=10, clock=clock)
+    pool = shm.SegmentPool(tmp_path, max_files=2)
+    owner = object()
+    dropped, expired = pool.acquire(100), pool.acquire(100)
+    registry.add(dropped.path, owner, recycle=True)
+    registry.add(expired.path, None, recycle=True)
+    assert registry.drop(owner) == 1  # a cancelled stream's file is free again at once
+    assert (tmp_path / (dropped.name + shm.FREE_SUFFIX)).exists()
+    clock.now += 11
+    assert registry.sweep() == 1  # a one-off's file after the TTL
+    assert (tmp_path / (expired.name + shm.FREE_SUFFIX)).exists()
+    assert pool.acquire(100) is not None and pool.acquire(100) is not None and pool.files == 2
+    # A reader that claims after the writer took it back finds it gone (never a reused file).
+    with pytest.raises(Unavailable):
+        shm.SegmentReader(tmp_path).array(dropped.name, 0, (1,), np.int64, recycle=True)
+    pool.close()
+
+
+def test_pool_deletes_idle_files_and_forgets_removed_ones(tmp_path: Path) -> None:
+    clock = FakeClock()
+    pool = shm.SegmentPool(tmp_path, max_files=2, idle_s=5, clock=clock)
+    idle, gone = pool.acquire(100), pool.acquire(100)
+    _lend(tmp_path, idle, np.zeros(1, dtype=np.int64))
+    os.unlink(gone.path)  # e.g. removed by hand
+    clock.now += 6
+    fresh = pool.acquire(100)  # handed back at this acquire: reused, not idle yet
+    assert os.path.exists(fresh.path) and pool.files == 1
+    _lend(tmp_path, fresh, np.zeros(1, dtype=np.int64))
+    clock.now += 1
+    pool._collect(clock.now)  # noqa: SLF001 - marks it free at this time
+    clock.now += 6
+    pool._collect(clock.now)  # noqa: SLF001
+    assert pool.files == 0 and _segments(tmp_path) == []
+    pool.close()
+
+
+def test_a_zero_byte_lease_is_a_real_file(tmp_path: Path) -> None:
+    pool = shm.SegmentPool(tmp_path, max_files=1)
+    seg = pool.acquire(0)
+    assert seg.nbytes > 0  # rounded up: a pool file always has pages to reuse
+    arr = shm.SegmentReader(tmp_path).array(seg.name, 0, (0,), np.float32, recycle=True)
+    assert arr.shape == (0,)
+    pool.close()

@@ -49,12 +49,14 @@ class Tensor(_message.Message):
     def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., shm: _Optional[_Union[ShmRef, _Mapping]] = ...) -> None: ...
 
 class ShmRef(_message.Message):
-    __slots__ = ("segment", "offset")
+    __slots__ = ("segment", "offset", "recycle")
     SEGMENT_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECYCLE_FIELD_NUMBER: _ClassVar[int]
     segment: str
     offset: int
-    def __init__(self, segment: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+    recycle: bool
+    def __init__(self, segment: _Optional[str] = ..., offset: _Optional[int] = ..., recycle: bool = ...) -> None: ...
 
 class StepKey(_message.Message):
     __slots__ = ("job_seed", "epoch", "step")

@@ -1,0 +1,50 @@
+"""The row gather/scatter kernels equal numpy indexing for every dtype, width and alignment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphfeed.common.rows import scatter_rows, take_rows
+
+
+@pytest.mark.parametrize(
+    ("dtype", "row_shape"),
+    [(np.float32, (128,)), (np.float32, (3,)), (np.float16, (7,)), (np.int64, ()), (np.uint8, (5,)), (np.float64, (2, 3))],
+)
+def test_take_and_scatter_equal_numpy(dtype: type, row_shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(0)
+    table = (rng.random((1000, *row_shape)) * 100).astype(dtype)
+    rows = rng.integers(0, len(table), 300)
+    assert take_rows(table, rows).tobytes() == table[rows].tobytes()
+    out = np.zeros((500, *row_shape), dtype=dtype)
+    positions = rng.permutation(500)[:300]
+    scatter_rows(table, rows, out, positions)
+    expected = np.zeros_like(out)
+    expected[positions] = table[rows]
+    assert out.tobytes() == expected.tobytes()
+
+
+def test_misaligned_output_falls_back_to_narrower_words() -> None:
+    table = np.arange(40, dtype=np.float32).reshape(20, 2)
+    buf = np.zeros(8 * 5 + 4, dtype=np.uint8)
+    out = buf[4:].view(np.float32).reshape(5, 2)  # 4-byte aligned, not 8
+    take_rows(table, np.array([3, 0, 19, 7, 7]), out)
+    assert out.tolist() == table[[3, 0, 19, 7, 7]].tolist()
+
+
+def test_empty_and_zero_width() -> None:
+    table = np.ones((4, 3), np.float32)
+    assert take_rows(table, np.empty(0, np.int64)).shape == (0, 3)
+    assert take_rows(np.ones((4, 0), np.float32), np.array([1, 2])).shape == (2, 0)
+    scatter_rows(table, np.empty(0, np.int64), np.zeros((2, 3), np.float32), np.empty(0, np.int64))
+
+
+def test_mismatched_out_is_rejected() -> None:
+    table = np.ones((4, 3), np.float32)
+    with pytest.raises(ValueError, match="does not take rows"):
+        take_rows(table, np.array([0]), np.zeros((1, 4), np.float32))
+    with pytest.raises(ValueError, match="does not take rows"):
+        take_rows(table, np.array([0]), np.zeros((1, 3), np.float64))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        take_rows(table, np.array([0, 1]), np.zeros((3, 2), np.float32).T)

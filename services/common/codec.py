@@ -79,6 +79,7 @@ def encode(array: np.ndarray, out: tensor_pb2.Tensor | None = None, arena: Arena
     else:
         msg.shm.segment = arena.name
         msg.shm.offset = arena.put(arr)
+        msg.shm.recycle = arena.recycle
     return msg
 
 
@@ -100,7 +101,7 @@ def encode_reserved(shape: tuple[int, ...], dtype: np.dtype, out: tensor_pb2.Ten
     """Describes an array the caller will write into ``arena`` after it is finished; returns
     its byte offset (fill it through ``segment.array(offset, shape, dtype)``)."""
     offset = arena.reserve(shape, dtype)
-    encode_ref(shape, dtype, arena.name, offset, out)
+    encode_ref(shape, dtype, arena.name, offset, out, arena.recycle)
     return offset
 
 

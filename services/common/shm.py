@@ -73,6 +73,21 @@ def _rename(src: Path, dst: Path) -> bool:
         return False
 
 
+def _start_trimmer(name: str, interval_s: float, trim: Callable[[], bool]) -> threading.Thread:
+    """A daemon thread that calls ``trim()`` every ``interval_s`` until it returns False: how
+    a pool or a mapping cache lets go of memory while its owner is idle."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval_s)
+            if not trim():
+                return
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 def _suffixed(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
@@ -192,23 +207,6 @@ class Segment:
             registry.add(path, owner)
         return cls(name, path, nbytes, mm)
 
-    @classmethod
-    def open(cls, directory: Path, name: str) -> Segment:
-        """Maps a peer's existing segment read-write (shared), without claiming it: how a
-        graph-store writes rows straight into the minibatch segment a loader created.
-
-        Raises:
-            InvalidArgument: a name that is not a graphfeed segment.
-            Unavailable: no such segment in ``directory``.
-            FailedPrecondition: it cannot be opened or mapped.
-        """
-        if not _SEGMENT_RE.match(name or ""):
-            raise InvalidArgument(f"{name!r} is not a graphfeed shared-memory segment name")
-        path = Path(directory) / name
-        # Not populated: a graph-store touches only its own rows of a loader's segment.
-        mm, size = _map_existing(path, os.O_RDWR, "", flags=mmap.MAP_SHARED)
-        return cls(name, path, size, mm)
-
     def array(self, offset: int, shape: tuple[int, ...], dtype: object) -> np.ndarray:
         """A writable view of ``shape``/``dtype`` at byte ``offset``; ValueError if it does not fit."""
         if self._closed:
@@ -225,14 +223,120 @@ class Segment:
                 mm.close()
 
 
-class Arena:
-    """Lays out several arrays in one segment: :meth:`put` returns the offset at once, :meth:`finish` copies."""
+class PeerSegments:
+    """Mappings of peers' segment files a server writes into (a loader's minibatch features),
+    kept across calls: a loader recycles those files, so a graph-store that keeps its mapping
+    writes into pages that are already mapped instead of faulting each one in again. Keyed by
+    inode (a recycled file gets a new name per lease). A mapping is dropped when its file is
+    deleted, when it is the least recently used beyond ``max_maps``, or after ``idle_s``
+    unused. Thread-safe.
+    """
 
-    def __init__(self, directory: Path, registry: SegmentRegistry | None = None, owner: object = None) -> None:
+    def __init__(self, max_maps: int = 8, idle_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_maps = max_maps
+        self.idle_s = idle_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        # (dev, inode) -> (fd, mapping, size, last use)
+        self._maps: dict[tuple[int, int], tuple[int, mmap.mmap, int, float]] = {}
+        self._closed = False
+        self._trimmer: threading.Thread | None = None
+
+    def _trim(self) -> bool:
+        with self._lock:
+            if not self._closed:
+                self._expire(self._clock(), keep=None)
+            return not self._closed
+
+    def open(self, directory: Path, name: str) -> Segment:
+        """The peer's segment ``name`` mapped read-write (shared); closing it keeps the mapping here.
+
+        Raises:
+            InvalidArgument: a name that is not a graphfeed segment.
+            Unavailable: no such segment in ``directory``.
+            FailedPrecondition: it cannot be opened or mapped.
+        """
+        if not _SEGMENT_RE.match(name or ""):
+            raise InvalidArgument(f"{name!r} is not a graphfeed shared-memory segment name")
+        path = Path(directory) / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise Unavailable(f"shared-memory segment {name} is gone from {directory}") from None
+        except OSError as e:
+            raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
+        with self._lock:
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise FailedPrecondition(f"shared-memory segment {path} is not a regular file")
+                key, now = (st.st_dev, st.st_ino), self._clock()
+                self._expire(now, keep=key)
+                hit = self._maps.pop(key, None)
+                if hit is not None and hit[2] == st.st_size:
+                    os.close(fd)
+                    fd, mm = hit[0], hit[1]
+                else:
+                    if hit is not None:
+                        self._close(hit)
+                    mm = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED) if st.st_size else None
+                if mm is None:
+                    os.close(fd)
+                    return Segment(name, path, 0, None)
+                self._maps[key] = (fd, mm, st.st_size, now)  # most recently used last
+                if self._trimmer is None:
+                    self._trimmer = _start_trimmer("peer-segments-trim", max(0.1, self.idle_s / 2), self._trim)
+                while len(self._maps) > self.max_maps:
+                    self._close(self._maps.pop(next(iter(self._maps))))
+                return Segment(name, path, st.st_size, mm, recycle=True)
+            except OSError as e:
+                os.close(fd)
+                raise FailedPrecondition(f"cannot map shared-memory segment {path}: {e.strerror}") from None
+
+    def _expire(self, now: float, keep: tuple[int, int] | None) -> None:
+        for key, entry in list(self._maps.items()):
+            if key == keep:
+                continue
+            try:
+                gone = os.fstat(entry[0]).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone or now - entry[3] > self.idle_s:
+                self._close(self._maps.pop(key))
+
+    @staticmethod
+    def _close(entry: tuple[int, mmap.mmap, int, float]) -> None:
+        os.close(entry[0])
+        with contextlib.suppress(BufferError):  # a writer still holds a view: unmapped when it is done
+            entry[1].close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._maps)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            maps, self._maps = self._maps, {}
+        for entry in maps.values():
+            self._close(entry)
+
+
+class Arena:
+    """Lays out several arrays in one segment: :meth:`put` returns the offset at once, :meth:`finish` copies.
+
+    With a ``pool`` the segment is a recycled file (``recycle`` is True, and the references to
+    it must say so: :func:`graphfeed.common.codec.encode` does)."""
+
+    def __init__(
+        self, directory: Path, registry: SegmentRegistry | None = None, owner: object = None, pool: SegmentPool | None = None
+    ) -> None:
         self.directory = Path(directory)
         self.name = _new_name()
+        self.recycle = pool is not None
         self._registry = registry
         self._owner = owner
+        self._pool = pool
         self._items: list[tuple[int, np.ndarray | None]] = []
         self._end = 0
         self._finished = False
@@ -280,7 +384,12 @@ class Arena:
         items, self._items = self._items, []
         if not items:
             return None
-        seg = Segment.create(self.directory, self._end, self._registry, self._owner, name=self.name)
+        if self._pool is not None:
+            seg = self._pool.acquire(self._end, self.name)
+            if self._registry is not None:
+                self._registry.add(seg.path, self._owner, recycle=True)
+        else:
+            seg = Segment.create(self.directory, self._end, self._registry, self._owner, name=self.name)
         for offset, arr in items:
             if arr is not None and arr.nbytes:
                 seg.array(offset, arr.shape, arr.dtype)[...] = arr
@@ -451,24 +560,24 @@ class SegmentPool:
     so a name still means one message (registries and back-pressure that watch names need no
     change) while the inode, and the graph-stores' mappings of it, stay. A file comes back
     when its reader unmaps it (renamed ``.free``, see :class:`SegmentReader`) or when it
-    expires unclaimed (:class:`SegmentRegistry`). A reader that keeps a minibatch forever keeps
-    its file: once ``max_files`` are out, :meth:`acquire` returns None and the caller creates
-    a one-off segment.
+    expires unclaimed (:class:`SegmentRegistry`). The pool never refuses: with every file out
+    (a reader that keeps its minibatches) it makes another, and it keeps at most ``max_free``
+    of the files that come back.
 
     Args:
         directory: the shared-memory directory.
-        max_files: files the pool may own at once.
+        max_free: handed-back files kept for reuse; more are deleted as they come back.
         headroom: a new file is this much larger than asked, so that the next, slightly larger
             message still fits.
         idle_s: a handed-back file unused this long is deleted at the next :meth:`acquire`.
     """
 
-    _ROUND = 1 << 20
+    _ROUND = 64 << 10
 
-    def __init__(self, directory: Path, max_files: int = 8, headroom: float = 0.125, idle_s: float = 30.0,
+    def __init__(self, directory: Path, max_free: int = 8, headroom: float = 0.125, idle_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.directory = Path(directory)
-        self.max_files = max_files
+        self.max_free = max_free
         self.headroom = headroom
         self.idle_s = idle_s
         self._clock = clock
@@ -476,30 +585,40 @@ class SegmentPool:
         # current name -> (mapping, capacity, time it was handed back or None while out)
         self._files: dict[str, tuple[mmap.mmap, int, float | None]] = {}
         self._closed = False
+        self._trimmer: threading.Thread | None = None
 
-    def acquire(self, nbytes: int) -> Segment | None:
-        """A lease of at least ``nbytes`` (its ``nbytes`` is the file's capacity), or None when
-        every file is out and the pool is full.
+    def _trim(self) -> bool:
+        """Background: an idle writer's handed-back files go after ``idle_s`` even if it never
+        acquires again. False once closed."""
+        with self._lock:
+            if not self._closed:
+                self._collect(self._clock())
+            return not self._closed
+
+    def acquire(self, nbytes: int, name: str | None = None) -> Segment:
+        """A lease of at least ``nbytes`` (its ``nbytes`` is the file's capacity), named
+        ``name`` (default: a fresh name), mapped read-write; close it when written.
 
         Raises:
+            Unavailable: the pool is closed (server shutdown).
             ResourceExhausted / FailedPrecondition: as :meth:`Segment.create`.
         """
+        name = name or _new_name()
         with self._lock:
             if self._closed:
-                return None
-            now = self._clock()
-            self._collect(now)
-            free = [(cap, name) for name, (_, cap, since) in self._files.items() if since is not None]
+                raise Unavailable(f"the segment pool in {self.directory} is closed (server shutting down)")
+            self._collect(self._clock())
+            free = [(cap, old) for old, (_, cap, since) in self._files.items() if since is not None]
             fits = sorted(x for x in free if x[0] >= nbytes)
             if fits:
-                return self._lease(fits[0][1])
+                return self._lease(fits[0][1], name)
             if free:  # grow the largest free file rather than own one more
-                return self._lease(max(free)[1], self._capacity(nbytes))
-            if len(self._files) >= self.max_files:
-                return None
-            seg = Segment.create(self.directory, self._capacity(nbytes))
-            self._files[seg.name] = (seg._mm, seg.nbytes, None)
-            return Segment(seg.name, seg.path, seg.nbytes, seg._mm, recycle=True)
+                return self._lease(max(free)[1], name, self._capacity(nbytes))
+            seg = Segment.create(self.directory, self._capacity(nbytes), name=name)
+            self._files[name] = (seg._mm, seg.nbytes, None)
+            if self._trimmer is None:
+                self._trimmer = _start_trimmer("segment-pool-trim", max(0.1, self.idle_s / 2), self._trim)
+            return Segment(name, seg.path, seg.nbytes, seg._mm, recycle=True)
 
     def _capacity(self, nbytes: int) -> int:
         want = max(1, int(nbytes * (1 + self.headroom)))
@@ -507,28 +626,36 @@ class SegmentPool:
 
     def _collect(self, now: float) -> None:
         """Takes back files readers handed back; forgets ones removed behind its back; deletes
-        ones idle past ``idle_s``."""
+        ones idle past ``idle_s`` and the oldest beyond ``max_free``."""
+        free: list[tuple[float, str]] = []
         for name, (mm, cap, since) in list(self._files.items()):
             path = self.directory / name
             if since is None:
                 if os.path.lexists(_suffixed(path, FREE_SUFFIX)):
                     self._files[name] = (mm, cap, now)
-                    continue
-                if os.path.lexists(path) or os.path.lexists(_suffixed(path, LENT_SUFFIX)):
-                    continue  # still out
-            elif now - since <= self.idle_s:
-                continue
-            del self._files[name]
-            _unlink(_suffixed(path, FREE_SUFFIX))
-            with contextlib.suppress(BufferError):
-                mm.close()
+                    free.append((now, name))
+                elif not (os.path.lexists(path) or os.path.lexists(_suffixed(path, LENT_SUFFIX))):
+                    self._drop(name)
+            elif now - since > self.idle_s:
+                self._drop(name)
+            else:
+                free.append((since, name))
+        for _, name in sorted(free, reverse=True)[self.max_free :]:
+            self._drop(name)
 
-    def _lease(self, name: str, grow_to: int | None = None) -> Segment:
-        mm, cap, _ = self._files.pop(name)
-        new = _new_name()
-        path = self.directory / new
+    def _drop(self, name: str) -> None:
+        mm = self._files.pop(name)[0]
+        _unlink(self.directory / (name + FREE_SUFFIX))
+        with contextlib.suppress(BufferError):
+            mm.close()
+
+    def _lease(self, old: str, name: str, grow_to: int | None = None) -> Segment:
+        mm, cap, _ = self._files.pop(old)
+        path = self.directory / name
         try:
-            os.rename(self.directory / (name + FREE_SUFFIX), path)
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, "segment name in use")
+            os.rename(self.directory / (old + FREE_SUFFIX), path)
             if grow_to is not None and grow_to > cap:
                 with contextlib.suppress(BufferError):
                     mm.close()
@@ -540,11 +667,12 @@ class SegmentPool:
                     os.close(fd)
         except OSError as e:
             _unlink(path)
+            _unlink(self.directory / (old + FREE_SUFFIX))
             if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.ENOMEM):
                 raise ResourceExhausted(f"no room for a {grow_to}-byte segment in {self.directory}") from None
-            raise FailedPrecondition(f"cannot reuse shared-memory segment {name}: {e.strerror}") from None
-        self._files[new] = (mm, cap, None)
-        return Segment(new, path, cap, mm, recycle=True)
+            raise FailedPrecondition(f"cannot reuse shared-memory segment {old} as {name}: {e.strerror}") from None
+        self._files[name] = (mm, cap, None)
+        return Segment(name, path, cap, mm, recycle=True)
 
     @property
     def files(self) -> int:

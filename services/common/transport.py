@@ -30,16 +30,19 @@ class ServerTransport:
             counted). With shared memory the wire carries only references, so this counter is
             the other half of the communication volume next to ``..._response_bytes_total``.
         ttl_s: seconds an unclaimed segment of a finished call survives before it is removed.
+        pool_files: handed-back segment files kept for reuse (see :class:`SegmentPool`).
     """
 
     def __init__(
-        self, shm_dir: str | Path | None, service: str = "", metrics: CollectorRegistry | None = None, ttl_s: float = 300.0
+        self, shm_dir: str | Path | None, service: str = "", metrics: CollectorRegistry | None = None, ttl_s: float = 300.0,
+        pool_files: int = 16,
     ) -> None:
         self.shm_dir = Path(shm_dir) if shm_dir else None
+        self.pool_files = pool_files
         self.service = service
         self._verifier = OfferVerifier([self.shm_dir.resolve()] if self.shm_dir else [])
         self.registry = SegmentRegistry(ttl_s)
-        self._pools: dict[tuple[Path, int], SegmentPool] = {}
+        self._pools: dict[Path, SegmentPool] = {}
         self._pools_lock = threading.Lock()
         self._bytes = None
         if metrics is not None:
@@ -60,7 +63,7 @@ class ServerTransport:
     def arena(self, context: grpc.ServicerContext) -> Arena | None:
         """A new arena for one response when the caller's offer checks out, else None (inline)."""
         directory = self.directory(context)
-        return None if directory is None else Arena(directory, self.registry)
+        return None if directory is None else Arena(directory, self.registry, pool=self.pool(directory))
 
     def finish(self, arena: Arena | None, method: str) -> None:
         """Writes the arena's segment (if anything was put in it), drops the writer's mapping
@@ -72,13 +75,13 @@ class ServerTransport:
             segment.close()
             self.count(method, segment.nbytes)
 
-    def pool(self, directory: Path, max_files: int) -> SegmentPool:
-        """The server's reusable segment files in ``directory`` (one pool per directory and
-        size, shared by its calls; closed with the transport)."""
+    def pool(self, directory: Path) -> SegmentPool:
+        """The server's reusable segment files in ``directory`` (shared by its calls, closed
+        with the transport). Every response segment comes from it."""
         with self._pools_lock:
-            key = (Path(directory), max_files)
+            key = Path(directory)
             if key not in self._pools:
-                self._pools[key] = SegmentPool(key[0], max_files)
+                self._pools[key] = SegmentPool(key, self.pool_files)
             return self._pools[key]
 
     def count(self, method: str, nbytes: int) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from graphfeed.common import codec
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
-from graphfeed.common.shm import Segment
+from graphfeed.common.shm import PeerSegments
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.metrics import GraphStoreMetrics
 from graphfeed.graph_store.store import GraphStore
@@ -50,6 +50,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         self._m = metrics
         self._info = info_to_proto(store)
         self._transport = transport or ServerTransport(None)
+        self._peer_segments = PeerSegments()  # loaders' feature segments, mapped once per file
 
     def GetPartitionInfo(self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext) -> pb.GetPartitionInfoResponse:
         return self._info
@@ -96,7 +97,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         positions = codec.decode_ids(t.positions, "target.positions", allow_empty=True)
         info = self._store.info().node_data[request.name]
         shape, dtype = (int(t.num_rows), *info.row_shape), np.dtype(info.dtype)
-        segment = Segment.open(directory, t.segment)
+        segment = self._peer_segments.open(directory, t.segment)
         try:
             try:
                 out = segment.array(t.offset, shape, dtype)

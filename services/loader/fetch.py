@@ -18,6 +18,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from graphfeed.common.owners import group_by_owner
 from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,7 @@ def fan_out(
     (DistDGL's ``_distributed_access``): all requests fly before any is waited on.
     ``with_positions``: ``call(p, chunk, positions of the chunk in ids)``."""
     ids = np.asarray(ids, dtype=np.int64)
-    owners = partitions.owner(ids)
-    order = np.argsort(owners, kind="stable")
-    bounds = np.searchsorted(owners[order], np.arange(partitions.num_partitions + 1))
+    order, bounds = group_by_owner(ids, partitions.info.node_offsets)
     pending = PendingRows(len(ids), [])
     try:
         for p in range(partitions.num_partitions):

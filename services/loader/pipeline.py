@@ -72,8 +72,7 @@ class ReadyMinibatch:
 class ShmSink:
     """Where a stream assembles minibatch features when its consumer shares memory: a segment
     per minibatch in ``directory``, which same-host graph-stores write their rows into directly
-    (``direct``; switched off for good when one of them cannot see the directory). Segments
-    come from ``pool`` while it has a file to lend."""
+    (``direct``; switched off for good when one of them cannot see the directory)."""
 
     directory: Path
     registry: SegmentRegistry
@@ -250,8 +249,8 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
     segment = None
     if w.sink is not None:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        segment = w.sink.pool.acquire(nbytes) if w.sink.pool is not None else None
-        if segment is not None:
+        if w.sink.pool is not None:
+            segment = w.sink.pool.acquire(nbytes)
             w.sink.registry.add(segment.path, w.sink.owner, recycle=True)
         else:
             segment = Segment.create(w.sink.directory, nbytes, w.sink.registry, w.sink.owner)

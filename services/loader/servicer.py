@@ -84,9 +84,7 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
         # Shared memory: features assembled in a segment per minibatch, the rest in an arena;
         # at most max_inflight minibatches sent and not yet claimed by the trainer.
         owner = object()
-        # Files out at once: queued + sent-unclaimed (max_inflight each), one being gathered and
-        # the two a trainer typically holds (the current minibatch and the previous one).
-        pool = self._transport.pool(directory, 2 * self._loader.max_inflight + 3)
+        pool = self._transport.pool(directory)
         sink = ShmSink(directory, self._transport.registry, owner, pool)
         stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, sink)
         context.add_callback(stream.close)
@@ -94,7 +92,7 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
         try:
             with stream:
                 for mb in stream:
-                    arena = Arena(directory, self._transport.registry, owner)
+                    arena = Arena(directory, self._transport.registry, owner, pool)
                     msg = minibatch_to_proto(mb, arena)
                     self._transport.finish(arena, "StreamMinibatches")
                     self._transport.count("StreamMinibatches", mb.features.nbytes)

@@ -63,23 +63,6 @@ def _compact(dst_nodes, where, g_offsets, g_src, g_eids, slot_of):  # noqa: ANN0
     return src_nodes[:n], offsets, edge_src, edge_ids, -1
 
 
-@_jit
-def group_by_owner(owner, num_parts):  # noqa: ANN001, ANN201
-    """Counting sort: ``(order, bounds)`` with ``order[bounds[p]:bounds[p+1]]`` the positions
-    (ascending) whose owner is ``p``."""
-    bounds = np.zeros(num_parts + 1, dtype=np.int64)
-    for x in owner:
-        bounds[x + 1] += 1
-    for p in range(num_parts):
-        bounds[p + 1] += bounds[p]
-    fill = bounds[:-1].copy()
-    order = np.empty(len(owner), dtype=np.int64)
-    for i in range(len(owner)):
-        order[fill[owner[i]]] = i
-        fill[owner[i]] += 1
-    return order, bounds
-
-
 class SlotTables:
     """Per-thread ``slot_of`` tables (int32 ``-1`` over every gid) for :func:`compact_hop`."""
 

@@ -19,9 +19,10 @@ import numpy as np
 
 from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound, ResourceExhausted
+from graphfeed.common.owners import group_by_owner
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
-from graphfeed.sampler.compact import SlotTables, compact_hop, group_by_owner
+from graphfeed.sampler.compact import SlotTables, compact_hop
 
 _SHOW_IDS = 5  # offending ids quoted in an error message
 
@@ -123,8 +124,7 @@ class MultiHopSampler:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """One hop around ``frontier``: ``(order, offsets, src, edge ids)`` in grouped order
         (partition by partition; ``order[j]`` is the frontier position of grouped position ``j``)."""
-        owner = np.asarray(self.partitions.owner(frontier), dtype=np.int64)
-        order, bounds = group_by_owner(owner, self.partitions.num_partitions)
+        order, bounds = group_by_owner(frontier, self.partitions.info.node_offsets)
         grouped = frontier[order]
         parts = [p for p in range(self.partitions.num_partitions) if bounds[p + 1] > bounds[p]]
         # Start every partition's request before waiting on any, so they run in parallel.

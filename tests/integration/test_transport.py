@@ -22,7 +22,7 @@ from graphfeed.common import shm
 from graphfeed.trainer import RemoteDataLoader
 
 SHM = shm.DEFAULT_DIR
-POOL_FILES = 2 * 2 + 3  # the loader's pool with the default max_inflight=2
+POOL_FILES = 16  # handed-back files a server's pool keeps (ServerTransport's default)
 pytestmark = pytest.mark.skipif(not os.access(SHM, os.W_OK), reason="needs a writable /dev/shm")
 
 
@@ -69,15 +69,20 @@ def _segments_of(pids: set[int]) -> list[str]:
     return _files_of(pids)
 
 
+def _outstanding(pids: set[int]) -> set[str]:
+    """Segments not claimed yet, and recycled ones a reader still maps."""
+    return set(_segments_of(pids)) | set(_files_of(pids, shm.LENT_SUFFIX))
+
+
 def _assert_all_claimed(pids: set[int], earlier: set[str], loader_pid: int) -> None:
     """Every segment was claimed, every recycled one handed back once the trainer let go of
-    its minibatches, and the loader's pool holds no more files than it may."""
+    its minibatches, and the loader's pool holds no more files than it may. ``earlier``: what
+    was outstanding before (e.g. the look-ahead of a stream another test left mid-epoch)."""
     gc.collect()
     deadline = time.monotonic() + 10
-    while (set(_segments_of(pids)) - earlier or _files_of(pids, shm.LENT_SUFFIX)) and time.monotonic() < deadline:
+    while _outstanding(pids) - earlier and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert set(_segments_of(pids)) - earlier == set()
-    assert _files_of(pids, shm.LENT_SUFFIX) == []
+    assert _outstanding(pids) - earlier == set()
     pooled = _files_of({loader_pid}, shm.FREE_SUFFIX)
     assert len(pooled) <= POOL_FILES, pooled
 
@@ -85,7 +90,7 @@ def _assert_all_claimed(pids: set[int], earlier: set[str], loader_pid: int) -> N
 def test_shared_memory_and_inline_minibatches_are_identical(process_cluster) -> None:  # noqa: ANN001
     shm_bytes = "graphfeed_rpc_response_shm_bytes_total"
     pids = {s.proc.pid for s in process_cluster.services}
-    earlier = set(_segments_of(pids))  # e.g. of a stream another test left mid-epoch
+    earlier = _outstanding(pids)  # e.g. of a stream another test left mid-epoch
     before = _counters(process_cluster, shm_bytes)
     inline = _epoch(process_cluster.loader.address, None, 3)
     after_inline = _counters(process_cluster, shm_bytes)
@@ -117,7 +122,7 @@ def test_shared_memory_and_inline_minibatches_are_identical(process_cluster) -> 
 
 def test_a_stream_cancelled_mid_epoch_leaves_no_segments(process_cluster) -> None:  # noqa: ANN001
     pids = {s.proc.pid for s in process_cluster.services}
-    earlier = set(_segments_of(pids))
+    earlier = _outstanding(pids)
     with RemoteDataLoader(process_cluster.loader.address, "train", fanouts=[10, 5], batch_size=16, seed=3,
                           job_id="cancel", shm_dir=str(SHM)) as dl:  # fmt: skip
         it = iter(dl)

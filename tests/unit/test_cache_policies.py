@@ -53,6 +53,10 @@ class _Info:
     num_nodes: int
     node_data: dict
 
+    @property
+    def node_offsets(self) -> np.ndarray:
+        return np.array([0, self.num_nodes], dtype=np.int64)
+
 
 class TinyPartitions:
     """One partition of N nodes with given in-degrees and ``rows()`` as the "feat" rows."""

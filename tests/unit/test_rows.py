@@ -1,4 +1,4 @@
-"""The row gather/scatter kernels equal numpy indexing for every dtype, width and alignment."""
+"""The row gather/scatter kernels equal numpy indexing for every dtype, width and alignment; ids group by owner."""
 
 from __future__ import annotations
 
@@ -48,3 +48,16 @@ def test_mismatched_out_is_rejected() -> None:
         take_rows(table, np.array([0]), np.zeros((1, 3), np.float64))
     with pytest.raises(ValueError, match="C-contiguous"):
         take_rows(table, np.array([0, 1]), np.zeros((3, 2), np.float32).T)
+
+
+def test_group_by_owner_is_a_stable_counting_sort() -> None:
+    from graphfeed.common.owners import group_by_owner
+
+    offsets = np.array([0, 10, 10, 25, 40])  # partition 1 owns nothing
+    gids = np.random.default_rng(1).integers(0, 40, 1000)
+    order, bounds = group_by_owner(gids, offsets)
+    owner = np.searchsorted(offsets[1:], gids, side="right")
+    assert order.tolist() == np.argsort(owner, kind="stable").tolist()
+    assert bounds.tolist() == np.searchsorted(owner[order], np.arange(5)).tolist()
+    order, bounds = group_by_owner(np.empty(0, np.int64), offsets)
+    assert len(order) == 0 and bounds.tolist() == [0] * 5

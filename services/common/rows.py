@@ -13,36 +13,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic
+
+from graphfeed.common.prefetch import prefetch2
 
 _AHEAD = 8  # rows prefetched ahead; 8..32 measure the same, 0 is 35 % slower
 _LINE = 64  # bytes per cache line
-
-
-@intrinsic
-def _prefetch(typingctx, arr, i, j):  # noqa: ANN001, ANN202, ARG001
-    """Hints the CPU to load the cache line holding ``arr[i, j]`` (a 2-D array) for reading."""
-    sig = types.void(arr, i, j)
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202, ARG001
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        shape = cgutils.unpack_tuple(builder, ary.shape)
-        strides = cgutils.unpack_tuple(builder, ary.strides)
-        index = [context.cast(builder, args[1], signature.args[1], types.intp),
-                 context.cast(builder, args[2], signature.args[2], types.intp)]  # fmt: skip
-        ptr = cgutils.get_item_pointer2(context, builder, ary.data, shape, strides, aryty.layout, index)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # read, high temporal locality, data cache
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -54,7 +29,7 @@ def _scatter_words(table, rows, out, positions, words_per_line):  # noqa: ANN001
         if i + _AHEAD < n:
             ahead = rows[i + _AHEAD]
             for j in range(0, width, words_per_line):
-                _prefetch(table, ahead, j)
+                prefetch2(table, ahead, j)
         out[positions[i], :] = table[rows[i], :]
 
 
@@ -67,7 +42,7 @@ def _take_words(table, rows, out, words_per_line):  # noqa: ANN001, ANN202
         if i + _AHEAD < n:
             ahead = rows[i + _AHEAD]
             for j in range(0, width, words_per_line):
-                _prefetch(table, ahead, j)
+                prefetch2(table, ahead, j)
         out[i, :] = table[rows[i], :]
 
 

@@ -3,72 +3,94 @@
 DGL numbers a block's src nodes as: the dst nodes first (so that ``h_dst = h[:num_dst]``),
 then every other sampled source in order of first appearance in the edge list. A compiled loop
 (numba, GIL released) does exactly that with a dense ``slot_of[gid]`` table — O(dst + edges),
-no sort — and merges the per-partition answers back into frontier order on the way. The table
-is all ``-1`` between calls (the loop restores the entries it set), so it is allocated once per
-thread and reused: :class:`SlotTables` hands them out.
+no sort — and merges the per-partition answers back into frontier order on the way, reading
+each partition's arrays where they arrived (no concatenation). The table is all ``-1`` between
+calls (the loop restores the entries it set), so it is allocated once per thread and reused:
+:class:`SlotTables` hands them out.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import numba
 import numpy as np
 
-from graphfeed.common.prefetch import prefetch
-
 from graphfeed.common.blocks import Block
+from graphfeed.common.prefetch import prefetch
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _AHEAD = 4  # dst nodes whose slot entries are prefetched ahead: compaction 30 % faster
 _PREFETCH_MAX_EDGES = 32
+_OK, _DUP_DST, _BAD_SRC = 0, 1, 2
 
 
 @_jit
-def _compact(dst_nodes, where, g_offsets, g_src, g_eids, slot_of):  # noqa: ANN001, ANN202
-    """Returns (src_nodes, offsets, edge_src, edge_ids, duplicate dst or -1).
+def _compact(dst_nodes, part_of, local_of, offs, srcs, eids, slot_of):  # noqa: ANN001, ANN202
+    """Returns (src_nodes, offsets, edge_src, edge_dst, edge_ids, status, offending gid).
 
-    ``where[i]`` is the grouped position of frontier node ``i``; its edges are
-    ``g_src[g_offsets[where[i]]:g_offsets[where[i] + 1]]``.
+    Frontier node ``i``'s edges are ``srcs[p][offs[p][l]:offs[p][l + 1]]`` with
+    ``p, l = part_of[i], local_of[i]`` (``offs``/``srcs``/``eids``: one array per partition).
+    ``status`` is ``_DUP_DST`` or ``_BAD_SRC`` (a gid outside the table) on bad input; the
+    table is restored either way.
     """
     num_dst = len(dst_nodes)
-    num_edges = len(g_src)
+    num_edges = 0
+    for p in range(len(srcs)):
+        num_edges += len(srcs[p])
+    n_table = len(slot_of)
     src_nodes = np.empty(num_dst + num_edges, dtype=np.int64)
     offsets = np.zeros(num_dst + 1, dtype=np.int64)
     edge_src = np.empty(num_edges, dtype=np.int64)
+    edge_dst = np.empty(num_edges, dtype=np.int64)
     edge_ids = np.empty(num_edges, dtype=np.int64)
     n = 0
+    status, bad = _OK, -1
     for i in range(num_dst):
         v = dst_nodes[i]
+        if v < 0 or v >= n_table:
+            status, bad = _BAD_SRC, v
+            break
         if slot_of[v] >= 0:
-            for q in range(n):
-                slot_of[src_nodes[q]] = -1
-            return src_nodes[:0], offsets, edge_src, edge_ids, v
+            status, bad = _DUP_DST, v
+            break
         slot_of[v] = i
         src_nodes[i] = v
         n += 1
     e = 0
-    for i in range(num_dst):
-        if i + _AHEAD < num_dst:  # slot entries of a dst ahead: random in a 4 B/node table
-            ga = where[i + _AHEAD]
-            for k in range(g_offsets[ga], min(g_offsets[ga + 1], g_offsets[ga] + _PREFETCH_MAX_EDGES)):
-                prefetch(slot_of, g_src[k])
-        g = where[i]
-        for k in range(g_offsets[g], g_offsets[g + 1]):
-            v = g_src[k]
-            s = slot_of[v]
-            if s < 0:
-                s = n
-                slot_of[v] = n
-                src_nodes[n] = v
-                n += 1
-            edge_src[e] = s
-            edge_ids[e] = g_eids[k]
-            e += 1
-        offsets[i + 1] = e
+    if status == _OK:
+        for i in range(num_dst):
+            if i + _AHEAD < num_dst:  # slot entries of a dst ahead: random in a 4 B/node table
+                pa, la = part_of[i + _AHEAD], local_of[i + _AHEAD]
+                ka = offs[pa][la]
+                for k in range(ka, min(offs[pa][la + 1], ka + _PREFETCH_MAX_EDGES)):
+                    w = srcs[pa][k]
+                    if 0 <= w < n_table:
+                        prefetch(slot_of, w)
+            p, loc = part_of[i], local_of[i]
+            src, ids = srcs[p], eids[p]
+            for k in range(offs[p][loc], offs[p][loc + 1]):
+                v = src[k]
+                if v < 0 or v >= n_table:
+                    status, bad = _BAD_SRC, v
+                    break
+                s = slot_of[v]
+                if s < 0:
+                    s = n
+                    slot_of[v] = n
+                    src_nodes[n] = v
+                    n += 1
+                edge_src[e] = s
+                edge_dst[e] = i
+                edge_ids[e] = ids[k]
+                e += 1
+            if status != _OK:
+                break
+            offsets[i + 1] = e
     for q in range(n):
         slot_of[src_nodes[q]] = -1
-    return src_nodes[:n], offsets, edge_src, edge_ids, -1
+    return src_nodes[:n], offsets, edge_src, edge_dst, edge_ids, status, bad
 
 
 class SlotTables:
@@ -89,20 +111,20 @@ class SlotTables:
 def compact_hop(
     dst_nodes: np.ndarray,
     order: np.ndarray,
-    offsets: np.ndarray,
-    src: np.ndarray,
-    edge_ids: np.ndarray,
+    bounds: np.ndarray,
+    parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
     slot_of: np.ndarray,
 ) -> tuple[np.ndarray, Block]:
-    """Merges a hop's answers (grouped by partition) into frontier order and compacts them.
+    """Merges a hop's answers (one per partition, grouped) into frontier order and compacts them.
 
     Args:
         dst_nodes: unique gids of the dst nodes (the frontier), int64 [D].
         order: int64 [D]; ``order[j]`` is the frontier position of grouped position ``j``.
-        offsets: int64 [D+1] CSR offsets over the grouped positions.
-        src: sampled in-neighbor gids in grouped CSR order, int64 [E], each in
-            ``[0, len(slot_of))``; may repeat and may contain dst nodes.
-        edge_ids: global edge id of each sampled edge, int64 [E]; passed through.
+        bounds: int64 [len(parts)+1]; grouped positions ``bounds[p]:bounds[p+1]`` were answered
+            by ``parts[p]``.
+        parts: per answering partition ``(offsets, src, edge_ids)``: a CSR over its grouped
+            positions; ``src`` are sampled in-neighbor gids, each in ``[0, len(slot_of))``, may
+            repeat and may contain dst nodes; ``edge_ids`` are passed through.
         slot_of: a table of ``-1`` over every gid (:class:`SlotTables`); left as it was found.
 
     Returns:
@@ -116,33 +138,46 @@ def compact_hop(
     """
     dst_nodes = np.ascontiguousarray(dst_nodes, dtype=np.int64)
     order = np.ascontiguousarray(order, dtype=np.int64)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    src = np.ascontiguousarray(src, dtype=np.int64)
-    edge_ids = np.ascontiguousarray(edge_ids, dtype=np.int64)
-    num_dst, n = len(dst_nodes), len(slot_of)
-    if len(order) != num_dst or len(offsets) != num_dst + 1 or offsets[0] != 0 or offsets[-1] != len(src) or len(edge_ids) != len(src):
-        raise ValueError(
-            f"to_block: offsets [{len(offsets)}] / src [{len(src)}] / edge_ids [{len(edge_ids)}] / order [{len(order)}] "
-            f"do not form a CSR over {num_dst} dst nodes"
-        )
-    if num_dst and (np.diff(offsets) < 0).any():
-        raise ValueError("to_block: offsets must be non-decreasing")
-    for what, ids in (("dst_nodes", dst_nodes), ("src", src)):
-        if len(ids) and (ids.min() < 0 or ids.max() >= n):
-            raise ValueError(f"to_block: {what} must be gids in [0, {n}), got [{ids.min()}, {ids.max()}]")
+    bounds = np.asarray(bounds, dtype=np.int64)
+    num_dst = len(dst_nodes)
+    if len(order) != num_dst or len(bounds) != len(parts) + 1 or bounds[0] != 0 or bounds[-1] != num_dst:
+        raise ValueError(f"to_block: order [{len(order)}] / bounds {bounds.tolist()} do not cover {num_dst} dst nodes in {len(parts)} parts")
+    offs, srcs, eids = [], [], []
+    for p, (o, src, ids) in enumerate(parts):
+        o, src, ids = (_readonly(np.ascontiguousarray(a, dtype=np.int64)) for a in (o, src, ids))
+        size = int(bounds[p + 1] - bounds[p])
+        if len(o) != size + 1 or o[0] != 0 or o[-1] != len(src) or len(ids) != len(src):
+            raise ValueError(
+                f"to_block: part {p}: offsets [{len(o)}] / src [{len(src)}] / edge_ids [{len(ids)}] "
+                f"do not form a CSR over its {size} dst nodes"
+            )
+        if size and (np.diff(o) < 0).any():
+            raise ValueError("to_block: offsets must be non-decreasing")
+        offs.append(o)
+        srcs.append(src)
+        eids.append(ids)
     where = np.empty(num_dst, dtype=np.int64)
     where[order] = np.arange(num_dst, dtype=np.int64)
-    src_nodes, out_offsets, edge_src, out_eids, dup = _compact(dst_nodes, where, offsets, src, edge_ids, slot_of)
-    if dup >= 0:
-        raise ValueError(f"to_block: dst_nodes must be unique ({dup} repeats)")
-    block = Block(
-        num_src=int(len(src_nodes)),
-        num_dst=num_dst,
-        edge_src=edge_src,
-        edge_dst=np.repeat(np.arange(num_dst, dtype=np.int64), np.diff(out_offsets)),
-        edge_ids=out_eids,
+    part_of = (np.searchsorted(bounds, where, side="right") - 1).astype(np.int64)
+    local_of = where - bounds[part_of]
+    src_nodes, _, edge_src, edge_dst, out_eids, status, bad = _compact(
+        dst_nodes, part_of, local_of, tuple(offs), tuple(srcs), tuple(eids), slot_of
     )
+    if status == _DUP_DST:
+        raise ValueError(f"to_block: dst_nodes must be unique ({bad} repeats)")
+    if status == _BAD_SRC:
+        raise ValueError(f"to_block: gids must be in [0, {len(slot_of)}), got {bad}")
+    block = Block(num_src=int(len(src_nodes)), num_dst=num_dst, edge_src=edge_src, edge_dst=edge_dst, edge_ids=out_eids)
     return src_nodes, block
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: numba then sees one array type for every part, whatever its origin
+    (inline gRPC bytes are read-only, shared-memory mappings writable)."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 def to_block(
@@ -157,4 +192,5 @@ def to_block(
     if num_nodes is None:
         num_nodes = 1 + max([int(a.max()) for a in (dst_nodes, src) if len(a)], default=0)
     slot_of = np.full(max(int(num_nodes), 1), -1, dtype=np.int32)
-    return compact_hop(dst_nodes, np.arange(len(dst_nodes), dtype=np.int64), offsets, src, edge_ids, slot_of)
+    order = np.arange(len(dst_nodes), dtype=np.int64)
+    return compact_hop(dst_nodes, order, np.array([0, len(dst_nodes)]), [(offsets, src, edge_ids)], slot_of)

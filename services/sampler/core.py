@@ -79,8 +79,8 @@ class MultiHopSampler:
         frontier = seeds
         blocks: list[Block] = []
         for hop, fanout in enumerate(reversed(fanouts)):
-            order, offsets, src, eids = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
-            frontier, block = compact_hop(frontier, order, offsets, src, eids, self._slots.get())
+            order, bounds, answers = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
+            frontier, block = compact_hop(frontier, order, bounds, answers, self._slots.get())
             blocks.append(block)
         blocks.reverse()
         return SampledBlocks(input_nodes=frontier, output_nodes=seeds, blocks=blocks)
@@ -121,9 +121,10 @@ class MultiHopSampler:
 
     def _sample_hop(
         self, frontier: np.ndarray, fanout: int, replace: bool, key: tuple[int, int, int, int]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """One hop around ``frontier``: ``(order, offsets, src, edge ids)`` in grouped order
-        (partition by partition; ``order[j]`` is the frontier position of grouped position ``j``)."""
+    ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """One hop around ``frontier``: ``(order, bounds, answers)`` in grouped order (partition
+        by partition; ``order[j]`` is the frontier position of grouped position ``j``, and
+        ``answers[q]`` = (offsets, src, edge ids) covers grouped positions ``bounds[q]:bounds[q+1]``)."""
         order, bounds = group_by_owner(frontier, self.partitions.info.node_offsets)
         grouped = frontier[order]
         parts = [p for p in range(self.partitions.num_partitions) if bounds[p + 1] > bounds[p]]
@@ -135,12 +136,8 @@ class MultiHopSampler:
         results = [f.result() for f in futures]
         for p, r in zip(parts, results):
             _check_answer(p, r, int(bounds[p + 1] - bounds[p]))
-        counts = np.concatenate([np.diff(r.offsets) for r in results])
-        offsets = np.zeros(len(frontier) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        src = np.concatenate([r.src for r in results]) if len(results) > 1 else results[0].src
-        eids = np.concatenate([r.edge_ids for r in results]) if len(results) > 1 else results[0].edge_ids
-        return order, offsets, src, eids
+        answered = np.array([0] + [int(bounds[p + 1]) for p in parts], dtype=np.int64)
+        return order, answered, [(r.offsets, r.src, r.edge_ids) for r in results]
 
 
 def _check_answer(p: int, r: SampledNeighbors, num_seeds: int) -> None:

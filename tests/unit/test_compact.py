@@ -74,3 +74,31 @@ def test_rejects_inconsistent_csr_and_duplicate_dst() -> None:
         to_block(i64(1, 2), i64(0, 1), i64(3), i64(0))
     with pytest.raises(ValueError, match="unique"):
         to_block(i64(1, 1), i64(0, 0, 0), i64(), i64())
+
+
+def test_answers_of_several_partitions_merge_into_frontier_order() -> None:
+    """compact_hop reads each partition's answer in place; the result equals to_block of the
+    answers concatenated in frontier order, whatever the arrays' origin (read-only or not)."""
+    from graphfeed.sampler.compact import compact_hop
+
+    dst = i64(10, 20, 5, 7)  # partition 0 owns 5 and 7, partition 1 owns 10 and 20
+    order = i64(2, 3, 0, 1)  # grouped positions: 5, 7 | 10, 20
+    part0 = (i64(0, 2, 3), i64(10, 99, 5), i64(1, 2, 3))  # 5 <- {10, 99}; 7 <- {5}
+    part1 = (i64(0, 1, 1), i64(7), i64(4))  # 10 <- {7}; 20 <- {}
+    readonly = np.frombuffer(part1[1].tobytes(), dtype=np.int64)  # as decoded from inline gRPC
+    src_nodes, b = compact_hop(dst, order, i64(0, 2, 4), [part0, (part1[0], readonly, part1[2])], np.full(100, -1, np.int32))
+    ref_nodes, ref = to_block(dst, i64(0, 1, 1, 3, 4), i64(7, 10, 99, 5), i64(4, 1, 2, 3), num_nodes=100)
+    np.testing.assert_array_equal(src_nodes, ref_nodes)
+    for field in ("edge_src", "edge_dst", "edge_ids"):
+        np.testing.assert_array_equal(getattr(b, field), getattr(ref, field))
+
+
+def test_rejects_gids_outside_the_table_and_leaves_it_clean() -> None:
+    from graphfeed.sampler.compact import compact_hop
+
+    table = np.full(10, -1, np.int32)
+    with pytest.raises(ValueError, match=r"gids must be in \[0, 10\), got 12"):
+        compact_hop(i64(1, 2), i64(0, 1), i64(0, 2), [(i64(0, 1, 2), i64(3, 12), i64(0, 1))], table)
+    with pytest.raises(ValueError, match="got -1"):
+        compact_hop(i64(1, -1), i64(0, 1), i64(0, 2), [(i64(0, 0, 0), i64(), i64())], table)
+    assert (table == -1).all()

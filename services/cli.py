@@ -60,6 +60,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file; resumed from when it exists")
     p.add_argument("--checkpoint-every", type=int, default=1, help="steps between checkpoints (default 1)")
     p.add_argument("--device", default="cpu", help="torch device for the model and minibatches, e.g. cuda:0 (default cpu)")
+    p.add_argument(
+        "--shm-dir", default="/dev/shm",
+        help="directory offered to the loader for minibatch tensors when it shares it (same host, same mount); "
+        '"" for inline gRPC only (default /dev/shm)',
+    )  # fmt: skip
     p.add_argument("--stop-after-steps", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=_run_train)
 
@@ -82,6 +87,7 @@ def _run_train(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         device=args.device,
+        shm_dir=args.shm_dir,
         stop_after_steps=args.stop_after_steps,
     )
     if cfg.world_size > 1:

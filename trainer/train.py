@@ -44,6 +44,7 @@ class TrainConfig:
     checkpoint: Path | None = None
     checkpoint_every: int = 1
     device: str = "cpu"  # torch device of model and minibatches, e.g. "cuda:0"
+    shm_dir: str = "/dev/shm"  # offered to the loader for minibatch tensors ("" for inline only)
     stop_after_steps: int | None = None  # testing aid: exit after this many steps in this process
 
 
@@ -86,7 +87,9 @@ class Trainer:
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         torch.manual_seed(cfg.seed)
-        common = dict(seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size, job_id=cfg.job_id, device=self.device)
+        common = dict(
+            seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size, job_id=cfg.job_id, device=self.device, shm_dir=cfg.shm_dir
+        )
         self.train_loader = RemoteDataLoader(
             cfg.loader_address, "train", fanouts=cfg.fanouts, batch_size=cfg.batch_size, shuffle=True, **common
         )

@@ -183,6 +183,9 @@ class LocalCluster:
                 out[v["name"]] = self.root / "pvc" / v["persistentVolumeClaim"]["claimName"]
             elif "emptyDir" in v:
                 out[v["name"]] = self.root / "pods" / pod.name / v["name"]
+            elif "hostPath" in v:  # one emulated node: every pod that mounts a host path shares it
+                assert v["hostPath"].get("type") in ("Directory", "DirectoryOrCreate"), f"hostPath {v} is not a directory"
+                out[v["name"]] = self.root / "node" / v["hostPath"]["path"].strip("/")
             else:
                 raise AssertionError(f"volume kind of {v} is not emulated")
         for t in pod.workload["spec"].get("volumeClaimTemplates", []):

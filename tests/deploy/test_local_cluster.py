@@ -215,6 +215,14 @@ def test_trainer_job_trains_through_the_loader(cluster: LocalCluster, traffic: T
         assert re.search(r"test_acc 0\.\d+", p.log.read_text()), p.tail()
     ckpts = sorted(p.name for p in (cluster.root / "pvc" / "trainer-checkpoints").iterdir())
     assert ckpts == ["graphsage-rank-0.pt", "graphsage-rank-1.pt"]
+    # The manifests give loader and trainers the node's /dev/shm at one path: the minibatches
+    # went through it (the metric counts tensor bytes sent by reference).
+    shm_sent = [
+        float(line.rsplit(" ", 1)[1])
+        for line in _get(f"http://{cluster.address('loader', 'metrics')}/metrics").splitlines()
+        if line.startswith("graphfeed_rpc_response_shm_bytes_total{") and 'method="StreamMinibatches"' in line
+    ]
+    assert sum(shm_sent) > 0, shm_sent
 
 
 def test_grpcurl_lists_and_describes_every_service(cluster: LocalCluster) -> None:

@@ -18,7 +18,13 @@ def _group(gids, node_offsets):  # noqa: ANN001, ANN202
     owner = np.empty(len(gids), dtype=np.int32)
     bounds = np.zeros(num_parts + 1, dtype=np.int64)
     for i in range(len(gids)):
-        p = np.searchsorted(node_offsets, gids[i], side="right") - 1
+        g, p, hi = gids[i], 0, num_parts  # binary search: node_offsets[p] <= g < node_offsets[p + 1]
+        while hi - p > 1:
+            mid = (p + hi) >> 1
+            if g >= node_offsets[mid]:
+                p = mid
+            else:
+                hi = mid
         owner[i] = p
         bounds[p + 1] += 1
     for p in range(num_parts):

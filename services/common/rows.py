@@ -21,29 +21,21 @@ _LINE = 64  # bytes per cache line
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _scatter_words(table, rows, out, positions, words_per_line):  # noqa: ANN001, ANN202
-    """``out[positions[i]] = table[rows[i]]``; rows are word arrays; prefetches ahead."""
+def _copy_words(table, rows, out, positions, words_per_line):  # noqa: ANN001, ANN202
+    """``out[positions[i]] = table[rows[i]]`` (``out[i]`` when ``positions`` is empty) for
+    tables viewed as [rows, words]; prefetches the rows ``_AHEAD`` iterations ahead."""
     n = len(rows)
     width = table.shape[1]
+    scatter = len(positions) > 0
     for i in range(n):
         if i + _AHEAD < n:
             ahead = rows[i + _AHEAD]
             for j in range(0, width, words_per_line):
                 prefetch2(table, ahead, j)
-        out[positions[i], :] = table[rows[i], :]
+        out[positions[i] if scatter else i, :] = table[rows[i], :]
 
 
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _take_words(table, rows, out, words_per_line):  # noqa: ANN001, ANN202
-    """``out[i] = table[rows[i]]``; rows are word arrays; prefetches ahead."""
-    n = len(rows)
-    width = table.shape[1]
-    for i in range(n):
-        if i + _AHEAD < n:
-            ahead = rows[i + _AHEAD]
-            for j in range(0, width, words_per_line):
-                prefetch2(table, ahead, j)
-        out[i, :] = table[rows[i], :]
+_NO_POSITIONS = np.empty(0, dtype=np.int64)
 
 
 def _word_pair(table: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +68,7 @@ def take_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None
     _check(table, out)
     if len(rows) and out.nbytes:
         t, o = _word_pair(table, out)
-        _take_words(t, np.asarray(rows, dtype=np.int64), o, max(1, _LINE // t.itemsize))
+        _copy_words(t, np.asarray(rows, dtype=np.int64), o, _NO_POSITIONS, max(1, _LINE // t.itemsize))
     return out
 
 
@@ -86,8 +78,7 @@ def scatter_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray, positions
     _check(table, out)
     if len(rows) and out.nbytes:
         t, o = _word_pair(table, out)
-        _scatter_words(t, np.asarray(rows, dtype=np.int64), o, np.asarray(positions, dtype=np.int64),
-                       max(1, _LINE // t.itemsize))  # fmt: skip
+        _copy_words(t, np.asarray(rows, dtype=np.int64), o, np.asarray(positions, dtype=np.int64), max(1, _LINE // t.itemsize))
 
 
 def _main() -> None:  # pragma: no cover - the measurement quoted in the module docstring

@@ -158,6 +158,7 @@ def traffic(cluster: LocalCluster, prometheus: Prometheus) -> Traffic:
     include it; Prometheus scrapes them; the second epoch then shows up as rates.
     """
     import grpc
+
     from graphfeed.loader.v1 import loader_pb2 as pb
     from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
     from graphfeed.trainer.dataloader import RemoteDataLoader

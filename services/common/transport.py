@@ -73,7 +73,7 @@ class ServerTransport:
         segment = arena.finish()
         if segment is not None:
             segment.close()
-            self.count(method, segment.nbytes)
+            self.count(method, arena.nbytes)  # what was laid out, not the (recycled) file's capacity
 
     def pool(self, directory: Path) -> SegmentPool:
         """The server's reusable segment files in ``directory`` (shared by its calls, closed

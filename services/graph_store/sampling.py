@@ -21,10 +21,14 @@ threads sample concurrently.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numba
 import numpy as np
 
 from graphfeed.common.prefetch import prefetch
+
+Alloc = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 # Above this fanout Floyd's O(k^2) per row loses to the reservoir (same constant as sample.cu).
 SMALL_FANOUT = 64
@@ -156,6 +160,7 @@ def sample_csr(
     fanout: int,
     replace: bool,
     seed: int,
+    alloc: Alloc | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Samples up to ``fanout`` neighbors of each row of a CSR.
 
@@ -170,6 +175,9 @@ def sample_csr(
             for rows of degree > 0 and 0 otherwise).
         replace: sample with replacement.
         seed: uint64, the only source of randomness.
+        alloc: ``alloc(offsets) -> (src, eids)``, called once the offsets are known, returns
+            the int64 arrays of ``offsets[-1]`` elements to sample into (e.g. views of a
+            response's shared-memory segment, so the sample is written once); default: new arrays.
 
     Returns:
         ``(offsets, src, eids)``: int64 [N+1] offsets and the sampled ``indices`` /
@@ -187,8 +195,12 @@ def sample_csr(
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     offsets = _counts(indptr, rows, int(fanout), bool(replace))
     total = int(offsets[-1])
-    src = np.empty(total, dtype=np.int64)
-    eids = np.empty(total, dtype=np.int64)
+    if alloc is None:
+        src, eids = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
+    else:
+        src, eids = alloc(offsets)
+        if src.shape != (total,) or eids.shape != (total,) or src.dtype != np.int64 or eids.dtype != np.int64:
+            raise ValueError(f"alloc must return two int64 arrays of {total} elements")
     if total:
         # A seed >= 2**63 does not fit numba's int64 argument: pass its two's-complement twin.
         s = int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)

@@ -57,15 +57,33 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
 
     def SampleNeighbors(self, request: pb.SampleNeighborsRequest, context: grpc.ServicerContext) -> pb.SampleNeighborsResponse:
         seeds = codec.decode_ids(request.seeds, "seeds")
-        with self._m.sampling_latency.time():
-            out = self._store.sample_neighbors(seeds, request.fanout, request.replace, request.rng_seed)
-        self._m.sampled_edges.inc(len(out.src))
         resp = pb.SampleNeighborsResponse()
         arena = self._transport.arena(context)
-        codec.encode(out.offsets, resp.offsets, arena)
-        codec.encode(out.src, resp.src, arena)
-        codec.encode(out.edge_ids, resp.edge_ids, arena)
-        self._transport.finish(arena, "SampleNeighbors")
+        segments: list = []
+
+        def into_segment(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            # Shared memory: the kernel samples straight into the response's segment.
+            codec.encode(offsets, resp.offsets, arena)
+            shape = (int(offsets[-1]),)
+            at_src = codec.encode_reserved(shape, np.dtype(np.int64), resp.src, arena)
+            at_eids = codec.encode_reserved(shape, np.dtype(np.int64), resp.edge_ids, arena)
+            segments.append(arena.finish())
+            return segments[0].array(at_src, shape, np.int64), segments[0].array(at_eids, shape, np.int64)
+
+        try:
+            with self._m.sampling_latency.time():
+                out = self._store.sample_neighbors(
+                    seeds, request.fanout, request.replace, request.rng_seed, into_segment if arena is not None else None
+                )
+        finally:
+            for seg in segments:
+                seg.close()
+        self._m.sampled_edges.inc(len(out.src))
+        if arena is None:
+            for arr, field in ((out.offsets, resp.offsets), (out.src, resp.src), (out.edge_ids, resp.edge_ids)):
+                codec.encode(arr, field)
+        else:
+            self._transport.count("SampleNeighbors", arena.nbytes)
         return resp
 
     def GetNodeData(self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext) -> Iterator[pb.GetNodeDataResponse]:
@@ -122,7 +140,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         finally:
             segment.close()
         bytes_total.inc(int(np.prod(shape)) * dtype.itemsize)
-        self._transport.count("GetNodeData", segment.nbytes)
+        self._transport.count("GetNodeData", arena.nbytes)
         return resp
 
     def GetDegrees(self, request: pb.GetDegreesRequest, context: grpc.ServicerContext) -> pb.GetDegreesResponse:

@@ -15,7 +15,7 @@ import numpy as np
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.partition import PartitionReader
 from graphfeed.common.rows import scatter_rows, take_rows
-from graphfeed.graph_store.sampling import sample_csr
+from graphfeed.graph_store.sampling import Alloc, sample_csr
 from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,9 @@ class GraphStore:
 
     # -- public API -----------------------------------------------------------------------
 
-    def sample_neighbors(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> SampledNeighbors:
+    def sample_neighbors(
+        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, alloc: Alloc | None = None
+    ) -> SampledNeighbors:
         """Samples in-neighbors of owned seeds (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
 
         Args:
@@ -180,6 +182,7 @@ class GraphStore:
             replace: sample with replacement (exactly ``fanout`` per seed of degree > 0).
             rng_seed: seed of the counter-based draws, in ``[0, 2**64)``; the same arguments
                 always give the same sample (on CPU and GPU alike).
+            alloc: where to write ``src``/``edge_ids`` (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
 
         Returns:
             The sample in CSR order per seed; ``src`` and ``edge_ids`` are global ids.
@@ -190,7 +193,7 @@ class GraphStore:
             raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
         r = self._reader
-        offsets, src, eids = sample_csr(r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), int(rng_seed))
+        offsets, src, eids = sample_csr(r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), int(rng_seed), alloc)
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
 
     def get_node_data(self, name: str, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

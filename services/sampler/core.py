@@ -80,7 +80,8 @@ class MultiHopSampler:
         blocks: list[Block] = []
         for hop, fanout in enumerate(reversed(fanouts)):
             order, bounds, answers = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
-            frontier, block = compact_hop(frontier, order, bounds, answers, self._slots.get())
+            with self._slots.lease() as slot_of:
+                frontier, block = compact_hop(frontier, order, bounds, answers, slot_of)
             blocks.append(block)
         blocks.reverse()
         return SampledBlocks(input_nodes=frontier, output_nodes=seeds, blocks=blocks)

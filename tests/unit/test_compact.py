@@ -102,3 +102,31 @@ def test_rejects_gids_outside_the_table_and_leaves_it_clean() -> None:
     with pytest.raises(ValueError, match="got -1"):
         compact_hop(i64(1, -1), i64(0, 1), i64(0, 2), [(i64(0, 0, 0), i64(), i64())], table)
     assert (table == -1).all()
+
+
+def test_slot_tables_are_bounded_and_reused_warmest_first() -> None:
+    import threading
+
+    from graphfeed.sampler.compact import SlotTables
+
+    tables = SlotTables(10, max_tables=2)
+    got_one = threading.Event()
+
+    def third() -> None:
+        with tables.lease():
+            got_one.set()
+
+    with tables.lease() as a, tables.lease() as b:  # b goes back first, then a
+        assert a is not b and (a == -1).all()
+        waiter = threading.Thread(target=third)
+        waiter.start()
+        assert not got_one.wait(0.2)  # a third concurrent compaction waits
+    assert got_one.wait(5)
+    waiter.join(5)
+    with tables.lease() as c:
+        assert c is a or c is b  # no third table was ever made
+        assert (c == -1).all()
+    with tables.lease() as x, tables.lease() as y:
+        pass
+    with tables.lease() as z:
+        assert z is x  # the last one returned (the warmest) is lent first

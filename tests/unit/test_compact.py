@@ -127,6 +127,6 @@ def test_slot_tables_are_bounded_and_reused_warmest_first() -> None:
         assert c is a or c is b  # no third table was ever made
         assert (c == -1).all()
     with tables.lease() as x, tables.lease() as y:
-        pass
+        assert x is not y  # y goes back first, then x
     with tables.lease() as z:
         assert z is x  # the last one returned (the warmest) is lent first

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from graphfeed.common.partition import part_dir_name
+from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.store import GraphStore
 from tests.graphs import write_arithmetic
 
 
@@ -13,3 +17,15 @@ from tests.graphs import write_arithmetic
 def arith_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 100-node arithmetic graph (max_deg 7, feat_dim 4) in 2 partitions split by v % 2."""
     return write_arithmetic(tmp_path_factory.mktemp("arith"))
+
+
+@pytest.fixture(scope="session")
+def orig(arith_root: Path) -> np.ndarray:
+    """gid -> input id of the arithmetic graph."""
+    return np.load(arith_root / "orig_ids.npy")
+
+
+@pytest.fixture(scope="session")
+def parts(arith_root: Path) -> LocalPartitionSet:
+    """Both partitions of the arithmetic graph, in process (read-only: tests must not close them)."""
+    return LocalPartitionSet([GraphStore.open(arith_root / part_dir_name(p)) for p in range(2)])

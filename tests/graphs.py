@@ -25,20 +25,31 @@ def arithmetic_degree(v: np.ndarray, max_deg: int) -> np.ndarray:
     return 1 + np.asarray(v) % max_deg
 
 
+def arithmetic_features(v: np.ndarray, feat_dim: int = 4) -> np.ndarray:
+    """The "feat" rows of input ids ``v``: ``v * feat_dim + [0, 1, ..]``, float32."""
+    v = np.asarray(v, dtype=np.int64)
+    return (v[:, None] * feat_dim + np.arange(feat_dim)[None, :]).astype(np.float32)
+
+
+def arithmetic_labels(v: np.ndarray, num_classes: int = 3) -> np.ndarray:
+    """The "label" of input ids ``v``: ``v % num_classes``, int64."""
+    return (np.asarray(v, dtype=np.int64) % num_classes).astype(np.int64)
+
+
 def arithmetic_graph(n: int = 100, max_deg: int = 7, feat_dim: int = 4, num_classes: int = 3) -> GraphData:
     v = np.arange(n, dtype=np.int64)
     deg = arithmetic_degree(v, max_deg)
     dst = np.repeat(v, deg)
     k = np.arange(len(dst)) - np.repeat(np.cumsum(deg) - deg, deg) + 1  # 1..deg(v) within each v
     src = (dst + k) % n
-    feat = (v[:, None] * feat_dim + np.arange(feat_dim)[None, :]).astype(np.float32)
+    feat = arithmetic_features(v, feat_dim)
     r = v % 5
     return GraphData(
         name=f"arithmetic-{n}",
         num_nodes=n,
         src=src.astype(np.int64),
         dst=dst.astype(np.int64),
-        node_data={"feat": feat, "label": (v % num_classes).astype(np.int64)},
+        node_data={"feat": feat, "label": arithmetic_labels(v, num_classes)},
         splits={"train": v[r <= 2], "val": v[r == 3], "test": v[r == 4]},
         num_classes=num_classes,
     )

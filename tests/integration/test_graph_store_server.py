@@ -20,7 +20,7 @@ from graphfeed.graph_store.server import SERVICE_NAME, serve
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
-from tests.graphs import expected_in_neighbors
+from tests.graphs import arithmetic_features, expected_in_neighbors
 
 pytestmark = pytest.mark.integration
 
@@ -52,11 +52,6 @@ def server(arith_root: Path) -> Iterator[Server]:
         channel.close()
         running.stop(0)
         store.close()
-
-
-@pytest.fixture(scope="module")
-def orig(arith_root: Path) -> np.ndarray:
-    return np.load(arith_root / "orig_ids.npy")
 
 
 def _ids(values: list[int] | np.ndarray, dtype: type = np.int64) -> "codec.tensor_pb2.Tensor":
@@ -104,7 +99,7 @@ def test_node_data_streams_in_chunks(server: Server, orig: np.ndarray) -> None:
     assert [m.start for m in msgs] == list(range(0, 50, 2))
     assert all(len(m.rows.data) <= CHUNK_BYTES for m in msgs)
     feat = np.concatenate([codec.decode(m.rows) for m in msgs])
-    assert np.array_equal(feat, orig[ids][:, None] * F + np.arange(F)[None, :])
+    assert np.array_equal(feat, arithmetic_features(orig[ids]))
 
 
 def test_degrees_and_split(server: Server, orig: np.ndarray) -> None:
@@ -238,7 +233,7 @@ def test_node_data_written_into_the_callers_segment(server: Server, orig: np.nda
         shm_before = _counter(server.metrics_port, 'graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"')
         msgs = list(server.stub.GetNodeData(_target_request(ids, seg.name, 20, positions), timeout=10, metadata=offer.metadata()))
         assert [m.rows_written for m in msgs] == [10] and not msgs[0].rows.shape
-        assert np.array_equal(out[positions], orig[ids][:, None] * F + np.arange(F)[None, :])
+        assert np.array_equal(out[positions], arithmetic_features(orig[ids]))
         assert np.all(out[np.setdiff1d(np.arange(20), positions)] == -1), "other rows untouched"
         assert seg.path.exists(), "the caller's segment is not claimed by the writer"
         grown = _counter(server.metrics_port, 'graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"') - shm_before

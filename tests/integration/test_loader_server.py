@@ -30,6 +30,7 @@ from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 from graphfeed.sampler.config import SamplerSettings
 from graphfeed.sampler.server import serve as serve_sampler
+from tests.graphs import arithmetic_features, arithmetic_labels
 
 pytestmark = pytest.mark.integration
 
@@ -97,8 +98,8 @@ def test_full_epoch_through_the_stub(cluster: Cluster, arith_root: Path) -> None
         sb = blocks.from_proto(m.blocks)
         v = orig[sb.input_nodes]
         feats = codec.decode(m.input_features, "features")
-        assert np.array_equal(feats, (v[:, None] * F + np.arange(F)).astype(np.float32))
-        assert np.array_equal(codec.decode(m.labels, "labels"), orig[sb.output_nodes] % 3)
+        assert np.array_equal(feats, arithmetic_features(v))
+        assert np.array_equal(codec.decode(m.labels, "labels"), arithmetic_labels(orig[sb.output_nodes]))
         assert m.stats.cache_hits + m.stats.cache_misses == len(v)
         seeds.append(sb.output_nodes)
     all_seeds = np.concatenate(seeds)

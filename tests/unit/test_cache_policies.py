@@ -10,7 +10,6 @@ import itertools
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, Unavailable
-from graphfeed.common.partition import part_dir_name
 from graphfeed.graph_store.client import LocalPartitionSet
-from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.types import NodeDataInfo
 from graphfeed.loader.belady import NEVER, belady, next_use
 from graphfeed.loader.cache import CacheOptions, CachePolicy, TierStats, make_cache
@@ -32,6 +29,7 @@ from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
 from graphfeed.loader.metrics import LoaderMetrics
 from graphfeed.sampler.core import MultiHopSampler
+from tests.graphs import arithmetic_features, arithmetic_labels
 
 N = 10  # nodes of the hand-built graphs
 ROW = 2  # float32 values per row
@@ -371,20 +369,9 @@ F = 4  # feat_dim of the arith_root fixture
 JOB = JobSpec(job_id="p", job_seed=11, split="train", batch_size=8, fanouts=(3, 2), shuffle=True)  # 8 steps
 
 
-@pytest.fixture(scope="module")
-def parts(arith_root: Path) -> LocalPartitionSet:
-    return LocalPartitionSet([GraphStore.open(arith_root / part_dir_name(p)) for p in range(2)])
-
-
-@pytest.fixture(scope="module")
-def orig(arith_root: Path) -> np.ndarray:
-    return np.load(arith_root / "orig_ids.npy")  # gid -> input id
-
-
 def assert_exact(mb: ReadyMinibatch, orig: np.ndarray) -> None:
-    v = orig[mb.blocks.input_nodes]
-    assert np.array_equal(mb.features, v[:, None] * F + np.arange(F)[None, :])
-    assert np.array_equal(mb.labels, orig[mb.blocks.output_nodes] % 3)
+    assert np.array_equal(mb.features, arithmetic_features(orig[mb.blocks.input_nodes]))
+    assert np.array_equal(mb.labels, arithmetic_labels(orig[mb.blocks.output_nodes]))
 
 
 class GatedSampler:

@@ -11,16 +11,15 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.common.partition import part_dir_name
 from graphfeed.gpu_kernels import tier as tier_mod
 from graphfeed.gpu_kernels._cuda import gpu_available
 from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
 from graphfeed.gpu_kernels.tier import GpuTier, GpuTieredCache, with_gpu_tier
 from graphfeed.graph_store.client import LocalPartitionSet
-from graphfeed.graph_store.store import GraphStore
 from graphfeed.loader.cache import LruCache, make_cache
 from graphfeed.loader.core import JobSpec, Loader
 from graphfeed.sampler.core import MultiHopSampler
+from tests.graphs import arithmetic_features
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C++20 compiler for the kernel emulator")
 F, N = 4, 100  # the arith_root fixture: feat[v] = v * 4 + [0, 1, 2, 3] by input id v
@@ -33,14 +32,9 @@ def emu() -> EmulatorBackend:
 
 
 @pytest.fixture(scope="module")
-def parts(arith_root: Path) -> LocalPartitionSet:
-    return LocalPartitionSet([GraphStore.open(arith_root / part_dir_name(p)) for p in range(2)])
-
-
-@pytest.fixture(scope="module")
 def feat(arith_root: Path) -> np.ndarray:
     orig = np.load(arith_root / "orig_ids.npy")  # gid -> input id
-    return (orig[:, None] * F + np.arange(F)[None, :]).astype(np.float32)
+    return arithmetic_features(orig)
 
 
 def rows(ids: list[int] | np.ndarray) -> np.ndarray:

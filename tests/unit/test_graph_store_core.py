@@ -10,6 +10,7 @@ import pytest
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.graph_store.store import GraphStore
+from tests.graphs import arithmetic_features
 
 N, MAX_DEG, F, C = 100, 7, 4, 3  # the arith_root fixture (feat_dim 4, 3 classes)
 
@@ -28,11 +29,6 @@ def open_store(arith_root: Path) -> Iterator[OpenStore]:
     yield _open
     for s in opened:
         s.close()
-
-
-@pytest.fixture(scope="module")
-def orig(arith_root: Path) -> np.ndarray:
-    return np.load(arith_root / "orig_ids.npy")
 
 
 def test_info_describes_partition_and_graph(open_store: OpenStore) -> None:
@@ -57,7 +53,7 @@ def test_node_data_matches_formula_in_request_order(open_store: OpenStore, orig:
         feat = s.get_node_data("feat", ids)
         v = orig[ids]
         assert feat.dtype == np.float32 and feat.shape == (len(ids), F)
-        assert np.array_equal(feat, v[:, None] * F + np.arange(F)[None, :])
+        assert np.array_equal(feat, arithmetic_features(v))
         assert np.array_equal(s.get_node_data("label", ids), v % C)
 
 

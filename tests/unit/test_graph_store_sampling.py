@@ -165,12 +165,6 @@ def stores(arith_root: Path) -> Iterator[list[GraphStore]]:
         s.close()
 
 
-@pytest.fixture(scope="module")
-def orig(arith_root: Path) -> np.ndarray:
-    """gid -> input id for the whole graph."""
-    return np.load(arith_root / "orig_ids.npy")
-
-
 def _owned(store: GraphStore) -> np.ndarray:
     return np.arange(store.start, store.stop, dtype=np.int64)
 

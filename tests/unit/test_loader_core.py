@@ -7,31 +7,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange, Unavailable
-from graphfeed.common.partition import part_dir_name
 from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.loader.core import JobSpec, Loader, ReadyMinibatch
 from graphfeed.sampler.core import MultiHopSampler
+from tests.graphs import arithmetic_features, arithmetic_labels
 
 F = 4  # feat_dim of the arith_root fixture
 JOB = JobSpec(job_id="t", job_seed=11, split="train", batch_size=8, fanouts=(3, 2), shuffle=True)
-
-
-@pytest.fixture(scope="module")
-def parts(arith_root: Path) -> LocalPartitionSet:
-    return LocalPartitionSet([GraphStore.open(arith_root / part_dir_name(p)) for p in range(2)])
-
-
-@pytest.fixture(scope="module")
-def orig(arith_root: Path) -> np.ndarray:
-    return np.load(arith_root / "orig_ids.npy")  # gid -> input id
 
 
 @pytest.fixture
@@ -80,8 +69,8 @@ def test_full_epoch_has_exact_features_and_labels_and_every_seed_once(
         for mb in mbs:
             v = orig[mb.blocks.input_nodes]
             assert mb.features.dtype == np.float32
-            assert np.array_equal(mb.features, v[:, None] * F + np.arange(F)[None, :])
-            assert np.array_equal(mb.labels, orig[mb.blocks.output_nodes] % 3)
+            assert np.array_equal(mb.features, arithmetic_features(v))
+            assert np.array_equal(mb.labels, arithmetic_labels(orig[mb.blocks.output_nodes]))
             assert mb.stats.cache_hits + mb.stats.cache_misses == len(v)
             assert mb.epoch == epoch and mb.steps_per_epoch == 8 and mb.job_seed == 11
     (host,) = loader.cache_stats()

@@ -29,12 +29,6 @@ def partitions(arith_root: Path) -> LocalPartitionSet:
 
 
 @pytest.fixture(scope="module")
-def orig(arith_root: Path) -> np.ndarray:
-    """gid -> input id."""
-    return np.load(arith_root / "orig_ids.npy")
-
-
-@pytest.fixture(scope="module")
 def gid_of(orig: np.ndarray) -> np.ndarray:
     """input id -> gid."""
     inv = np.empty_like(orig)

@@ -78,12 +78,8 @@ class GpuTier(SlotTier):
         return self.slots(ids) >= 0
 
     def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        slots = self.slots(ids)
-        hit = slots >= 0
-        n_hit = int(np.count_nonzero(hit))
-        self.hits += n_hit
-        self.misses += int(hit.size) - n_hit
-        rows = kernels.gather_rows(self.rows, slots[hit], backend=self.backend)
+        hit, hit_slots = self._hit_slots(ids)
+        rows = kernels.gather_rows(self.rows, hit_slots, backend=self.backend)
         return hit, self.backend.to_host(rows)
 
     def insert(self, ids: np.ndarray, rows: np.ndarray, prefetched: bool = False) -> np.ndarray:

@@ -94,7 +94,8 @@ class CacheTier(ABC):
 class SlotTier(CacheTier):
     """A tier of ``capacity_rows`` fixed-size slots over gids ``[0, num_nodes)``: the byte
     accounting and id checks shared by the host and GPU tiers. Subclasses set
-    ``capacity_rows``, ``row_bytes``, ``num_nodes`` and keep ``_num_free`` current."""
+    ``capacity_rows``, ``row_bytes``, ``num_nodes``, keep ``_num_free`` current and define
+    ``slots(ids)``."""
 
     capacity_rows: int
     row_bytes: int
@@ -120,6 +121,15 @@ class SlotTier(CacheTier):
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_nodes):
             raise InvalidArgument(f"node ids must be in [0, {self.num_nodes}), got [{ids.min()}, {ids.max()}]")
         return ids
+
+    def _hit_slots(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(hit mask, slots of the hits)`` for a lookup of ``ids``, counted in hits/misses."""
+        slots = self.slots(ids)
+        hit = slots >= 0
+        n_hit = int(np.count_nonzero(hit))
+        self.hits += n_hit
+        self.misses += int(hit.size) - n_hit
+        return hit, slots[hit]
 
     def _take_slots(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pops a free slot for each of the uncached, unique ``ids``; the caller stores the rows.
@@ -205,12 +215,7 @@ class HostTier(SlotTier):
         return self.slots(ids) >= 0
 
     def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        slots = self.slots(ids)
-        hit = slots >= 0
-        n_hit = int(np.count_nonzero(hit))
-        self.hits += n_hit
-        self.misses += int(hit.size) - n_hit
-        hit_slots = slots[hit]
+        hit, hit_slots = self._hit_slots(ids)
         first_use = hit_slots[self._prefetched[hit_slots]]
         self.prefetch_used += int(np.unique(first_use).size)
         self._prefetched[first_use] = False

@@ -118,8 +118,8 @@ def _view(buf: mmap.mmap | None, size: int, offset: int, shape: Sequence[int], d
     return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(shp)
 
 
-def _map_existing(path: Path, mode: int, gone_hint: str, **mmap_args: int) -> tuple[mmap.mmap | None, int]:
-    """Maps an existing regular segment file; ``(None, 0)`` for an empty one.
+def _open_regular(path: Path, mode: int, gone_hint: str = "") -> tuple[int, os.stat_result]:
+    """``(fd, stat)`` of an existing regular segment file; the caller closes the fd.
 
     Raises:
         Unavailable: the file is gone. FailedPrecondition: it cannot be opened or is not a file.
@@ -134,6 +134,16 @@ def _map_existing(path: Path, mode: int, gone_hint: str, **mmap_args: int) -> tu
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FailedPrecondition(f"shared-memory segment {path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _map_existing(path: Path, mode: int, gone_hint: str, **mmap_args: int) -> tuple[mmap.mmap | None, int]:
+    """Maps an existing regular segment file; ``(None, 0)`` for an empty one (raises as :func:`_open_regular`)."""
+    fd, st = _open_regular(path, mode, gone_hint)
+    try:
         return (mmap.mmap(fd, st.st_size, **mmap_args) if st.st_size else None), st.st_size
     finally:
         os.close(fd)
@@ -259,17 +269,9 @@ class PeerSegments:
         if not _SEGMENT_RE.match(name or ""):
             raise InvalidArgument(f"{name!r} is not a graphfeed shared-memory segment name")
         path = Path(directory) / name
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise Unavailable(f"shared-memory segment {name} is gone from {directory}") from None
-        except OSError as e:
-            raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
+        fd, st = _open_regular(path, os.O_RDWR)
         with self._lock:
             try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise FailedPrecondition(f"shared-memory segment {path} is not a regular file")
                 key, now = (st.st_dev, st.st_ino), self._clock()
                 self._expire(now, keep=key)
                 hit = self._maps.pop(key, None)

@@ -27,7 +27,7 @@ import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import FailedPrecondition
-from graphfeed.common.shm import Segment, SegmentPool, SegmentRegistry
+from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry
 from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
 from graphfeed.loader.cache import CachePolicy
 from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, node_data_fetcher
@@ -248,12 +248,9 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
     shape, dtype = (len(ids), *spec.row_shape), np.dtype(spec.dtype)
     segment = None
     if w.sink is not None:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if w.sink.pool is not None:
-            segment = w.sink.pool.acquire(nbytes)
-            w.sink.registry.add(segment.path, w.sink.owner, recycle=True)
-        else:
-            segment = Segment.create(w.sink.directory, nbytes, w.sink.registry, w.sink.owner)
+        arena = Arena(w.sink.directory, w.sink.registry, w.sink.owner, w.sink.pool)
+        arena.reserve(shape, dtype)  # at offset 0
+        segment = arena.finish()
         features = segment.array(0, shape, dtype)
     else:
         features = np.empty(shape, dtype=dtype)

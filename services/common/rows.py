@@ -53,11 +53,14 @@ def _word_pair(table: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return words(table), words(out)
 
 
-def _check(table: np.ndarray, out: np.ndarray) -> None:
+def _copy(table: np.ndarray, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> None:
     if out.dtype != table.dtype or out.shape[1:] != table.shape[1:]:
         raise ValueError(f"out {out.dtype} {list(out.shape)} does not take rows of {table.dtype} {list(table.shape)}")
     if not (table.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("table and out must be C-contiguous")
+    if len(rows) and out.nbytes:
+        t, o = _word_pair(table, out)
+        _copy_words(t, np.asarray(rows, dtype=np.int64), o, np.asarray(positions, dtype=np.int64), max(1, _LINE // t.itemsize))
 
 
 def take_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -65,20 +68,14 @@ def take_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None
     kernel does not check bounds (callers validate ids first)."""
     if out is None:
         out = np.empty((len(rows), *table.shape[1:]), dtype=table.dtype)
-    _check(table, out)
-    if len(rows) and out.nbytes:
-        t, o = _word_pair(table, out)
-        _copy_words(t, np.asarray(rows, dtype=np.int64), o, _NO_POSITIONS, max(1, _LINE // t.itemsize))
+    _copy(table, rows, out, _NO_POSITIONS)
     return out
 
 
 def scatter_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> None:
     """``out[positions] = table[rows]``; both index arrays int64, valid and of equal length
     (not checked here)."""
-    _check(table, out)
-    if len(rows) and out.nbytes:
-        t, o = _word_pair(table, out)
-        _copy_words(t, np.asarray(rows, dtype=np.int64), o, np.asarray(positions, dtype=np.int64), max(1, _LINE // t.itemsize))
+    _copy(table, rows, out, positions)
 
 
 def _main() -> None:  # pragma: no cover - the measurement quoted in the module docstring

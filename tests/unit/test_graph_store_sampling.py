@@ -94,6 +94,24 @@ def test_fanout_below_minus_one_is_rejected() -> None:
         sample_csr(INDPTR, INDICES, EIDS, ROWS, -2, False, _rng())
 
 
+def test_alloc_receives_the_offsets_and_the_sample_lands_in_its_arrays() -> None:
+    """How a graph-store samples straight into its response segment."""
+    expected = sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, False, _rng(3))
+    seen: list[np.ndarray] = []
+    bufs = (np.full(64, -7, dtype=np.int64), np.full(64, -7, dtype=np.int64))
+
+    def alloc(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(offsets.copy())
+        return bufs[0][: offsets[-1]], bufs[1][: offsets[-1]]
+
+    offsets, src, eids = sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, False, _rng(3), alloc)
+    assert len(seen) == 1 and seen[0].tolist() == expected[0].tolist() == offsets.tolist()
+    assert np.shares_memory(src, bufs[0]) and np.shares_memory(eids, bufs[1])
+    assert src.tolist() == expected[1].tolist() and eids.tolist() == expected[2].tolist()
+    with pytest.raises(ValueError, match="alloc must return two int64 arrays"):
+        sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, False, _rng(3), lambda o: (bufs[0][:1], bufs[1][:1]))
+
+
 def test_same_seed_gives_same_bytes() -> None:
     for replace in (False, True):
         a = sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, replace, _rng(7))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from graphfeed.cli import SERVICES, build_parser
 
+from graphfeed.cli import SERVICES, build_parser
 from tests.deploy.manifests import (
     OPERATOR_KINDS,
     Rendered,

@@ -7,6 +7,7 @@ nodes are ``input_nodes[:blocks[l].num_src]`` and its dst nodes the prefix
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,16 +49,32 @@ class SampledBlocks:
         return sum(b.num_edges for b in self.blocks)
 
 
-def to_proto(sb: SampledBlocks, out: tensor_pb2.SampledBlocks | None = None, arena: Arena | None = None) -> tensor_pb2.SampledBlocks:
-    """Encodes blocks; with an ``arena`` the arrays go to shared memory (see :func:`codec.encode`)."""
+def to_proto(
+    sb: SampledBlocks, out: tensor_pb2.SampledBlocks | None = None, arena: Arena | None = None,
+    placed: Mapping[int, tuple[str, int, bool]] | None = None,
+) -> tensor_pb2.SampledBlocks:  # fmt: skip
+    """Encodes blocks; with an ``arena`` the arrays go to shared memory (see :func:`codec.encode`).
+
+    ``placed`` maps the data address of arrays that already lie in a finished segment to
+    ``(segment name, byte offset, recycle)``: those are referenced where they are, not copied
+    (a prefix view of a placed array counts too).
+    """
     msg = tensor_pb2.SampledBlocks() if out is None else out
-    codec.encode(sb.input_nodes, msg.input_nodes, arena)
-    codec.encode(sb.output_nodes, msg.output_nodes, arena)
+
+    def enc(arr: np.ndarray, field: tensor_pb2.Tensor) -> None:
+        ref = placed.get(arr.ctypes.data) if placed and arr.flags.c_contiguous else None
+        if ref is None:
+            codec.encode(arr, field, arena)
+        else:
+            codec.encode_ref(arr.shape, arr.dtype, ref[0], ref[1], field, ref[2])
+
+    enc(sb.input_nodes, msg.input_nodes)
+    enc(sb.output_nodes, msg.output_nodes)
     for b in sb.blocks:
         pb = msg.blocks.add(num_src=b.num_src, num_dst=b.num_dst)
-        codec.encode(b.edge_src, pb.edge_src, arena)
-        codec.encode(b.edge_dst, pb.edge_dst, arena)
-        codec.encode(b.edge_ids, pb.edge_ids, arena)
+        enc(b.edge_src, pb.edge_src)
+        enc(b.edge_dst, pb.edge_dst)
+        enc(b.edge_ids, pb.edge_ids)
     msg.num_sampled_edges = sb.num_sampled_edges
     return msg
 

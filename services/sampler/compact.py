@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numba
 import numpy as np
@@ -29,8 +29,9 @@ _OK, _DUP_DST, _BAD_SRC = 0, 1, 2
 
 
 @_jit
-def _compact(dst_nodes, part_of, local_of, offs, srcs, eids, slot_of):  # noqa: ANN001, ANN202
-    """Returns (src_nodes, offsets, edge_src, edge_dst, edge_ids, status, offending gid).
+def _compact(dst_nodes, part_of, local_of, offs, srcs, eids, slot_of, src_nodes, edge_src, edge_dst, edge_ids):  # noqa: ANN001, ANN202
+    """Fills ``src_nodes[:n]`` and the edge arrays (sized by the caller: ``num_dst + num_edges``
+    and ``num_edges``); returns (n, status, offending gid).
 
     Frontier node ``i``'s edges are ``srcs[p][offs[p][l]:offs[p][l + 1]]`` with
     ``p, l = part_of[i], local_of[i]`` (``offs``/``srcs``/``eids``: one array per partition).
@@ -38,15 +39,7 @@ def _compact(dst_nodes, part_of, local_of, offs, srcs, eids, slot_of):  # noqa: 
     table is restored either way.
     """
     num_dst = len(dst_nodes)
-    num_edges = 0
-    for p in range(len(srcs)):
-        num_edges += len(srcs[p])
     n_table = len(slot_of)
-    src_nodes = np.empty(num_dst + num_edges, dtype=np.int64)
-    offsets = np.zeros(num_dst + 1, dtype=np.int64)
-    edge_src = np.empty(num_edges, dtype=np.int64)
-    edge_dst = np.empty(num_edges, dtype=np.int64)
-    edge_ids = np.empty(num_edges, dtype=np.int64)
     n = 0
     status, bad = _OK, -1
     for i in range(num_dst):
@@ -89,10 +82,9 @@ def _compact(dst_nodes, part_of, local_of, offs, srcs, eids, slot_of):  # noqa: 
                 e += 1
             if status != _OK:
                 break
-            offsets[i + 1] = e
     for q in range(n):
         slot_of[src_nodes[q]] = -1
-    return src_nodes[:n], offsets, edge_src, edge_dst, edge_ids, status, bad
+    return n, status, bad
 
 
 class SlotTables:
@@ -134,6 +126,7 @@ def compact_hop(
     bounds: np.ndarray,
     parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
     slot_of: np.ndarray,
+    alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, Block]:
     """Merges a hop's answers (one per partition, grouped) into frontier order and compacts them.
 
@@ -146,6 +139,10 @@ def compact_hop(
             positions; ``src`` are sampled in-neighbor gids, each in ``[0, len(slot_of))``, may
             repeat and may contain dst nodes; ``edge_ids`` are passed through.
         slot_of: a table of ``-1`` over every gid (:class:`SlotTables`); left as it was found.
+        alloc: ``alloc(max_src, num_edges)`` returns where to write the output: writable int64
+            arrays ``[max_src]`` (``src_nodes`` is a prefix of it) and three ``[num_edges]``
+            (``edge_src``, ``edge_dst``, ``edge_ids``), e.g. in a response's shared-memory
+            segment; default: new arrays.
 
     Returns:
         ``(src_nodes, block)``: ``src_nodes`` is ``dst_nodes`` followed by the distinct gids of
@@ -180,15 +177,29 @@ def compact_hop(
     where[order] = np.arange(num_dst, dtype=np.int64)
     part_of = (np.searchsorted(bounds, where, side="right") - 1).astype(np.int64)
     local_of = where - bounds[part_of]
-    src_nodes, _, edge_src, edge_dst, out_eids, status, bad = _compact(
-        dst_nodes, part_of, local_of, tuple(offs), tuple(srcs), tuple(eids), slot_of
-    )
+    num_edges = sum(len(src) for src in srcs)
+    out = _outputs(num_dst + num_edges, num_edges, alloc)
+    n, status, bad = _compact(dst_nodes, part_of, local_of, tuple(offs), tuple(srcs), tuple(eids), slot_of, *out)
     if status == _DUP_DST:
         raise ValueError(f"to_block: dst_nodes must be unique ({bad} repeats)")
     if status == _BAD_SRC:
         raise ValueError(f"to_block: gids must be in [0, {len(slot_of)}), got {bad}")
-    block = Block(num_src=int(len(src_nodes)), num_dst=num_dst, edge_src=edge_src, edge_dst=edge_dst, edge_ids=out_eids)
-    return src_nodes, block
+    src_nodes, edge_src, edge_dst, out_eids = out
+    block = Block(num_src=int(n), num_dst=num_dst, edge_src=edge_src, edge_dst=edge_dst, edge_ids=out_eids)
+    return src_nodes[:n], block
+
+
+def _outputs(max_src: int, num_edges: int, alloc: Callable | None) -> tuple[np.ndarray, ...]:
+    if alloc is None:
+        return tuple(np.empty(k, dtype=np.int64) for k in (max_src, num_edges, num_edges, num_edges))
+    out = tuple(alloc(max_src, num_edges))
+    want = (max_src, num_edges, num_edges, num_edges)
+    if len(out) != 4 or any(
+        not isinstance(a, np.ndarray) or a.shape != (k,) or a.dtype != np.int64 or not a.flags.writeable or not a.flags.c_contiguous
+        for a, k in zip(out, want)
+    ):  # fmt: skip
+        raise ValueError(f"to_block: alloc must return writable int64 arrays of lengths {list(want)}")
+    return out
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ the merge is a pure function of the answers, so the same arguments give byte-ide
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -53,6 +53,7 @@ class MultiHopSampler:
         job_seed: int,
         epoch: int,
         step: int,
+        alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
     ) -> SampledBlocks:
         """Samples the ``len(fanouts)``-hop neighborhood of ``seeds``.
 
@@ -64,6 +65,9 @@ class MultiHopSampler:
             job_seed: seed of the job; with ``epoch`` and ``step`` it seeds every choice.
             epoch: zero-based epoch.
             step: zero-based minibatch index within the epoch.
+            alloc: where the last hop (the input layer: the largest block, and ``input_nodes``)
+                is written; see :func:`~graphfeed.sampler.compact.compact_hop`. A server passes
+                one that reserves the arrays in its response's shared-memory segment.
 
         Returns:
             Blocks ordered input layer first; ``output_nodes`` equals ``seeds``.
@@ -80,8 +84,9 @@ class MultiHopSampler:
         blocks: list[Block] = []
         for hop, fanout in enumerate(reversed(fanouts)):
             order, bounds, answers = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
+            last = hop == len(fanouts) - 1
             with self._slots.lease() as slot_of:
-                frontier, block = compact_hop(frontier, order, bounds, answers, slot_of)
+                frontier, block = compact_hop(frontier, order, bounds, answers, slot_of, alloc if last else None)
             blocks.append(block)
         blocks.reverse()
         return SampledBlocks(input_nodes=frontier, output_nodes=seeds, blocks=blocks)

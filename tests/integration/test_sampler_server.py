@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from graphfeed.common import blocks as blocks_codec
 from graphfeed.common import codec
 from graphfeed.common.errors import InvalidArgument, NotFound
 from graphfeed.common.rpc import RunningServer
+from graphfeed.common.transport import ClientTransport
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.graph_store.config import GraphStoreSettings
@@ -134,6 +136,22 @@ def test_client_round_trip(sampler_server: RunningServer, local_sampler: MultiHo
             client.sample(np.array([100], dtype=np.int64), [2], False, 0, 0, 0)
         with pytest.raises(InvalidArgument, match="out of range"):
             client.sample(seeds, [-7], False, 0, 0, 0)
+
+
+@pytest.mark.parametrize("fanouts", [[3, 2], [-1, 4], [0, 2], [2]])
+def test_shared_memory_answers_equal_the_in_process_sampler(sampler_server: RunningServer, local_sampler: MultiHopSampler,
+                                                            fanouts: list[int]) -> None:  # fmt: skip
+    """Through /dev/shm the input layer is compacted straight into the response segment (and the
+    rest copied into a second): the bytes must be the in-process sampler's, and every segment claimed."""
+    transport = ClientTransport("/dev/shm")
+    with grpc.insecure_channel(sampler_server.address) as ch:
+        resp = pb_grpc.SamplerServiceStub(ch).SampleBlocks(request(fanouts=fanouts), timeout=10, metadata=transport.metadata)
+    refs = [t.shm.segment for t in (resp.blocks.input_nodes, resp.blocks.output_nodes) if t.WhichOneof("payload") == "shm"]
+    assert len(set(refs)) == 2, "input layer in one segment, the rest in another"
+    got = blocks_codec.from_proto(resp.blocks, transport.reader())
+    assert not [n for n in os.listdir("/dev/shm") if n in refs], "both segments claimed"
+    want = local_sampler.sample(np.array(SEEDS, dtype=np.int64), fanouts, False, 5, 1, 4)
+    assert blocks_codec.to_proto(got).SerializeToString() == blocks_codec.to_proto(want).SerializeToString()
 
 
 def metric(text: str, name: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphfeed.sampler.compact import to_block
+from graphfeed.sampler.compact import compact_hop, to_block
 
 
 def i64(*xs: int) -> np.ndarray:
@@ -130,3 +130,31 @@ def test_slot_tables_are_bounded_and_reused_warmest_first() -> None:
         assert x is not y  # y goes back first, then x
     with tables.lease() as z:
         assert z is x  # the last one returned (the warmest) is lent first
+
+
+def test_alloc_hook_receives_the_output_and_is_checked() -> None:
+    """A server's hook gets (max src nodes, edges) and the block lands in the arrays it returned."""
+    dst, offsets, src, eids = i64(10, 20, 5), i64(0, 3, 3, 7), i64(30, 20, 30, 40, 10, 50, 40), i64(*range(100, 107))
+    slab = np.full(64, -7, dtype=np.int64)  # one buffer standing in for a response segment
+    asked = []
+
+    def alloc(max_src: int, num_edges: int) -> tuple[np.ndarray, ...]:
+        asked.append((max_src, num_edges))
+        return slab[:max_src], slab[16 : 16 + num_edges], slab[32 : 32 + num_edges], slab[48 : 48 + num_edges]
+
+    want_nodes, want = to_block(dst, offsets, src, eids)
+    order = np.arange(3, dtype=np.int64)
+    table = np.full(100, -1, dtype=np.int32)
+    got_nodes, got = compact_hop(dst, order, i64(0, 3), [(offsets, src, eids)], table, alloc)
+    assert asked == [(10, 7)] and (table == -1).all()
+    np.testing.assert_array_equal(got_nodes, want_nodes)
+    assert got_nodes.ctypes.data == slab.ctypes.data and got.edge_ids.ctypes.data == slab[48:].ctypes.data
+    for a, b in ((got.edge_src, want.edge_src), (got.edge_dst, want.edge_dst), (got.edge_ids, want.edge_ids)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(slab[16:23], want.edge_src)
+    for bad in (lambda m, e: (slab[: m - 1], slab[:e], slab[:e], slab[:e]),  # too short
+                lambda m, e: (slab[:m], slab[:e].astype(np.int32), slab[:e], slab[:e]),  # wrong dtype
+                lambda m, e: (slab[:m], slab[: 2 * e : 2], slab[:e], slab[:e])):  # not contiguous  # fmt: skip
+        with pytest.raises(ValueError, match="alloc must return"):
+            compact_hop(dst, order, i64(0, 3), [(offsets, src, eids)], table, bad)
+    assert (table == -1).all()

@@ -47,7 +47,17 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="example GraphSAGE job through RemoteDataLoader", description="Train GraphSAGE from a graphfeed loader; checkpoints and resumes.")
-    p.add_argument("--loader", required=True, help="host:port of the loader service")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--loader", help="host:port of the loader service")
+    src.add_argument(
+        "--graph-stores", type=lambda v: [a for a in v.split(",") if a],
+        help="comma-separated host:port of every graph-store: run the loader inside this process "
+        "(needs --sampler; with --device cuda and --gpu-cache-bytes, features are gathered on the GPU)",
+    )  # fmt: skip
+    p.add_argument("--sampler", default="", help="host:port of the sampler service (with --graph-stores)")
+    p.add_argument("--cache-policy", default="static_degree", help="embedded loader's cache policy (default static_degree)")
+    p.add_argument("--cache-bytes", type=int, default=64 << 20, help="embedded loader's host cache bytes (default 64 MiB)")
+    p.add_argument("--gpu-cache-bytes", type=int, default=0, help="embedded loader's GPU cache tier bytes (default 0: none)")
     p.add_argument("--epochs", type=int, default=10, help="epochs to train (default 10)")
     p.add_argument("--batch-size", type=int, default=256, help="seeds per minibatch (default 256)")
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="neighbors per layer, input layer first (default 10 10)")
@@ -73,8 +83,15 @@ def _run_train(args: argparse.Namespace) -> int:
     from graphfeed.trainer.train import TrainConfig, Trainer, format_report
 
     rank = args.rank if args.rank is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
+    if args.graph_stores is not None and not args.sampler:
+        raise SystemExit("graphfeed train: --graph-stores needs --sampler")
     cfg = TrainConfig(
-        loader_address=args.loader,
+        loader_address=args.loader or "",
+        graph_stores=args.graph_stores or [],
+        sampler_address=args.sampler,
+        cache_policy=args.cache_policy,
+        cache_bytes=args.cache_bytes,
+        gpu_cache_bytes=args.gpu_cache_bytes,
         epochs=args.epochs,
         batch_size=args.batch_size,
         fanouts=args.fanouts,

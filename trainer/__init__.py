@@ -7,8 +7,12 @@ loader service::
     loader = RemoteDataLoader("127.0.0.1:50051", "train", fanouts=[10, 10], batch_size=256)
     for input_nodes, output_nodes, blocks in loader:
         x = blocks[0].srcdata["feat"]; y = blocks[-1].dstdata["label"]
+
+``EmbeddedDataLoader`` has the same interface over a ``graphfeed.loader.core.Loader`` running in
+the trainer's process (no loader service; on a GPU with a GPU cache tier, features arrive on
+the device through DLPack).
 """
 
-from graphfeed.trainer.dataloader import EpochStats, RemoteDataLoader
+from graphfeed.trainer.dataloader import EmbeddedDataLoader, EpochStats, RemoteDataLoader
 
-__all__ = ["RemoteDataLoader", "EpochStats"]
+__all__ = ["EmbeddedDataLoader", "EpochStats", "RemoteDataLoader"]

@@ -1,4 +1,6 @@
-"""RemoteDataLoader: DGL's DataLoader interface over a graphfeed loader service."""
+"""DGL's DataLoader interface over graphfeed: :class:`RemoteDataLoader` reads a loader service;
+:class:`EmbeddedDataLoader` runs a :class:`~graphfeed.loader.core.Loader` in the trainer's own
+process (the path on which features can reach the trainer's GPU without a host round trip)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import dgl
 import grpc
@@ -20,6 +23,10 @@ from graphfeed.common.shm import SegmentReader
 from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from graphfeed.common.blocks import SampledBlocks
+    from graphfeed.loader.core import Loader, ReadyMinibatch
 
 
 @dataclass
@@ -54,13 +61,15 @@ def _torch(arr: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(arr)
 
 
-def to_dgl_blocks(
-    mb: pb.Minibatch, feature_name: str, label_name: str, segments: SegmentReader | None = None
-) -> tuple[torch.Tensor, torch.Tensor, list]:
-    """Builds DGL blocks from a Minibatch message, with features and labels attached (no copies)."""
-    sb = blocks_codec.from_proto(mb.blocks, segments)
+def dgl_blocks(
+    sb: SampledBlocks, features: torch.Tensor, labels: torch.Tensor | None, feature_name: str, label_name: str,
+    device: torch.device | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, list]:  # fmt: skip
+    """DGL blocks on ``device`` (default: the CPU) from sampled blocks, with ``features``
+    attached to the first block's src nodes and ``labels`` to the last block's dst nodes.
+    Tensors already on ``device`` (features read on the GPU) are attached without a copy."""
+    device = device or torch.device("cpu")
     input_nodes = _torch(sb.input_nodes.astype(np.int64, copy=False))
-    output_nodes = input_nodes[: len(sb.output_nodes)]
     out = []
     for b in sb.blocks:
         block = dgl.create_block(
@@ -71,15 +80,82 @@ def to_dgl_blocks(
         block.srcdata[dgl.NID] = input_nodes[: b.num_src]
         block.dstdata[dgl.NID] = input_nodes[: b.num_dst]
         block.edata[dgl.EID] = _torch(b.edge_ids.astype(np.int64, copy=False))
-        out.append(block)
+        out.append(block if device.type == "cpu" else block.to(device))
+    input_nodes = input_nodes.to(device)
     if out:
-        out[0].srcdata[feature_name] = _torch(codec.decode(mb.input_features, "input_features", segments))
-        if label_name:
-            out[-1].dstdata[label_name] = _torch(codec.decode(mb.labels, "labels", segments))
-    return input_nodes, output_nodes, out
+        out[0].srcdata[feature_name] = features.to(device)
+        if label_name and labels is not None:
+            out[-1].dstdata[label_name] = labels.to(device)
+    return input_nodes, input_nodes[: len(sb.output_nodes)], out
 
 
-class RemoteDataLoader:
+def to_dgl_blocks(
+    mb: pb.Minibatch, feature_name: str, label_name: str, segments: SegmentReader | None = None,
+    device: torch.device | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, list]:  # fmt: skip
+    """Builds DGL blocks from a Minibatch message, with features and labels attached (no copies on the CPU)."""
+    sb = blocks_codec.from_proto(mb.blocks, segments)
+    features = _torch(codec.decode(mb.input_features, "input_features", segments))
+    labels = _torch(codec.decode(mb.labels, "labels", segments)) if label_name else None
+    return dgl_blocks(sb, features, labels, feature_name, label_name, device)
+
+
+class _StepLoader:
+    """What both data loaders share: the (epoch, step) position, resume, counters."""
+
+    info: Any  # steps_per_epoch, num_classes, feature_row_shape (DescribeJobResponse or JobInfo)
+    epoch: int
+    step: int
+    stats: EpochStats
+
+    def __len__(self) -> int:
+        return int(self.info.steps_per_epoch)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.info.num_classes)
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(self.info.feature_row_shape)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts the next iteration at the beginning of ``epoch``."""
+        self.epoch, self.step = int(epoch), 0
+
+    def state_dict(self) -> dict[str, int]:
+        """Position of the next minibatch: checkpoint it with the model."""
+        return {"epoch": self.epoch, "step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resumes at a position from :meth:`state_dict`."""
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        if self.step >= len(self):  # saved right after the last step of an epoch
+            self.epoch, self.step = self.epoch + 1, 0
+
+    def _count(self, hits: int, misses: int, remote_bytes: int, edges: int) -> None:
+        s = self.stats
+        s.minibatches += 1
+        s.cache_hits += hits
+        s.cache_misses += misses
+        s.remote_feature_bytes += remote_bytes
+        s.sampled_edges += edges
+
+    def _check_position(self, epoch: int, got_epoch: int, got_step: int) -> None:
+        if got_step != self.step or got_epoch != epoch:
+            raise RuntimeError(f"loader sent step {got_epoch}/{got_step}, expected {epoch}/{self.step}")
+
+    def close(self) -> None:
+        """Releases the connection (RemoteDataLoader); the embedded loader is its owner's to close."""
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RemoteDataLoader(_StepLoader):
     """Iterates ``(input_nodes, output_nodes, blocks)`` like ``dgl.dataloading.DataLoader``.
 
     Node ids are graphfeed global ids. ``blocks[0].srcdata[feature_name]`` holds the input
@@ -155,31 +231,6 @@ class RemoteDataLoader:
         self.step = 0
         self.stats = EpochStats()
 
-    def __len__(self) -> int:
-        return int(self.info.steps_per_epoch)
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.info.num_classes)
-
-    @property
-    def feature_shape(self) -> tuple[int, ...]:
-        return tuple(self.info.feature_row_shape)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Starts the next iteration at the beginning of ``epoch``."""
-        self.epoch, self.step = int(epoch), 0
-
-    def state_dict(self) -> dict[str, int]:
-        """Position of the next minibatch: checkpoint it with the model."""
-        return {"epoch": self.epoch, "step": self.step}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resumes at a position from :meth:`state_dict`."""
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
-        if self.step >= len(self):  # saved right after the last step of an epoch
-            self.epoch, self.step = self.epoch + 1, 0
-
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
         epoch, start = self.epoch, self.step
         self.stats = EpochStats()
@@ -195,35 +246,99 @@ class RemoteDataLoader:
                 except grpc.RpcError as err:
                     raise from_rpc_error(err, f"loader {self.address}") from None
                 self.stats.wait_seconds += time.perf_counter() - t0
-                if mb.step_key.step != self.step or mb.step_key.epoch != epoch:
-                    raise RuntimeError(f"loader sent step {mb.step_key.epoch}/{mb.step_key.step}, expected {epoch}/{self.step}")
-                batch = to_dgl_blocks(mb, self.job.feature_name, self.job.label_name, self._transport.reader())
-                self._count(mb)
+                self._check_position(epoch, mb.step_key.epoch, mb.step_key.step)
+                batch = to_dgl_blocks(mb, self.job.feature_name, self.job.label_name, self._transport.reader(), self.device)
+                st = mb.stats
+                self._count(st.cache_hits, st.cache_misses, st.remote_feature_bytes, mb.blocks.num_sampled_edges)
                 self.step += 1
-                yield self._to_device(batch)
+                yield batch
         finally:
             stream.cancel()
         self.epoch, self.step = epoch + 1, 0
 
-    def _count(self, mb: pb.Minibatch) -> None:
-        s = self.stats
-        s.minibatches += 1
-        s.cache_hits += mb.stats.cache_hits
-        s.cache_misses += mb.stats.cache_misses
-        s.remote_feature_bytes += mb.stats.remote_feature_bytes
-        s.sampled_edges += mb.blocks.num_sampled_edges
-
-    def _to_device(self, batch: tuple) -> tuple:
-        if self.device.type == "cpu":
-            return batch
-        input_nodes, output_nodes, blocks = batch
-        return input_nodes.to(self.device), output_nodes.to(self.device), [b.to(self.device) for b in blocks]
-
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "RemoteDataLoader":
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+
+class EmbeddedDataLoader(_StepLoader):
+    """:class:`RemoteDataLoader`'s interface over a :class:`~graphfeed.loader.core.Loader` in
+    this process (over remote graph-stores and sampler, or in-process partitions): the same
+    minibatches, no loader service.
+
+    With a CUDA ``device`` and a loader whose cache has a GPU tier (``gpu_cache_bytes`` > 0),
+    features are gathered on the GPU (GPU-tier hits from device memory, host-tier hits zero-copy
+    from pinned memory, misses fetched and copied up) and handed to PyTorch through DLPack:
+    they never make a host round trip. Otherwise features are NumPy arrays moved like
+    RemoteDataLoader's.
+
+    Args:
+        loader: the loader; its owner closes it (this object never does).
+        device_features: ask for device arrays even when ``device`` is not CUDA (tests, with the
+            kernel emulator); default: when ``device`` is CUDA.
+        The rest: as :class:`RemoteDataLoader` (``job_id`` names the loader's shared cache state).
+    """
+
+    def __init__(
+        self,
+        loader: Loader,
+        split: str = "train",
+        *,
+        fanouts: Sequence[int],
+        batch_size: int = 1024,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        replace: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        job_id: str = "graphfeed-job",
+        feature_name: str = "feat",
+        label_name: str = "label",
+        device: str | torch.device = "cpu",
+        device_features: bool | None = None,
+    ) -> None:
+        from graphfeed.loader.core import JobSpec  # noqa: PLC0415 - RemoteDataLoader users need none of the loader
+
+        self.loader = loader
+        self.job = JobSpec(
+            job_id=job_id, job_seed=seed, split=split, batch_size=batch_size, fanouts=tuple(fanouts), replace=replace,
+            shuffle=shuffle, drop_last=drop_last, rank=rank, world_size=world_size, feature_name=feature_name,
+            label_name=label_name,
+        )  # fmt: skip
+        self.device = torch.device(device)
+        self.info = loader.describe(self.job)
+        wanted = self.device.type == "cuda" if device_features is None else device_features
+        self.device_features = bool(wanted) and loader.gpu_features(feature_name)
+        self.epoch = 0
+        self.step = 0
+        self.stats = EpochStats()
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
+        epoch = self.epoch
+        self.stats = EpochStats()
+        with self.loader.stream(self.job, epoch, self.step, on_device=self.device_features) as stream:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    mb = next(stream)
+                except StopIteration:
+                    break
+                self.stats.wait_seconds += time.perf_counter() - t0
+                self._check_position(epoch, mb.epoch, mb.step)
+                batch = self._blocks(mb)
+                st = mb.stats
+                self._count(st.cache_hits, st.cache_misses, st.remote_feature_bytes, mb.blocks.num_sampled_edges)
+                self.step += 1
+                yield batch
+        self.epoch, self.step = epoch + 1, 0
+
+    def _blocks(self, mb: ReadyMinibatch) -> tuple[torch.Tensor, torch.Tensor, list]:
+        if self.device_features:
+            from graphfeed.gpu_kernels.memory import to_torch  # noqa: PLC0415 - GPU path only
+
+            features = to_torch(mb.features)  # DLPack: the device array itself
+        else:
+            features = _torch(mb.features)
+        labels = _torch(mb.labels) if self.job.label_name else None
+        return dgl_blocks(mb.blocks, features, labels, self.job.feature_name, self.job.label_name, self.device)

@@ -1,4 +1,5 @@
-"""Example training job: GraphSAGE node classification through RemoteDataLoader.
+"""Example training job: GraphSAGE node classification through RemoteDataLoader (a loader
+service) or EmbeddedDataLoader (the loader in this process, over remote graph-stores and sampler).
 
 Stateless by design: everything needed to continue lives in the checkpoint (model,
 optimizer, torch RNG state, the loader position and the list of applied steps), written
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from graphfeed.trainer.dataloader import RemoteDataLoader
+from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
 from graphfeed.trainer.models import GraphSAGE
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,17 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    """Hyper-parameters and wiring of the example job."""
+    """Hyper-parameters and wiring of the example job: a loader service (``loader_address``) or,
+    with ``graph_stores`` and ``sampler_address`` instead, a loader embedded in this process
+    (then ``cache_*`` size its cache, and with a CUDA ``device`` and ``gpu_cache_bytes`` features
+    are gathered on the GPU)."""
 
-    loader_address: str
+    loader_address: str = ""
+    graph_stores: list[str] = field(default_factory=list)
+    sampler_address: str = ""
+    cache_policy: str = "static_degree"
+    cache_bytes: int = 64 << 20
+    gpu_cache_bytes: int = 0
     epochs: int = 10
     batch_size: int = 256
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
@@ -87,12 +96,8 @@ class Trainer:
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         torch.manual_seed(cfg.seed)
-        common = dict(
-            seed=cfg.seed, rank=cfg.rank, world_size=cfg.world_size, job_id=cfg.job_id, device=self.device, shm_dir=cfg.shm_dir
-        )
-        self.train_loader = RemoteDataLoader(
-            cfg.loader_address, "train", fanouts=cfg.fanouts, batch_size=cfg.batch_size, shuffle=True, **common
-        )
+        self.embedded = _embedded_loader(cfg) if not cfg.loader_address else None
+        self.train_loader = self._data_loader("train", cfg.fanouts, cfg.batch_size, shuffle=True, job_id=cfg.job_id)
         in_feats = int(torch.tensor(self.train_loader.feature_shape).prod())
         self.model = GraphSAGE(in_feats, cfg.hidden, self.train_loader.num_classes, len(cfg.fanouts), cfg.dropout)
         self.model.to(self.device)
@@ -106,6 +111,16 @@ class Trainer:
         self.applied: list[tuple[int, int, str]] = []  # (epoch, step, digest) of every applied step
         if cfg.checkpoint is not None and cfg.checkpoint.exists():
             self._restore(torch.load(cfg.checkpoint, map_location=self.device))
+
+    def _data_loader(
+        self, split: str, fanouts: list[int], batch_size: int, *, shuffle: bool, job_id: str
+    ) -> RemoteDataLoader | EmbeddedDataLoader:
+        cfg = self.cfg
+        kw = dict(fanouts=fanouts, batch_size=batch_size, shuffle=shuffle, seed=cfg.seed, rank=cfg.rank,
+                  world_size=cfg.world_size, job_id=job_id, device=self.device)  # fmt: skip
+        if self.embedded is not None:
+            return EmbeddedDataLoader(self.embedded, split, **kw)
+        return RemoteDataLoader(cfg.loader_address, split, shm_dir=cfg.shm_dir, **kw)
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -154,18 +169,8 @@ class Trainer:
         """Accuracy on a split, sampled with ``eval_fanouts`` (all neighbors by default)."""
         self.model.eval()
         correct = total = 0
-        with RemoteDataLoader(
-            self.cfg.loader_address,
-            split,
-            fanouts=self.cfg.eval_fanouts,
-            batch_size=max(self.cfg.batch_size, 1024),
-            shuffle=False,
-            seed=self.cfg.seed,
-            rank=self.cfg.rank,
-            world_size=self.cfg.world_size,
-            job_id=f"{self.cfg.job_id}-eval",
-            device=self.device,
-        ) as loader:
+        batch_size = max(self.cfg.batch_size, 1024)
+        with self._data_loader(split, self.cfg.eval_fanouts, batch_size, shuffle=False, job_id=f"{self.cfg.job_id}-eval") as loader:
             for _in, _out, blocks in loader:
                 pred = self.model(blocks, blocks[0].srcdata["feat"]).argmax(1)
                 correct += int((pred == blocks[-1].dstdata["label"]).sum())
@@ -200,6 +205,25 @@ class Trainer:
 
     def close(self) -> None:
         self.train_loader.close()
+        if self.embedded is not None:
+            self.embedded.close()
+            self.embedded.sampler.close()  # type: ignore[attr-defined] - the SamplerClient built here
+            self.embedded.partitions.close()
+
+
+def _embedded_loader(cfg: TrainConfig):  # noqa: ANN202 - graphfeed.loader.core.Loader, imported here
+    """A loader in this process over the graph-stores and sampler of ``cfg``."""
+    from graphfeed.graph_store.client import RemotePartitionSet  # noqa: PLC0415 - embedded mode only
+    from graphfeed.loader.core import Loader  # noqa: PLC0415
+    from graphfeed.sampler.client import SamplerClient  # noqa: PLC0415
+
+    if not cfg.graph_stores or not cfg.sampler_address:
+        raise ValueError("give either loader_address, or graph_stores and sampler_address (an embedded loader)")
+    shm_dir = cfg.shm_dir or None
+    partitions = RemotePartitionSet(cfg.graph_stores, shm_dir=shm_dir)
+    sampler = SamplerClient(cfg.sampler_address, shm_dir=shm_dir)
+    return Loader(partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes,
+                  gpu_cache_bytes=cfg.gpu_cache_bytes)  # fmt: skip
 
 
 def format_report(r: EpochReport) -> str:

@@ -203,11 +203,16 @@ class Loader:
                 self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request)
             return self._caches[feature_name]
 
-    def stream(self, job: JobSpec, epoch: int, start_step: int = 0, sink: ShmSink | None = None) -> MinibatchStream:
+    def stream(
+        self, job: JobSpec, epoch: int, start_step: int = 0, sink: ShmSink | None = None, *, on_device: bool = False
+    ) -> MinibatchStream:
         """Starts streaming steps ``[start_step, steps_per_epoch)`` of ``epoch``.
 
         ``sink``: assemble each minibatch's features in a shared-memory segment there (the
         consumer shares the directory); None: in ordinary memory.
+        ``on_device``: when the feature's cache has a GPU tier, deliver features as device arrays
+        (GPU and pinned host-tier hits read by one kernel, misses copied up; for a consumer in
+        this process on that GPU, see :meth:`gpu_features`); otherwise ignored (NumPy arrays).
 
         Raises:
             InvalidArgument: bad job spec. NotFound: unknown split or node-data name.
@@ -219,12 +224,17 @@ class Loader:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
         work = StreamWork(
             self.partitions, self.sampler, self._pool, self._cache(job.feature_name), job, plan,
-            start_step, self.lookahead_steps, self.max_ids_per_request, Channel(self.max_inflight), sink,
+            start_step, self.lookahead_steps, self.max_ids_per_request, Channel(self.max_inflight), sink, on_device,
         )  # fmt: skip
         log.info("stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps)
         stream = MinibatchStream(work, self.on_minibatch)
         self._streams.add(stream)
         return stream
+
+    def gpu_features(self, feature_name: str) -> bool:
+        """Whether streams with ``on_device`` deliver this feature as device arrays (its cache
+        has a GPU tier: ``gpu_cache_bytes`` > 0 and a usable GPU)."""
+        return hasattr(self._cache(feature_name).policy, "lookup_device")
 
     def cache_stats(self) -> list[TierStats]:
         """Counters per tier name, summed over the caches of all feature names."""

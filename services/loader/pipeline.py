@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class ReadyMinibatch:
     step: int
     steps_per_epoch: int
     blocks: SampledBlocks
-    features: np.ndarray  # [len(blocks.input_nodes), *row_shape]
+    features: Any  # [len(blocks.input_nodes), *row_shape]: np.ndarray, or a device array (stream ``on_device``)
     labels: np.ndarray  # [len(blocks.output_nodes), *label_shape]; empty without label_name
     stats: MinibatchStats
     features_segment: str | None = None  # the shared-memory segment holding ``features`` at offset 0
@@ -130,6 +130,18 @@ class SharedCache:
             self._gathered[stream] = step
             self._announced.discard((stream, step))
             return hit, rows
+
+    def access_device(self, stream: int, step: int, ids: np.ndarray) -> tuple[Any, np.ndarray]:
+        """Like :meth:`access` for a policy with ``lookup_device`` (the GPU tier): ``(rows of
+        all ids on the device, positions of the misses)``; the misses' rows are to be filled."""
+        with self.lock:
+            out, miss_pos = self.policy.lookup_device(ids)
+            hit = np.ones(len(ids), dtype=bool)
+            hit[miss_pos] = False
+            self.policy.on_access(ids, hit, (stream, step))
+            self._gathered[stream] = step
+            self._announced.discard((stream, step))
+            return out, miss_pos
 
     def close_stream(self, stream: int) -> None:
         with self.lock:
@@ -224,6 +236,7 @@ class StreamWork:
     max_ids_per_request: int
     channel: Channel
     sink: ShmSink | None = None
+    on_device: bool = False  # features as device arrays, where the policy has a GPU tier
 
 
 def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
@@ -241,11 +254,13 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
     trainer maps it."""
     t0 = time.perf_counter()
     j, parts, policy = w.job, w.partitions, w.cache.policy
+    if w.on_device and hasattr(policy, "lookup_device"):
+        return _gather_on_device(w, stream, step, sb, sample_s, t0)
     ids = np.asarray(sb.input_nodes, dtype=np.int64)
-    hit, hit_rows = w.cache.access(stream, step, ids)
-    miss_pos = np.flatnonzero(~hit)
     spec = parts.info.node_data[j.feature_name]
     shape, dtype = (len(ids), *spec.row_shape), np.dtype(spec.dtype)
+    hit, hit_rows = w.cache.access(stream, step, ids)
+    miss_pos = np.flatnonzero(~hit)
     segment = None
     if w.sink is not None:
         arena = Arena(w.sink.directory, w.sink.registry, w.sink.owner, w.sink.pool)
@@ -257,29 +272,58 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
     try:
         got = _fetch_misses(w, ids[miss_pos], miss_pos, features, segment)
         features[hit] = hit_rows
-        labels, got_labels = np.empty((0,), dtype=np.int64), {}
-        if j.label_name:
-            lspec = parts.info.node_data[j.label_name]
-            pending = fan_out(parts, sb.output_nodes, lambda p, c: parts.get_node_data(p, j.label_name, c), w.max_ids_per_request)
-            labels, got_labels = pending.wait(lspec.row_shape, lspec.dtype)
+        labels, got_labels = _labels(w, sb)
     finally:
         if segment is not None:
             segment.close()  # the features view keeps the mapping alive
     if policy.admits:
         with w.cache.lock:
             policy.admit(ids[miss_pos], features[miss_pos])
+    stats = _stats(len(ids), len(miss_pos), got, got_labels, sample_s, t0)
+    name = segment.name if segment is not None else None
+    recycle = segment is not None and segment.recycle
+    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats, name, recycle)
+
+
+def _gather_on_device(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: float, t0: float) -> ReadyMinibatch:
+    """:func:`_gather` into device memory (a loader embedded in a trainer on the GPU): one
+    kernel reads GPU-tier hits from device memory and host-tier hits zero-copy from pinned
+    host memory; only the misses are fetched (to the host) and copied up."""
+    j, policy = w.job, w.cache.policy
+    ids = np.asarray(sb.input_nodes, dtype=np.int64)
+    spec = w.partitions.info.node_data[j.feature_name]
+    features, miss_pos = w.cache.access_device(stream, step, ids)
+    missed = np.empty((len(miss_pos), *spec.row_shape), dtype=spec.dtype)
+    got = _fetch_misses(w, ids[miss_pos], np.arange(len(miss_pos)), missed, None)
+    policy.fill(features, miss_pos, missed)
+    labels, got_labels = _labels(w, sb)
+    if policy.admits:
+        with w.cache.lock:
+            policy.admit(ids[miss_pos], missed)
+    stats = _stats(len(ids), len(miss_pos), got, got_labels, sample_s, t0)
+    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats)
+
+
+def _labels(w: StreamWork, sb: SampledBlocks) -> tuple[np.ndarray, dict[int, int]]:
+    """The seeds' labels from their owners and the bytes received per partition (none without a label name)."""
+    j, parts = w.job, w.partitions
+    if not j.label_name:
+        return np.empty((0,), dtype=np.int64), {}
+    lspec = parts.info.node_data[j.label_name]
+    pending = fan_out(parts, sb.output_nodes, lambda p, c: parts.get_node_data(p, j.label_name, c), w.max_ids_per_request)
+    return pending.wait(lspec.row_shape, lspec.dtype)
+
+
+def _stats(n: int, misses: int, got: dict[int, int], got_labels: dict[int, int], sample_s: float, t0: float) -> MinibatchStats:
     by_part = {p: got.get(p, 0) + got_labels.get(p, 0) for p in sorted(set(got) | set(got_labels))}
-    stats = MinibatchStats(
-        cache_hits=len(ids) - len(miss_pos),
-        cache_misses=len(miss_pos),
+    return MinibatchStats(
+        cache_hits=n - misses,
+        cache_misses=misses,
         remote_feature_bytes=sum(by_part.values()),
         sample_seconds=sample_s,
         gather_seconds=time.perf_counter() - t0,
         remote_bytes_by_partition=by_part,
     )
-    name = segment.name if segment is not None else None
-    recycle = segment is not None and segment.recycle
-    return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats, name, recycle)
 
 
 def _fetch_misses(

@@ -70,3 +70,44 @@ def test_same_epoch_and_step_is_byte_identical(cora_cluster) -> None:  # noqa: A
     assert whole[3:6] == first, "resuming at step 3 replays exactly steps 3.. of the full epoch"
     other_epoch = _stream(cora_cluster.loader.address, epoch=3, start=3, n=1)
     assert other_epoch[0] != first[0], "a new epoch reshuffles"
+
+
+def _batches(loader, n: int | None = None) -> list[tuple[bytes, ...]]:  # noqa: ANN001
+    out = []
+    for input_nodes, _output_nodes, blocks in loader:
+        edges = [np.stack([t.numpy() for t in b.edges()]).tobytes() + b.edata["_ID"].numpy().tobytes() for b in blocks]
+        out.append((input_nodes.numpy().tobytes(), blocks[0].srcdata["feat"].numpy().tobytes(),
+                    blocks[-1].dstdata["label"].numpy().tobytes(), *edges))  # fmt: skip
+        if n is not None and len(out) == n:
+            break
+    return out
+
+
+def test_embedded_loader_gives_the_service_s_minibatches_and_resumes(cora_cluster) -> None:  # noqa: ANN001
+    """A trainer running the loader in its own process (over the same graph-stores and
+    sampler) sees exactly the minibatches the loader service streams, and resumes mid-epoch."""
+    from graphfeed.trainer import EmbeddedDataLoader
+    from graphfeed.trainer.train import TrainConfig, Trainer
+
+    job = dict(fanouts=[4, 3], batch_size=128, seed=5, job_id="embedded")
+    remote = RemoteDataLoader(cora_cluster.loader.address, "train", **job)
+    remote.set_epoch(1)
+    want = _batches(remote)
+    cfg = TrainConfig(graph_stores=[s.address for s in cora_cluster.graph_stores], sampler_address=cora_cluster.sampler.address,
+                      epochs=1, batch_size=128, fanouts=[4, 3], cache_policy="lru", cache_bytes=1 << 20)  # fmt: skip
+    trainer = Trainer(cfg)  # builds its loader from the addresses, as `graphfeed train --graph-stores` does
+    try:
+        embedded = EmbeddedDataLoader(trainer.embedded, "train", **job)
+        assert len(embedded) == len(remote) and embedded.num_classes == remote.num_classes
+        embedded.set_epoch(1)
+        assert _batches(embedded) == want and embedded.state_dict() == {"epoch": 2, "step": 0}
+        embedded.set_epoch(1)
+        head = _batches(embedded, 2)
+        resumed = EmbeddedDataLoader(trainer.embedded, "train", **job)
+        resumed.load_state_dict(embedded.state_dict())
+        assert embedded.state_dict() == {"epoch": 1, "step": 2} and head + _batches(resumed) == want
+        (report,) = trainer.fit()
+        assert report.epoch == 0 and np.isfinite(report.loss) and 0 < report.val_acc <= 1
+    finally:
+        trainer.close()
+        remote.close()

@@ -179,3 +179,37 @@ def test_loader_with_an_emulated_gpu_tier_streams_the_same_features(
     finally:
         plain.close()
         gpu.close()
+
+
+def test_embedded_data_loader_hands_device_features_to_torch(
+    parts: LocalPartitionSet, emu: EmulatorBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded path: the stream gathers into "device" arrays (one cache_gather kernel,
+    misses filled), the data loader wraps them through DLPack, and training sees the same
+    tensors as from the host path."""
+    pytest.importorskip("dgl")
+    from graphfeed.trainer.dataloader import EmbeddedDataLoader
+
+    kw = {"cache_policy": "lru", "cache_bytes": 20 * ROW_BYTES}
+    plain = Loader(parts, MultiHopSampler(parts), **kw)
+    monkeypatch.setattr(tier_mod, "gpu_available", lambda: True)
+    monkeypatch.setattr(tier_mod, "cuda_backend", lambda: emu)
+    gpu = Loader(parts, MultiHopSampler(parts), gpu_cache_bytes=14 * ROW_BYTES, **kw)
+    lookups = []
+    monkeypatch.setattr(GpuTieredCache, "lookup", lambda *a: lookups.append(a))  # the host path must not run
+    job = dict(fanouts=[3, 2], batch_size=8, seed=3, job_id="g")
+    try:
+        want = [(i.numpy().copy(), b[0].srcdata["feat"].numpy().copy(), b[-1].dstdata["label"].numpy().copy())
+                for i, _o, b in EmbeddedDataLoader(plain, **job)]  # fmt: skip
+        dl = EmbeddedDataLoader(gpu, device_features=True, **job)
+        assert dl.device_features and not EmbeddedDataLoader(plain, device_features=True, **job).device_features
+        got = [(i.numpy(), b[0].srcdata["feat"].numpy(), b[-1].dstdata["label"].numpy()) for i, _o, b in dl]
+        assert len(got) == len(want) == len(dl) and not lookups
+        for (gi, gf, gl), (wi, wf, wl) in zip(got, want):
+            assert np.array_equal(gi, wi) and np.array_equal(gf, wf) and np.array_equal(gl, wl)
+        stats = {t.tier: t for t in gpu.cache_stats()}
+        assert stats["gpu"].hits > 0 and stats["gpu"].hits + stats["gpu"].misses == sum(len(f) for _, f, _ in got)
+        assert dl.stats.cache_hits >= stats["gpu"].hits and dl.state_dict() == {"epoch": 1, "step": 0}
+    finally:
+        plain.close()
+        gpu.close()

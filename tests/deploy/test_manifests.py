@@ -224,6 +224,10 @@ def test_loader_placement_per_overlay(rendered: dict[str, Rendered]) -> None:
         assert pod_spec(w)["nodeSelector"] == pod_spec(ds)["nodeSelector"]
         assert pod_spec(w)["tolerations"] == pod_spec(ds)["tolerations"]
         assert containers(w)[0]["resources"]["limits"][GPU] == 1
+    devices = {name: {e["name"]: e.get("value") for e in containers(r.get("Job", "trainer"))[0]["env"]}["TRAINER_DEVICE"]
+               for name, r in rendered.items() if name in OVERLAYS}  # fmt: skip
+    assert args_flag(containers(trainer)[0]["args"], "--device") == "$(TRAINER_DEVICE)"
+    assert devices == {"gpu": "cuda", "cpu": "cpu"}, "trainers on GPU nodes train on their GPU"
     assert cpu.find("DaemonSet", "loader") is None
     assert cpu.get("Service", "loader")["spec"]["internalTrafficPolicy"] == "Cluster"
     assert GPU not in cpu.text and "nodeSelector" not in cpu.text

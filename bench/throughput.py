@@ -95,8 +95,9 @@ def load_global(root: Path):  # noqa: ANN201
     # Partitions own consecutive gid ranges, so their in-CSRs concatenate into the global one.
     edge_base = np.cumsum([0] + [len(r.indices) for r in readers])
     indptr = np.concatenate([readers[0].indptr[:1]] + [r.indptr[1:] + b for r, b in zip(readers, edge_base)])
-    indices = np.concatenate([r.indices for r in readers])
-    eids = np.concatenate([r.edge_ids for r in readers])
+    # int64 ids: DGL's default idtype (partitions may store int32), as a DGL user's graph has.
+    indices = np.concatenate([r.indices for r in readers]).astype(np.int64, copy=False)
+    eids = np.concatenate([r.edge_ids for r in readers]).astype(np.int64, copy=False)
     g = dgl.graph(("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))), num_nodes=m.num_nodes)
     feat = torch.from_numpy(np.concatenate([r.node_data("feat") for r in readers]))
     train = torch.from_numpy(np.concatenate([r.split("train") for r in readers]))

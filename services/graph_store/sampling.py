@@ -106,8 +106,9 @@ def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, offsets, src
             b = indptr[rows[i + _AHEAD]]
             e = indptr[rows[i + _AHEAD] + 1]
             if e - b <= _PREFETCH_MAX_DEG:
-                for q in range(b, e, 8):
+                for q in range(b, e, 64 // indices.itemsize):
                     prefetch(indices, q)
+                for q in range(b, e, 64 // edge_ids.itemsize):
                     prefetch(edge_ids, q)
                 if e > b:
                     prefetch(indices, e - 1)
@@ -166,8 +167,8 @@ def sample_csr(
 
     Args:
         indptr: int64 [R+1] CSR row pointers (every degree < 2**31).
-        indices: [E] neighbor of each CSR position (returned as ``src``).
-        edge_ids: [E] id of each CSR position (returned as ``eids``).
+        indices: int32/int64 [E] neighbor of each CSR position (returned as ``src``, int64).
+        edge_ids: int32/int64 [E] id of each CSR position (returned as ``eids``, int64).
         rows: int64 [N] rows to sample, each in ``[0, R)`` (repeats are sampled independently:
             the draws depend on the batch position).
         fanout: ``-1`` takes every neighbor; ``0`` takes none; otherwise up to ``fanout``

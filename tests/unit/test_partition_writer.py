@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
+from graphfeed.common.errors import FailedPrecondition
+from graphfeed.common.partition import GraphManifest, PartitionReader, id_dtype, part_dir_name
 from graphfeed.ingest import cli
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
@@ -112,6 +113,23 @@ def test_edge_timestamps_round_trip(tmp_path: Path) -> None:
     write_partitioned(g, tmp_path / "out", 3, "random", seed=2)
     check_round_trip(g, tmp_path / "out", 3)
     assert GraphManifest.load(tmp_path / "out").has_edge_timestamps
+
+
+def test_topology_ids_are_as_narrow_as_the_graph_allows(cora: GraphData, tmp_path: Path) -> None:
+    assert id_dtype(2**31) == np.int32 and id_dtype(2**31 + 1) == np.int64  # ids are < count
+    write_partitioned(cora, tmp_path, 2, "random", seed=0)
+    part = tmp_path / part_dir_name(1)
+    r = PartitionReader(part)
+    assert r.indices.dtype == r.edge_ids.dtype == np.int32 and r.indptr.dtype == np.int64
+    r.close()
+    # A partition written with int64 ids (before this format, or a graph with >= 2**31 nodes) still serves ...
+    for name in ("indices", "edge_ids"):
+        np.save(part / f"{name}.npy", np.load(part / f"{name}.npy").astype(np.int64))
+    PartitionReader(part).close()
+    # ... but float ids are refused with a message naming the file.
+    np.save(part / "indices.npy", np.load(part / "indices.npy").astype(np.float64))
+    with pytest.raises(FailedPrecondition, match="indices.npy is float64"):
+        PartitionReader(part)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -141,3 +141,41 @@ def test_gpu_tier_round_trip_and_dlpack(cp) -> None:  # noqa: ANN001
     x = to_torch(t.rows)
     assert x.is_cuda and x.data_ptr() == t.rows.data.ptr  # same memory: no copy
     assert torch.equal(x[1].cpu(), torch.from_numpy(rows[1]))
+
+
+def test_loader_stream_on_device_gives_the_host_path_s_features(cp, tmp_path) -> None:  # noqa: ANN001
+    """The embedded loader's device path on a real GPU: features arrive as CuPy arrays (GPU tier
+    + zero-copy pinned host tier + misses copied up), equal to the host path's, and reach torch
+    through DLPack without a copy. Needs the project's own dependencies (skipped on a bare image)."""
+    core = pytest.importorskip("graphfeed.loader.core", reason="the loader's deps (grpc, rocksdict, numba) are not installed")
+    from graphfeed.common.partition import part_dir_name
+    from graphfeed.graph_store.client import LocalPartitionSet
+    from graphfeed.graph_store.store import GraphStore
+    from graphfeed.sampler.core import MultiHopSampler
+    from tests.graphs import write_arithmetic
+
+    root = write_arithmetic(tmp_path)
+    parts = LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(2)])
+    job = core.JobSpec(job_id="gpu", job_seed=3, split="train", batch_size=8, fanouts=(3, 2), shuffle=True)
+    kw = {"cache_policy": "lru", "cache_bytes": 20 * 16}
+    plain, gpu = core.Loader(parts, MultiHopSampler(parts), **kw), core.Loader(parts, MultiHopSampler(parts), gpu_cache_bytes=14 * 16, **kw)
+    try:
+        assert gpu.gpu_features("feat")
+        with plain.stream(job, 0) as s:
+            want = [mb.features for mb in s]
+        with gpu.stream(job, 0, on_device=True) as s:
+            got = list(s)
+        assert len(got) == len(want)
+        for mb, w in zip(got, want):
+            assert isinstance(mb.features, cp.ndarray) and np.array_equal(cp.asnumpy(mb.features), w)
+        stats = {t.tier: t for t in gpu.cache_stats()}
+        assert stats["gpu"].hits > 0 and stats["host"].hits > 0  # both tiers served rows on the device path
+        torch = pytest.importorskip("torch")
+        from graphfeed.gpu_kernels.memory import to_torch
+
+        x = to_torch(got[0].features)
+        assert x.is_cuda and x.data_ptr() == got[0].features.data.ptr
+        assert torch.equal(x.cpu(), torch.from_numpy(want[0]))
+    finally:
+        plain.close()
+        gpu.close()

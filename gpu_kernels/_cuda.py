@@ -56,3 +56,20 @@ def cupy_module() -> ModuleType:
     import cupy  # noqa: PLC0415
 
     return cupy
+
+
+# Share of the device's free memory an automatically sized GPU cache tier takes: the rest stays
+# for the model, activations and the minibatches in flight.
+AUTO_CACHE_FRACTION = 0.25
+
+
+def auto_cache_bytes(fraction: float = AUTO_CACHE_FRACTION) -> int:
+    """A GPU cache tier budget: ``fraction`` of the current device's free memory, or 0 without
+    a usable GPU; never raises."""
+    if not gpu_available():
+        return 0
+    try:
+        free, _total = cupy_module().cuda.runtime.memGetInfo()
+    except Exception:  # noqa: BLE001 - same contract as gpu_available
+        return 0
+    return int(free * fraction)

@@ -57,7 +57,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="", help="host:port of the sampler service (with --graph-stores)")
     p.add_argument("--cache-policy", default="static_degree", help="embedded loader's cache policy (default static_degree)")
     p.add_argument("--cache-bytes", type=int, default=64 << 20, help="embedded loader's host cache bytes (default 64 MiB)")
-    p.add_argument("--gpu-cache-bytes", type=int, default=0, help="embedded loader's GPU cache tier bytes (default 0: none)")
+    p.add_argument(
+        "--gpu-cache-bytes", type=int, default=-1,
+        help="embedded loader's GPU cache tier bytes; 0 for none (default: a quarter of the GPU's free memory with a CUDA --device)",
+    )  # fmt: skip
     p.add_argument("--epochs", type=int, default=10, help="epochs to train (default 10)")
     p.add_argument("--batch-size", type=int, default=256, help="seeds per minibatch (default 256)")
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="neighbors per layer, input layer first (default 10 10)")

@@ -37,7 +37,7 @@ class TrainConfig:
     sampler_address: str = ""
     cache_policy: str = "static_degree"
     cache_bytes: int = 64 << 20
-    gpu_cache_bytes: int = 0
+    gpu_cache_bytes: int = -1  # -1: a quarter of the GPU's free memory when device is CUDA, else none
     epochs: int = 10
     batch_size: int = 256
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
@@ -219,11 +219,18 @@ def _embedded_loader(cfg: TrainConfig):  # noqa: ANN202 - graphfeed.loader.core.
 
     if not cfg.graph_stores or not cfg.sampler_address:
         raise ValueError("give either loader_address, or graph_stores and sampler_address (an embedded loader)")
+    gpu_bytes = cfg.gpu_cache_bytes
+    if gpu_bytes < 0:
+        gpu_bytes = 0
+        if torch.device(cfg.device).type == "cuda":
+            from graphfeed.gpu_kernels._cuda import auto_cache_bytes  # noqa: PLC0415 - GPU path only
+
+            gpu_bytes = auto_cache_bytes()
     shm_dir = cfg.shm_dir or None
     partitions = RemotePartitionSet(cfg.graph_stores, shm_dir=shm_dir)
     sampler = SamplerClient(cfg.sampler_address, shm_dir=shm_dir)
-    return Loader(partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes,
-                  gpu_cache_bytes=cfg.gpu_cache_bytes)  # fmt: skip
+    log.info("embedded loader: %s cache %d bytes, GPU cache tier %d bytes", cfg.cache_policy, cfg.cache_bytes, gpu_bytes)
+    return Loader(partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes, gpu_cache_bytes=gpu_bytes)
 
 
 def format_report(r: EpochReport) -> str:

@@ -143,6 +143,13 @@ def test_gpu_tier_round_trip_and_dlpack(cp) -> None:  # noqa: ANN001
     assert torch.equal(x[1].cpu(), torch.from_numpy(rows[1]))
 
 
+def test_auto_cache_budget_is_a_share_of_free_device_memory(cp) -> None:  # noqa: ANN001
+    from graphfeed.gpu_kernels._cuda import auto_cache_bytes
+
+    free, _ = cp.cuda.runtime.memGetInfo()
+    assert 0 < auto_cache_bytes() <= free // 4 + 1
+
+
 def test_loader_stream_on_device_gives_the_host_path_s_features(cp, tmp_path) -> None:  # noqa: ANN001
     """The embedded loader's device path on a real GPU: features arrive as CuPy arrays (GPU tier
     + zero-copy pinned host tier + misses copied up), equal to the host path's, and reach torch

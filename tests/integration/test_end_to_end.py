@@ -97,6 +97,7 @@ def test_embedded_loader_gives_the_service_s_minibatches_and_resumes(cora_cluste
                       epochs=1, batch_size=128, fanouts=[4, 3], cache_policy="lru", cache_bytes=1 << 20)  # fmt: skip
     trainer = Trainer(cfg)  # builds its loader from the addresses, as `graphfeed train --graph-stores` does
     try:
+        assert trainer.embedded.gpu_cache_bytes == 0, "the automatic GPU tier is for CUDA devices only"
         embedded = EmbeddedDataLoader(trainer.embedded, "train", **job)
         assert len(embedded) == len(remote) and embedded.num_classes == remote.num_classes
         embedded.set_epoch(1)

@@ -265,9 +265,10 @@ def test_importing_the_gpu_modules_imports_no_cupy() -> None:
         "import graphfeed.gpu_kernels.kernels, graphfeed.gpu_kernels.memory, graphfeed.gpu_kernels.tier\n"
         "import graphfeed.gpu_kernels.reference, graphfeed.gpu_kernels.emulator, graphfeed.bench.gpu\n"
         "assert not [m for m in sys.modules if m.startswith('cupy')]\n"
-        "from graphfeed.gpu_kernels._cuda import gpu_available\n"
-        "print(gpu_available())\n"  # imports CuPy only now, and never raises
+        "from graphfeed.gpu_kernels._cuda import auto_cache_bytes, gpu_available\n"
+        "print(gpu_available(), auto_cache_bytes())\n"  # imports CuPy only now, and never raises
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() in ("True", "False")
+    available, budget = res.stdout.split()
+    assert available in ("True", "False") and (int(budget) > 0) == (available == "True")

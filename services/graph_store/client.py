@@ -78,8 +78,10 @@ class GraphStoreClient:
         call.add_done_callback(done)
         return out
 
-    def sample_neighbors_future(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> "Future[SampledNeighbors]":
-        req = pb.SampleNeighborsRequest(fanout=fanout, replace=replace, rng_seed=rng_seed)
+    def sample_neighbors_future(
+        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> "Future[SampledNeighbors]":
+        req = pb.SampleNeighborsRequest(fanout=fanout, replace=replace, rng_seed=rng_seed, first_position=first_position)
         codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
         raw = self._unary_future(self._stub.SampleNeighbors, req)
 
@@ -89,8 +91,8 @@ class GraphStoreClient:
 
         return _then(raw, decoded)
 
-    def sample_neighbors(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> SampledNeighbors:
-        return self.sample_neighbors_future(seeds, fanout, replace, rng_seed).result()
+    def sample_neighbors(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0) -> SampledNeighbors:
+        return self.sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position).result()
 
     def get_node_data(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows of ``name`` for ``ids`` (owned here), reassembled from the server's chunks."""
@@ -194,8 +196,10 @@ class RemotePartitionSet(_PartitionSetBase):
         self.info = next(i for i in infos if i.partition_id == 0)
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="gs-fetch")
 
-    def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> "Future[SampledNeighbors]":
-        return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed)
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> "Future[SampledNeighbors]":
+        return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position)
 
     def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
         return self._pool.submit(self.clients[p].get_node_data, name, ids)
@@ -235,8 +239,10 @@ class LocalPartitionSet(_PartitionSetBase):
         self.stores = sorted(stores, key=lambda s: s.partition_id)
         self.info = self.stores[0].info()
 
-    def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> "Future[SampledNeighbors]":
-        return _done(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed)
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> "Future[SampledNeighbors]":
+        return _done(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed, None, first_position)
 
     def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
         return _done(self.stores[p].get_node_data, name, ids)

@@ -95,7 +95,7 @@ def _insertion_sort(a, lo, hi):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, offsets, src, eids):  # noqa: ANN001, ANN202
+def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, base, offsets, src, eids):  # noqa: ANN001, ANN202
     useed = np.uint64(seed)
     pos = np.empty(max(fanout, 1), dtype=np.int64)
     n = len(rows)
@@ -119,7 +119,7 @@ def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, offsets, src
         c = offsets[i + 1] - out
         if c == 0:
             continue
-        key = _row_key(useed, i)
+        key = _row_key(useed, base + i)
         if fanout == -1 or (not replace and deg <= fanout):
             for s in range(c):
                 src[out + s] = indices[begin + s]
@@ -162,6 +162,7 @@ def sample_csr(
     replace: bool,
     seed: int,
     alloc: Alloc | None = None,
+    first_position: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Samples up to ``fanout`` neighbors of each row of a CSR.
 
@@ -179,6 +180,8 @@ def sample_csr(
         alloc: ``alloc(offsets) -> (src, eids)``, called once the offsets are known, returns
             the int64 arrays of ``offsets[-1]`` elements to sample into (e.g. views of a
             response's shared-memory segment, so the sample is written once); default: new arrays.
+        first_position: batch position of ``rows[0]`` (draws depend on the position): sampling
+            ``rows[k:]`` with ``first_position=k`` gives the tail of sampling ``rows``.
 
     Returns:
         ``(offsets, src, eids)``: int64 [N+1] offsets and the sampled ``indices`` /
@@ -186,12 +189,14 @@ def sample_csr(
         :func:`graphfeed.gpu_kernels.reference.sample_csr`.
 
     Raises:
-        ValueError: ``fanout < -1`` or ``seed`` outside ``[0, 2**64)``.
+        ValueError: ``fanout < -1``, ``seed`` outside ``[0, 2**64)`` or ``first_position`` outside ``[0, 2**63)``.
     """
     if fanout < -1:
         raise ValueError(f"fanout must be -1 or >= 0, got {fanout}")
     if not 0 <= int(seed) < 1 << 64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    if not 0 <= int(first_position) < 1 << 63:
+        raise ValueError(f"first_position must be in [0, 2**63), got {first_position}")
     indptr = np.asarray(indptr)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     offsets = _counts(indptr, rows, int(fanout), bool(replace))
@@ -205,5 +210,6 @@ def sample_csr(
     if total:
         # A seed >= 2**63 does not fit numba's int64 argument: pass its two's-complement twin.
         s = int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)
-        _sample(indptr, np.asarray(indices), np.asarray(edge_ids), rows, int(fanout), bool(replace), s, offsets, src, eids)
+        _sample(indptr, np.asarray(indices), np.asarray(edge_ids), rows, int(fanout), bool(replace), s, int(first_position),
+                offsets, src, eids)  # fmt: skip
     return offsets, src, eids

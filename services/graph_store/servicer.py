@@ -73,7 +73,8 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         try:
             with self._m.sampling_latency.time():
                 out = self._store.sample_neighbors(
-                    seeds, request.fanout, request.replace, request.rng_seed, into_segment if arena is not None else None
+                    seeds, request.fanout, request.replace, request.rng_seed, into_segment if arena is not None else None,
+                    request.first_position,
                 )
         finally:
             for seg in segments:

@@ -172,7 +172,7 @@ class GraphStore:
     # -- public API -----------------------------------------------------------------------
 
     def sample_neighbors(
-        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, alloc: Alloc | None = None
+        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, alloc: Alloc | None = None, first_position: int = 0
     ) -> SampledNeighbors:
         """Samples in-neighbors of owned seeds (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
 
@@ -183,6 +183,7 @@ class GraphStore:
             rng_seed: seed of the counter-based draws, in ``[0, 2**64)``; the same arguments
                 always give the same sample (on CPU and GPU alike).
             alloc: where to write ``src``/``edge_ids`` (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
+            first_position: batch position of ``seeds[0]`` (a chunk of a larger request).
 
         Returns:
             The sample in CSR order per seed; ``src`` and ``edge_ids`` are global ids.
@@ -191,9 +192,13 @@ class GraphStore:
             raise InvalidArgument(f"fanout must be -1 (all neighbors) or in [0, {self.max_fanout}], got {fanout}")
         if not 0 <= int(rng_seed) < 1 << 64:
             raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
+        if not 0 <= int(first_position) < 1 << 63:
+            raise InvalidArgument(f"first_position must be in [0, 2**63), got {first_position}")
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
         r = self._reader
-        offsets, src, eids = sample_csr(r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), int(rng_seed), alloc)
+        offsets, src, eids = sample_csr(
+            r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), int(rng_seed), alloc, int(first_position)
+        )
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
 
     def get_node_data(self, name: str, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -25,6 +25,8 @@ from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
 from graphfeed.sampler.compact import SlotTables, compact_hop
 
 _SHOW_IDS = 5  # offending ids quoted in an error message
+# Seeds per graph-store call (8 MiB of ids; a graph-store accepts 4M by default).
+DEFAULT_MAX_IDS_PER_REQUEST = 1 << 20
 
 
 class MultiHopSampler:
@@ -36,12 +38,21 @@ class MultiHopSampler:
         partitions: every partition of the graph (remote or in-process).
         max_seeds: most seeds one call may ask for (ResourceExhausted above).
         max_fanout: largest allowed fanout; -1 (all neighbors) is always allowed.
+        max_ids_per_request: most seeds sent to a graph-store in one call; a larger share of a
+            hop's frontier goes out in several calls at once (each saying where its seeds start,
+            so the sample is the same as one call's).
     """
 
-    def __init__(self, partitions: PartitionSet, *, max_seeds: int = 1_000_000, max_fanout: int = 1000) -> None:
+    def __init__(
+        self, partitions: PartitionSet, *, max_seeds: int = 1_000_000, max_fanout: int = 1000,
+        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    ) -> None:  # fmt: skip
+        if max_ids_per_request < 1:
+            raise InvalidArgument(f"max_ids_per_request must be >= 1, got {max_ids_per_request}")
         self.partitions = partitions
         self.max_seeds = max_seeds
         self.max_fanout = max_fanout
+        self.max_ids_per_request = max_ids_per_request
         self.num_nodes = int(partitions.info.num_nodes)
         self._slots = SlotTables(self.num_nodes)
 
@@ -133,16 +144,20 @@ class MultiHopSampler:
         ``answers[q]`` = (offsets, src, edge ids) covers grouped positions ``bounds[q]:bounds[q+1]``)."""
         order, bounds = group_by_owner(frontier, self.partitions.info.node_offsets)
         grouped = frontier[order]
-        parts = [p for p in range(self.partitions.num_partitions) if bounds[p + 1] > bounds[p]]
-        # Start every partition's request before waiting on any, so they run in parallel.
+        # (partition, start, stop) in grouped positions: a partition's share in chunks of at most
+        # max_ids_per_request, each sampled as positions start - bounds[p] .. of one request.
+        chunk = self.max_ids_per_request
+        calls = [(p, lo, min(lo + chunk, int(bounds[p + 1])))
+                 for p in range(self.partitions.num_partitions) for lo in range(int(bounds[p]), int(bounds[p + 1]), chunk)]  # fmt: skip
+        # Start every request before waiting on any, so they run in parallel.
         futures = [
-            self.partitions.sample_neighbors(p, grouped[bounds[p] : bounds[p + 1]], fanout, replace, derive_seed(*key, p))
-            for p in parts
+            self.partitions.sample_neighbors(p, grouped[lo:hi], fanout, replace, derive_seed(*key, p), lo - int(bounds[p]))
+            for p, lo, hi in calls
         ]
         results = [f.result() for f in futures]
-        for p, r in zip(parts, results):
-            _check_answer(p, r, int(bounds[p + 1] - bounds[p]))
-        answered = np.array([0] + [int(bounds[p + 1]) for p in parts], dtype=np.int64)
+        for (p, lo, hi), r in zip(calls, results):
+            _check_answer(p, r, hi - lo)
+        answered = np.array([0] + [hi for _, _, hi in calls], dtype=np.int64)
         return order, answered, [(r.offsets, r.src, r.edge_ids) for r in results]
 
 

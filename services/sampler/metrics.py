@@ -81,11 +81,11 @@ class MeteredPartitionSet:
         return self.inner.owner(gids)
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
     ) -> "Future[SampledNeighbors]":
         self._m.partition_requests.labels(str(p)).inc()
         self._m.partition_request_seeds.labels(str(p)).inc(len(seeds))
-        fut = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed)
+        fut = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
         received = self._m.partition_response_bytes.labels(str(p))
 
         def count(f: Future) -> None:

@@ -41,7 +41,10 @@ def serve(settings: SamplerSettings, registry: CollectorRegistry | None = None) 
     partitions = MeteredPartitionSet(
         RemotePartitionSet(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir), metrics
     )
-    sampler = MultiHopSampler(partitions, max_seeds=settings.max_seeds_per_request, max_fanout=settings.max_fanout)
+    sampler = MultiHopSampler(
+        partitions, max_seeds=settings.max_seeds_per_request, max_fanout=settings.max_fanout,
+        max_ids_per_request=settings.max_ids_per_request,
+    )  # fmt: skip
     servicer = SamplerServicer(sampler, metrics, ServerTransport(settings.shm_dir, "SamplerService", registry))
     running = start_service_server(
         settings,

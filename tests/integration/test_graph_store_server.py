@@ -140,6 +140,10 @@ BAD_CALLS: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], gr
     ),
     "unknown node data": (lambda s: _node_data(s, "embedding", np.array([0])), grpc.StatusCode.NOT_FOUND, "embedding"),
     "unknown split": (lambda s: s.GetSplit(pb.GetSplitRequest(name="holdout"), timeout=10), grpc.StatusCode.NOT_FOUND, "holdout"),
+    "first_position >= 2^63": (
+        lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=_ids(np.array([0])), fanout=2, first_position=1 << 63), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT, "first_position",
+    ),  # fmt: skip
     "too many seeds": (lambda s: s.SampleNeighbors(_sample(_too_many(), 2), timeout=10), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
     "too many node-data ids": (lambda s: _node_data(s, "label", _too_many()), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
 }

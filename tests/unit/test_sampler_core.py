@@ -175,9 +175,9 @@ class _RecordingPartitions:
     def owner(self, gids: np.ndarray) -> np.ndarray:
         return self.inner.owner(gids)
 
-    def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int) -> Future:
+    def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0) -> Future:
         self.log.append(("start", p))
-        inner = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed)
+        inner = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
         log, fail = self.log, self.fail
 
         class Logged(Future):
@@ -194,6 +194,21 @@ def test_partitions_requested_in_parallel_each_hop(partitions: LocalPartitionSet
     rec = _RecordingPartitions(partitions)
     MultiHopSampler(rec).sample(seeds_gid(gid_of), [2, 2], False, 0, 0, 0)
     assert rec.log == [("start", 0), ("start", 1), ("wait", 0), ("wait", 1)] * 2
+
+
+def test_large_shares_go_out_in_chunks_with_the_same_sample(partitions: LocalPartitionSet, gid_of: np.ndarray) -> None:
+    """max_ids_per_request splits each partition's share of a hop into concurrent calls whose
+    first_position keeps every draw where it was: the blocks are byte-identical."""
+    seeds = seeds_gid(gid_of)
+    whole = MultiHopSampler(partitions).sample(seeds, [3, 2], False, 11, 2, 5)
+    rec = _RecordingPartitions(partitions)
+    chunked = MultiHopSampler(rec, max_ids_per_request=2).sample(seeds, [3, 2], False, 11, 2, 5)
+    assert as_bytes(chunked) == as_bytes(whole)
+    first_wait = next(i for i, e in enumerate(rec.log) if e[0] == "wait")
+    assert first_wait > 2 and all(e[0] == "start" for e in rec.log[:first_wait]), "a hop's chunks all start before any is awaited"
+    assert sum(e[0] == "start" for e in rec.log) > 4
+    with pytest.raises(InvalidArgument, match="max_ids_per_request"):
+        MultiHopSampler(partitions, max_ids_per_request=0)
 
 
 def test_partition_errors_propagate_unchanged(partitions: LocalPartitionSet, gid_of: np.ndarray) -> None:

@@ -52,7 +52,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--graph-stores", type=lambda v: [a for a in v.split(",") if a],
         help="comma-separated host:port of every graph-store: run the loader inside this process "
-        "(needs --sampler; with --device cuda and --gpu-cache-bytes, features are gathered on the GPU)",
+        "(needs --sampler; with --device cuda, features are gathered on the GPU)",
     )  # fmt: skip
     p.add_argument("--sampler", default="", help="host:port of the sampler service (with --graph-stores)")
     p.add_argument("--cache-policy", default="static_degree", help="embedded loader's cache policy (default static_degree)")

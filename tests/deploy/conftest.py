@@ -23,5 +23,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def rendered() -> dict[str, Rendered]:
-    """Every kustomization rendered once: {"cpu", "gpu", "monitoring"} -> objects."""
+    """Every kustomization rendered once: {"cpu", "gpu", "gpu-embedded", "monitoring"} -> objects."""
     return {name: render(name) for name in KUSTOMIZATIONS}

@@ -13,6 +13,7 @@ from tests.deploy.tools import REPO, check, tool
 KUSTOMIZATIONS = {
     "cpu": REPO / "k8s/overlays/cpu",
     "gpu": REPO / "k8s/overlays/gpu",
+    "gpu-embedded": REPO / "k8s/overlays/gpu-embedded",
     "monitoring": REPO / "k8s/monitoring",
 }
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")

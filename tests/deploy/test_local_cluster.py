@@ -295,3 +295,25 @@ def test_services_stop_gracefully_on_sigterm(cluster: LocalCluster, traffic: Tra
     codes = cluster.stop()
     servers = {k: v for k, v in codes.items() if k.split("/")[1] in SERVERS}
     assert len(servers) == 4 and all(v == 0 for v in servers.values()), codes
+
+
+def test_gpu_embedded_overlay_trains_with_the_loader_inside_the_trainers(
+    rendered: dict[str, Rendered], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The gpu-embedded overlay run the same way (``--device cpu`` appended: no GPU here): no
+    loader pod; each trainer runs the loader in its own process over the graph-stores and the
+    sampler its manifest names, and trains an epoch."""
+    c = LocalCluster(rendered["gpu-embedded"], tmp_path_factory.mktemp("k8s-gpu-embedded"))
+    try:
+        assert "loader" not in c.pods
+        c.run_job("ingest", timeout_s=240)
+        for name in ("graph-store", "sampler"):
+            c.start(name)
+        procs = c.run_job("trainer", timeout_s=280, extra_args=["--epochs", "1", "--device", "cpu"])
+        assert len(procs) == 2
+        for p in procs:
+            assert re.search(r"test_acc 0\.\d+", p.log.read_text()), p.tail()
+        served = _get(f"http://{c.address('sampler', 'metrics')}/metrics")
+        assert re.search(r"^graphfeed_sampler_minibatches_total \d*[1-9]", served, re.M), "the trainers sampled through the sampler"
+    finally:
+        c.stop()

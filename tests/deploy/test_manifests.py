@@ -25,7 +25,8 @@ from tests.deploy.manifests import (
 )
 from tests.deploy.tools import REPO, run, tool
 
-OVERLAYS = ("cpu", "gpu")
+OVERLAYS = ("cpu", "gpu", "gpu-embedded")
+EMBEDDED = "gpu-embedded"  # the loader runs inside the trainers: no loader workload
 # kubernetes-validate 1.37.0 ships schemas up to Kubernetes 1.37.
 KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 GPU = "nvidia.com/gpu"
@@ -131,7 +132,7 @@ def test_servers_have_grpc_probes_and_a_grace_period_longer_than_grace_s(rendere
             assert env[grace_key.replace("GRACE_S", "METRICS_PORT")] == str(ports["metrics"])
             ann = w["spec"]["template"]["metadata"]["annotations"]
             assert ann["prometheus.io/scrape"] == "true" and int(ann["prometheus.io/port"]) == ports["metrics"]
-    assert servers == {"graph-store", "sampler", "loader"}
+    assert servers == ({"graph-store", "sampler"} if overlay == EMBEDDED else {"graph-store", "sampler", "loader"})
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -158,7 +159,8 @@ def test_container_args_parse_with_the_graphfeed_cli(rendered: dict[str, Rendere
                 assert key.startswith(prefix) and key[len(prefix):].lower() in cls.model_fields, (
                     f"{c['name']}: {key} is not a setting of {name} (it would be silently ignored)"
                 )
-    assert seen == {"ingest", "serve graph-store", "serve sampler", "serve loader", "train"}
+    services = {"ingest", "serve graph-store", "serve sampler", "train"}
+    assert seen == (services if overlay == EMBEDDED else services | {"serve loader"})
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -170,11 +172,16 @@ def test_partition_count_agrees_everywhere(rendered: dict[str, Rendered], overla
     assert int(args_flag(ingest["args"], "--num-partitions")) == replicas
     port = container_ports(pod_spec(sts)["containers"][0])["grpc"]
     expected = [f"graph-store-{i}.{sts['spec']['serviceName']}:{port}" for i in range(replicas)]
-    for name in ("sampler", "loader"):
+    for name in ("sampler", "loader") if overlay != EMBEDDED else ("sampler",):
         (c,) = containers(r.workload(name))
         env = static_env(r, c)
         (key,) = [k for k in env if k.endswith("_GRAPH_STORE_ADDRESSES")]
         assert json.loads(env[key]) == expected, f"{name}: {key}"
+    if overlay == EMBEDDED:  # the trainers' own loader
+        (trainer,) = containers(r.workload("trainer"))
+        assert args_flag(trainer["args"], "--graph-stores").split(",") == expected
+        svc = r.get("Service", "sampler")
+        assert args_flag(trainer["args"], "--sampler") == f"{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
     headless = r.get("Service", sts["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None" and service_selects(headless, sts["spec"]["template"]["metadata"]["labels"])
 
@@ -227,7 +234,11 @@ def test_loader_placement_per_overlay(rendered: dict[str, Rendered]) -> None:
     devices = {name: {e["name"]: e.get("value") for e in containers(r.get("Job", "trainer"))[0]["env"]}["TRAINER_DEVICE"]
                for name, r in rendered.items() if name in OVERLAYS}  # fmt: skip
     assert args_flag(containers(trainer)[0]["args"], "--device") == "$(TRAINER_DEVICE)"
-    assert devices == {"gpu": "cuda", "cpu": "cpu"}, "trainers on GPU nodes train on their GPU"
+    assert devices == {"gpu": "cuda", "cpu": "cpu", EMBEDDED: "cuda"}, "trainers on GPU nodes train on their GPU"
+    embedded = rendered[EMBEDDED]
+    assert not [w for w in embedded.workloads() if w["metadata"]["name"] == "loader"]
+    assert embedded.find("Service", "loader") is None and embedded.find("PodDisruptionBudget", "loader") is None
+    assert pod_spec(embedded.get("Job", "trainer"))["nodeSelector"] == pod_spec(ds)["nodeSelector"]
     assert cpu.find("DaemonSet", "loader") is None
     assert cpu.get("Service", "loader")["spec"]["internalTrafficPolicy"] == "Cluster"
     assert GPU not in cpu.text and "nodeSelector" not in cpu.text
@@ -288,24 +299,30 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
     r = rendered[overlay]
     labels = {w["metadata"]["name"]: w["spec"]["template"]["metadata"]["labels"] for w in r.workloads()}
     monitoring = {"app": "prometheus"}
+    embedded = overlay == EMBEDDED  # trainers run the loader: they call samplers and graph-stores
     flows = [  # (client, server, port, expected)
         ("sampler", "graph-store", 50051, True),
-        ("loader", "graph-store", 50051, True),
-        ("loader", "sampler", 50051, True),
-        ("trainer", "loader", 50051, True),
         ("trainer", "trainer", 29500, True),
-        ("trainer", "graph-store", 50051, False),
-        ("trainer", "sampler", 50051, False),
-        ("sampler", "loader", 50051, False),
+        ("trainer", "graph-store", 50051, embedded),
+        ("trainer", "sampler", 50051, embedded),
         ("graph-store", "sampler", 50051, False),
         ("ingest", "graph-store", 50051, False),
+        ("ingest", "sampler", 50051, False),
+        ("sampler", "trainer", 29500, False),
     ]
+    if not embedded:
+        flows += [
+            ("loader", "graph-store", 50051, True),
+            ("loader", "sampler", 50051, True),
+            ("trainer", "loader", 50051, True),
+            ("sampler", "loader", 50051, False),
+        ]
     for client, server, port, expected in flows:
         ok = _allowed(r, "Egress", labels[client], labels[server], r.namespace, port) and _allowed(
             r, "Ingress", labels[server], labels[client], r.namespace, port
         )
         assert ok == expected, f"{client} -> {server}:{port} should be {'allowed' if expected else 'denied'}"
-    for server in ("graph-store", "sampler", "loader"):
+    for server in ("graph-store", "sampler") if embedded else ("graph-store", "sampler", "loader"):
         assert _allowed(r, "Ingress", labels[server], monitoring, "monitoring", 8080), f"Prometheus -> {server}"
         assert not _allowed(r, "Ingress", labels[server], monitoring, "other", 8080)
     for w in labels.values():

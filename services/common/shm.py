@@ -12,6 +12,13 @@ them, so the reader of a recycled segment renames it (``.lent``, then ``.free`` 
 rather than unlinking it, and the writer picks it up again. Both sides must see the same
 directory (same host, same mount, same user): the client proves it with a probe file
 (:class:`ShmOffer`) that the server checks (:class:`OfferVerifier`) before using shared memory.
+
+A writer that dies without cleaning up (SIGKILL, the OOM killer) must not leave its files in
+the tmpfs for good (they are memory). Every writing process holds an *owner lock* in the
+directory (``graphfeed-owner-<token>``, ``flock``-ed until it exits; the kernel drops the lock
+however the process ends), and its segment names carry the token. The first process to write
+into a directory sweeps the files of every owner whose lock is free (:func:`owner_token`).
+``flock`` works across pods that share a node's ``/dev/shm``, where pids do not.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import fcntl
 import hmac
 import itertools
 import logging
@@ -42,19 +50,97 @@ log = logging.getLogger(__name__)
 
 SEGMENT_PREFIX = "graphfeed-seg-"
 PROBE_PREFIX = "graphfeed-probe-"
+OWNER_PREFIX = "graphfeed-owner-"
 ALIGN = 64  # every array starts at a multiple of 64 bytes
 METADATA_KEY = "graphfeed-shm"  # gRPC metadata key of a client's offer
 DEFAULT_DIR = Path("/dev/shm")
 
 LENT_SUFFIX = ".lent"  # a recycled segment a reader has mapped
 FREE_SUFFIX = ".free"  # a recycled segment handed back to its writer's pool
-_SEGMENT_RE = re.compile(rf"^{SEGMENT_PREFIX}[0-9]+-[0-9]+-[0-9a-f]{{8}}$")
+# graphfeed-seg-<owner token: pid "o" 8 hex>-<counter>-<8 hex>
+_SEGMENT_RE = re.compile(rf"^{SEGMENT_PREFIX}[0-9]+o[0-9a-f]{{8}}-[0-9]+-[0-9a-f]{{8}}$")
 _PROBE_RE = re.compile(rf"^{PROBE_PREFIX}[0-9]+-[0-9a-f]{{16}}$")
+_OWNER_RE = re.compile(rf"^{OWNER_PREFIX}([0-9]+o[0-9a-f]{{8}})$")
 _counter = itertools.count()
+_owners: dict[Path, tuple[int, str, int]] = {}  # directory -> (pid, token, locked fd)
+_owners_lock = threading.Lock()
 
 
-def _new_name() -> str:
-    return f"{SEGMENT_PREFIX}{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
+def owner_token(directory: Path) -> str:
+    """This process's owner token in ``directory`` (part of every segment name it writes there).
+
+    The first call per process and directory creates the owner lock (under a temporary name,
+    locked, then renamed into place, so no sweeper sees it unlocked) and sweeps the segment
+    files of dead owners: those whose lock file can be locked.
+
+    Raises:
+        FailedPrecondition: the directory is not writable.
+    """
+    key = Path(directory)
+    with _owners_lock:
+        held = _owners.get(key)
+        if held is not None and held[0] == os.getpid():
+            return held[1]
+        token = f"{os.getpid()}o{secrets.token_hex(4)}"
+        tmp = key / f".{OWNER_PREFIX}{token}.tmp"
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(tmp, key / f"{OWNER_PREFIX}{token}")
+        except OSError as e:
+            raise FailedPrecondition(f"cannot create the owner lock in {key}: {e.strerror}") from None
+        if not _owners:
+            atexit.register(_release_owners)
+        _owners[key] = (os.getpid(), token, fd)
+    swept = sweep_dead_owners(key)
+    if swept:
+        log.info("removed %d files of dead writers from %s", swept, key)
+    return token
+
+
+def _release_owners() -> None:
+    """At a graceful exit: this process's owner locks go (its segments are gone by then)."""
+    with _owners_lock:
+        mine = [(d, token, fd) for d, (pid, token, fd) in _owners.items() if pid == os.getpid()]
+        _owners.clear()
+    for directory, token, fd in mine:
+        _unlink(directory / f"{OWNER_PREFIX}{token}")
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def sweep_dead_owners(directory: Path) -> int:
+    """Removes the segment files (and owner locks) of every owner in ``directory`` whose lock is
+    free: its process is gone. Returns the files removed. Readers still mapping such a file keep
+    their mapping (an unlink never invalidates one)."""
+    directory = Path(directory)
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        m = _OWNER_RE.match(name)
+        if m is None:
+            continue
+        try:
+            fd = os.open(directory / name, os.O_RDWR)
+        except OSError:
+            continue  # swept by someone else meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # alive
+        finally:
+            os.close(fd)  # also releases our lock if we got it
+        prefix = f"{SEGMENT_PREFIX}{m.group(1)}-"
+        removed += sum(_unlink(directory / n) for n in names if n.startswith(prefix))
+        removed += _unlink(directory / name)
+    return removed
+
+
+def _new_name(directory: Path) -> str:
+    return f"{SEGMENT_PREFIX}{owner_token(directory)}-{next(_counter)}-{secrets.token_hex(4)}"
 
 
 def _unlink(path: Path) -> bool:
@@ -184,7 +270,7 @@ class Segment:
         """
         if nbytes < 0:
             raise ValueError(f"segment size {nbytes} is negative")
-        name = name or _new_name()
+        name = name or _new_name(Path(directory))
         path = Path(directory) / name
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -334,7 +420,7 @@ class Arena:
         self, directory: Path, registry: SegmentRegistry | None = None, owner: object = None, pool: SegmentPool | None = None
     ) -> None:
         self.directory = Path(directory)
-        self.name = _new_name()
+        self.name = _new_name(self.directory)
         self.recycle = pool is not None
         self._registry = registry
         self._owner = owner
@@ -605,7 +691,7 @@ class SegmentPool:
             Unavailable: the pool is closed (server shutdown).
             ResourceExhausted / FailedPrecondition: as :meth:`Segment.create`.
         """
-        name = name or _new_name()
+        name = name or _new_name(self.directory)
         with self._lock:
             if self._closed:
                 raise Unavailable(f"the segment pool in {self.directory} is closed (server shutting down)")

@@ -60,7 +60,7 @@ def _files_of(pids: set[int], suffix: str = "") -> list[str]:
     handed-back ones (``shm.LENT_SUFFIX`` / ``shm.FREE_SUFFIX``)."""
     return [
         n for n in os.listdir(SHM)
-        if n.startswith(shm.SEGMENT_PREFIX) and int(n.split("-")[2]) in pids
+        if n.startswith(shm.SEGMENT_PREFIX) and int(n.split("-")[2].split("o")[0]) in pids
         and (n.endswith(suffix) if suffix else "." not in n)
     ]  # fmt: skip
 

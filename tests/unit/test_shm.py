@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -124,7 +125,7 @@ def test_reserved_space_is_filled_after_finish(tmp_path: Path) -> None:
 def test_empty_arena_creates_no_file(tmp_path: Path) -> None:
     arena = shm.Arena(tmp_path)
     assert arena.finish() is None
-    assert list(tmp_path.iterdir()) == []
+    assert _segments(tmp_path) == []
     with pytest.raises(ValueError):
         arena.put(np.zeros(1))
 
@@ -175,7 +176,7 @@ def test_full_directory_is_resource_exhausted(tmp_path: Path, monkeypatch: pytes
     reg = shm.SegmentRegistry()
     with pytest.raises(ResourceExhausted, match="no room"):
         shm.Segment.create(tmp_path, 1 << 20, reg)
-    assert list(tmp_path.iterdir()) == []  # the half-made file is removed, never registered
+    assert _segments(tmp_path) == []  # the half-made file is removed, never registered
     assert reg.outstanding(None) == 0
     with pytest.raises(FailedPrecondition):
         shm.Segment.create(tmp_path / "missing", 8)
@@ -187,7 +188,7 @@ def test_reader_errors(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgument):
             reader.array(bad, 0, (1,), np.int64)
     with pytest.raises(Unavailable, match="is gone from"):
-        reader.array("graphfeed-seg-1-2-0123abcd", 0, (1,), np.int64)
+        reader.array("graphfeed-seg-1o0000abcd-2-0123abcd", 0, (1,), np.int64)
 
     arena = shm.Arena(tmp_path)
     arena.put(np.arange(4, dtype=np.int64))
@@ -259,7 +260,7 @@ def test_stream_back_pressure_waits_for_claims_and_stops_with_the_call(tmp_path:
 
     # The second message counts until both its segments are claimed.
     shm.SegmentReader(tmp_path).array(segs[1].name, 0, (4,), np.int64)
-    pressure.sent([tmp_path / "graphfeed-seg-1-1-00000000"])  # already gone: never counts
+    pressure.sent([tmp_path / "graphfeed-seg-1o0000abcd-1-00000000"])  # already gone: never counts
     pressure.sent([segs[1].path, segs[2].path])
     threading.Timer(0.05, ctx.end).start()
     assert _within(5, pressure.wait) is False  # the call ended first
@@ -459,8 +460,8 @@ def test_pool_reuses_a_file_once_its_reader_lets_go(tmp_path: Path) -> None:
     assert not (tmp_path / (first.name + shm.FREE_SUFFIX)).exists()  # a view still maps it
     del view
     assert (tmp_path / (first.name + shm.FREE_SUFFIX)).exists()
-    second = pool.acquire(800, name="graphfeed-seg-1-2-0123abcd")
-    assert second.name == "graphfeed-seg-1-2-0123abcd" and os.stat(second.path).st_ino == inode  # same pages
+    second = pool.acquire(800, name="graphfeed-seg-1o0000abcd-2-0123abcd")
+    assert second.name == "graphfeed-seg-1o0000abcd-2-0123abcd" and os.stat(second.path).st_ino == inode  # same pages
     assert _segments(tmp_path) == [second.name] and pool.files == 1
     pool.close()
     assert _segments(tmp_path) == []
@@ -543,9 +544,9 @@ def test_idle_free_files_are_trimmed_without_further_acquires(tmp_path: Path) ->
     pool.acquire(100)  # collects the first (free now), reuses it
     _lend(tmp_path, shm.Segment(*_only(pool), recycle=True), np.zeros(1, dtype=np.int64))
     deadline = time.monotonic() + 10
-    while os.listdir(tmp_path) and time.monotonic() < deadline:
+    while _segments(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert os.listdir(tmp_path) == [] and pool.files == 0
+    assert _segments(tmp_path) == [] and pool.files == 0
     pool.close()
 
 
@@ -622,3 +623,31 @@ def test_peer_segments_let_go_of_idle_mappings(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert len(peers) == 0
     peers.close()
+
+
+def test_files_of_a_killed_writer_are_swept_and_a_live_one_s_are_not(tmp_path: Path) -> None:
+    """A writer SIGKILLed with a pooled, an unclaimed and a lent segment leaves them behind;
+    the next process to write into the directory removes them (its owner lock is free), but
+    never the files of a writer that is alive."""
+    code = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from graphfeed.common import shm\n"
+        "d = Path(sys.argv[1])\n"
+        "pool = shm.SegmentPool(d)\n"
+        "a = pool.acquire(4096); b = pool.acquire(4096)\n"
+        "os.rename(a.path, str(a.path) + shm.LENT_SUFFIX)\n"  # as a reader's claim
+        "shm.Segment.create(d, 100)\n"
+        "print(shm.owner_token(d), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    dead = res.stdout.strip()
+    left = [n for n in os.listdir(tmp_path) if dead in n]
+    assert len(left) == 4 and f"{shm.OWNER_PREFIX}{dead}" in left  # 3 segments + the owner lock
+    live = shm.Segment.create(tmp_path, 64)  # this process's first write here sweeps
+    assert not [n for n in os.listdir(tmp_path) if dead in n]
+    assert shm.sweep_dead_owners(tmp_path) == 0 and live.path.exists()
+    assert f"{shm.OWNER_PREFIX}{shm.owner_token(tmp_path)}" in os.listdir(tmp_path)
+    live.close()

@@ -16,7 +16,7 @@ directory (same host, same mount, same user): the client proves it with a probe 
 A writer that dies without cleaning up (SIGKILL, the OOM killer) must not leave its files in
 the tmpfs for good (they are memory). Every writing process holds an *owner lock* in the
 directory (``graphfeed-owner-<token>``, ``flock``-ed until it exits; the kernel drops the lock
-however the process ends), and its segment names carry the token. The first process to write
+however the process ends), and its segment and probe names carry the token. The first process to write
 into a directory sweeps the files of every owner whose lock is free (:func:`owner_token`).
 ``flock`` works across pods that share a node's ``/dev/shm``, where pids do not.
 """
@@ -59,7 +59,7 @@ LENT_SUFFIX = ".lent"  # a recycled segment a reader has mapped
 FREE_SUFFIX = ".free"  # a recycled segment handed back to its writer's pool
 # graphfeed-seg-<owner token: pid "o" 8 hex>-<counter>-<8 hex>
 _SEGMENT_RE = re.compile(rf"^{SEGMENT_PREFIX}[0-9]+o[0-9a-f]{{8}}-[0-9]+-[0-9a-f]{{8}}$")
-_PROBE_RE = re.compile(rf"^{PROBE_PREFIX}[0-9]+-[0-9a-f]{{16}}$")
+_PROBE_RE = re.compile(rf"^{PROBE_PREFIX}[0-9]+o[0-9a-f]{{8}}-[0-9a-f]{{16}}$")  # owner token, then its own
 _OWNER_RE = re.compile(rf"^{OWNER_PREFIX}([0-9]+o[0-9a-f]{{8}})$")
 _counter = itertools.count()
 _owners: dict[Path, tuple[int, str, int]] = {}  # directory -> (pid, token, locked fd)
@@ -110,7 +110,7 @@ def _release_owners() -> None:
 
 
 def sweep_dead_owners(directory: Path) -> int:
-    """Removes the segment files (and owner locks) of every owner in ``directory`` whose lock is
+    """Removes the segment and probe files (and owner locks) of every owner in ``directory`` whose lock is
     free: its process is gone. Returns the files removed. Readers still mapping such a file keep
     their mapping (an unlink never invalidates one)."""
     directory = Path(directory)
@@ -133,8 +133,8 @@ def sweep_dead_owners(directory: Path) -> int:
             continue  # alive
         finally:
             os.close(fd)  # also releases our lock if we got it
-        prefix = f"{SEGMENT_PREFIX}{m.group(1)}-"
-        removed += sum(_unlink(directory / n) for n in names if n.startswith(prefix))
+        prefixes = (f"{SEGMENT_PREFIX}{m.group(1)}-", f"{PROBE_PREFIX}{m.group(1)}-")
+        removed += sum(_unlink(directory / n) for n in names if n.startswith(prefixes))
         removed += _unlink(directory / name)
     return removed
 
@@ -799,7 +799,11 @@ class ShmOffer:
             log.debug("no shared-memory transport: %s is not a writable directory", directory)
             return None
         token = secrets.token_hex(8)
-        probe = f"{PROBE_PREFIX}{os.getpid()}-{token}"
+        try:
+            probe = f"{PROBE_PREFIX}{owner_token(directory)}-{token}"  # swept with its owner if this process is killed
+        except FailedPrecondition as e:
+            log.debug("no shared-memory transport: %s", e)
+            return None
         try:
             fd = os.open(directory / probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             try:

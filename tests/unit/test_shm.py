@@ -374,7 +374,7 @@ def test_offer_rejected(tmp_path: Path) -> None:
 
 def test_rejection_is_logged_once_per_offer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     verifier = shm.OfferVerifier([tmp_path])
-    bad = [(shm.METADATA_KEY, f"{tmp_path}|graphfeed-probe-1-0123456789abcdef|0123456789abcdef")]
+    bad = [(shm.METADATA_KEY, f"{tmp_path}|graphfeed-probe-1o0000abcd-0123456789abcdef|0123456789abcdef")]
     with caplog.at_level(logging.INFO, logger="graphfeed.common.shm"):
         assert verifier.accept(bad) is None
         assert verifier.accept(bad) is None
@@ -638,6 +638,7 @@ def test_files_of_a_killed_writer_are_swept_and_a_live_one_s_are_not(tmp_path: P
         "a = pool.acquire(4096); b = pool.acquire(4096)\n"
         "os.rename(a.path, str(a.path) + shm.LENT_SUFFIX)\n"  # as a reader's claim
         "shm.Segment.create(d, 100)\n"
+        "assert shm.ShmOffer.create(d) is not None\n"  # a client's probe file
         "print(shm.owner_token(d), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -645,7 +646,7 @@ def test_files_of_a_killed_writer_are_swept_and_a_live_one_s_are_not(tmp_path: P
     assert res.returncode == -signal.SIGKILL, res.stderr
     dead = res.stdout.strip()
     left = [n for n in os.listdir(tmp_path) if dead in n]
-    assert len(left) == 4 and f"{shm.OWNER_PREFIX}{dead}" in left  # 3 segments + the owner lock
+    assert len(left) == 5 and f"{shm.OWNER_PREFIX}{dead}" in left  # 3 segments, a probe, the owner lock
     live = shm.Segment.create(tmp_path, 64)  # this process's first write here sweeps
     assert not [n for n in os.listdir(tmp_path) if dead in n]
     assert shm.sweep_dead_owners(tmp_path) == 0 and live.path.exists()

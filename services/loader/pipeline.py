@@ -30,7 +30,7 @@ from graphfeed.common.errors import FailedPrecondition
 from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry
 from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
 from graphfeed.loader.cache import CachePolicy
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, node_data_fetcher
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, PendingRows, Prefetcher, fan_out, node_data_fetcher
 from graphfeed.loader.plan import EpochPlan
 from graphfeed.sampler.types import BlockSampler
 
@@ -126,9 +126,7 @@ class SharedCache:
         """Looks ``ids`` up for ``step`` of ``stream``: ``(hit_mask, rows of ids[hit_mask])``."""
         with self.lock:
             hit, rows = self.policy.lookup(ids)
-            self.policy.on_access(ids, hit, (stream, step))
-            self._gathered[stream] = step
-            self._announced.discard((stream, step))
+            self._accessed(stream, step, ids, hit)
             return hit, rows
 
     def access_device(self, stream: int, step: int, ids: np.ndarray) -> tuple[Any, np.ndarray]:
@@ -138,10 +136,14 @@ class SharedCache:
             out, miss_pos = self.policy.lookup_device(ids)
             hit = np.ones(len(ids), dtype=bool)
             hit[miss_pos] = False
-            self.policy.on_access(ids, hit, (stream, step))
-            self._gathered[stream] = step
-            self._announced.discard((stream, step))
+            self._accessed(stream, step, ids, hit)
             return out, miss_pos
+
+    def _accessed(self, stream: int, step: int, ids: np.ndarray, hit: np.ndarray) -> None:
+        """Bookkeeping of a lookup, under the lock: the policy hears of it, the step counts as gathered."""
+        self.policy.on_access(ids, hit, (stream, step))
+        self._gathered[stream] = step
+        self._announced.discard((stream, step))
 
     def close_stream(self, stream: int) -> None:
         with self.lock:
@@ -261,6 +263,7 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
     shape, dtype = (len(ids), *spec.row_shape), np.dtype(spec.dtype)
     hit, hit_rows = w.cache.access(stream, step, ids)
     miss_pos = np.flatnonzero(~hit)
+    pending_labels = _request_labels(w, sb)  # in flight while the features are fetched
     segment = None
     if w.sink is not None:
         arena = Arena(w.sink.directory, w.sink.registry, w.sink.owner, w.sink.pool)
@@ -272,8 +275,10 @@ def _gather(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: 
     try:
         got = _fetch_misses(w, ids[miss_pos], miss_pos, features, segment)
         features[hit] = hit_rows
-        labels, got_labels = _labels(w, sb)
+        labels, got_labels = _labels(w, pending_labels)
     finally:
+        if pending_labels is not None:
+            pending_labels.cancel()
         if segment is not None:
             segment.close()  # the features view keeps the mapping alive
     if policy.admits:
@@ -294,9 +299,14 @@ def _gather_on_device(w: StreamWork, stream: int, step: int, sb: SampledBlocks, 
     spec = w.partitions.info.node_data[j.feature_name]
     features, miss_pos = w.cache.access_device(stream, step, ids)
     missed = np.empty((len(miss_pos), *spec.row_shape), dtype=spec.dtype)
-    got = _fetch_misses(w, ids[miss_pos], np.arange(len(miss_pos)), missed, None)
+    pending_labels = _request_labels(w, sb)  # in flight while the features are fetched
+    try:
+        got = _fetch_misses(w, ids[miss_pos], np.arange(len(miss_pos)), missed, None)
+        labels, got_labels = _labels(w, pending_labels)
+    finally:
+        if pending_labels is not None:
+            pending_labels.cancel()
     policy.fill(features, miss_pos, missed)
-    labels, got_labels = _labels(w, sb)
     if policy.admits:
         with w.cache.lock:
             policy.admit(ids[miss_pos], missed)
@@ -304,13 +314,19 @@ def _gather_on_device(w: StreamWork, stream: int, step: int, sb: SampledBlocks, 
     return ReadyMinibatch(j.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, labels, stats)
 
 
-def _labels(w: StreamWork, sb: SampledBlocks) -> tuple[np.ndarray, dict[int, int]]:
-    """The seeds' labels from their owners and the bytes received per partition (none without a label name)."""
+def _request_labels(w: StreamWork, sb: SampledBlocks) -> PendingRows | None:
+    """Starts fetching the seeds' labels from their owners (None without a label name)."""
     j, parts = w.job, w.partitions
     if not j.label_name:
+        return None
+    return fan_out(parts, sb.output_nodes, lambda p, c: parts.get_node_data(p, j.label_name, c), w.max_ids_per_request)
+
+
+def _labels(w: StreamWork, pending: PendingRows | None) -> tuple[np.ndarray, dict[int, int]]:
+    """The labels :func:`_request_labels` asked for and the bytes received per partition."""
+    if pending is None:
         return np.empty((0,), dtype=np.int64), {}
-    lspec = parts.info.node_data[j.label_name]
-    pending = fan_out(parts, sb.output_nodes, lambda p, c: parts.get_node_data(p, j.label_name, c), w.max_ids_per_request)
+    lspec = w.partitions.info.node_data[w.job.label_name]
     return pending.wait(lspec.row_shape, lspec.dtype)
 
 

@@ -178,6 +178,44 @@ def test_producer_errors_reach_the_consumer_after_the_good_minibatches(
     wait_until(lambda: not producers())
 
 
+class LoggedPartitions(LocalPartitionSet):
+    """Logs when each node-data request starts and when its result is first waited on."""
+
+    def __init__(self, stores: Sequence[GraphStore]) -> None:
+        super().__init__(stores)
+        self.log: list[tuple[str, str]] = []
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+        self.log.append(("start", name))
+        inner, log = super().get_node_data(p, name, ids), self.log
+
+        class Logged(Future):
+            def result(self, timeout: float | None = None):  # noqa: ANN202
+                log.append(("wait", name))
+                return inner.result(timeout)
+
+        return Logged()
+
+
+def test_labels_are_requested_before_any_feature_is_awaited(make_loader: Callable[..., Loader], parts: LocalPartitionSet) -> None:
+    """Per minibatch, every feature and label request is in flight before any is waited on:
+    one round trip, not two."""
+    logged = LoggedPartitions(parts.stores)
+    loader = make_loader(logged, MultiHopSampler(parts), cache_policy="none")
+    with loader.stream(JOB, 0, 0) as s:
+        steps = len(list(s))
+    gathers: list[list[tuple[str, str]]] = []  # the producer gathers one minibatch after another
+    for event in logged.log:
+        if not gathers or (event[0] == "start" and gathers[-1][-1][0] == "wait"):
+            gathers.append([])
+        gathers[-1].append(event)
+    assert len(gathers) == steps > 1
+    for g in gathers:
+        kinds = [kind for kind, _ in g]
+        assert kinds == sorted(kinds, key=lambda k: k == "wait"), g  # all starts, then all waits
+        assert {("start", "feat"), ("start", "label")} <= set(g), g
+
+
 class CountingSampler:
     """Counts calls; calls for steps >= ``block_from`` wait until ``release`` is set."""
 

@@ -4,6 +4,7 @@ process (the path on which features can reach the trainer's GPU without a host r
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -133,17 +134,46 @@ class _StepLoader:
         if self.step >= len(self):  # saved right after the last step of an epoch
             self.epoch, self.step = self.epoch + 1, 0
 
-    def _count(self, hits: int, misses: int, remote_bytes: int, edges: int) -> None:
-        s = self.stats
-        s.minibatches += 1
-        s.cache_hits += hits
-        s.cache_misses += misses
-        s.remote_feature_bytes += remote_bytes
-        s.sampled_edges += edges
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
+        epoch = self.epoch
+        self.stats = EpochStats()
+        with self._minibatches(epoch, self.step) as stream:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    mb = next(stream)
+                except StopIteration:
+                    break
+                self.stats.wait_seconds += time.perf_counter() - t0
+                got_epoch, got_step = self._position(mb)
+                if got_step != self.step or got_epoch != epoch:
+                    raise RuntimeError(f"loader sent step {got_epoch}/{got_step}, expected {epoch}/{self.step}")
+                batch = self._batch(mb)
+                self._count(mb)
+                self.step += 1
+                yield batch
+        self.epoch, self.step = epoch + 1, 0
 
-    def _check_position(self, epoch: int, got_epoch: int, got_step: int) -> None:
-        if got_step != self.step or got_epoch != epoch:
-            raise RuntimeError(f"loader sent step {got_epoch}/{got_step}, expected {epoch}/{self.step}")
+    def _minibatches(self, epoch: int, start: int) -> contextlib.AbstractContextManager[Iterator[Any]]:
+        """The loader's minibatches of ``epoch`` from step ``start``, closed on exit."""
+        raise NotImplementedError
+
+    def _position(self, mb: Any) -> tuple[int, int]:
+        """``(epoch, step)`` a minibatch says it is."""
+        raise NotImplementedError
+
+    def _batch(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, list]:
+        """``(input_nodes, output_nodes, blocks)`` on :attr:`device`."""
+        raise NotImplementedError
+
+    def _count(self, mb: Any) -> None:
+        """Adds a minibatch to :attr:`stats` (message and in-process minibatches name their counters alike)."""
+        s, st = self.stats, mb.stats
+        s.minibatches += 1
+        s.cache_hits += st.cache_hits
+        s.cache_misses += st.cache_misses
+        s.remote_feature_bytes += st.remote_feature_bytes
+        s.sampled_edges += mb.blocks.num_sampled_edges
 
     def close(self) -> None:
         """Releases the connection (RemoteDataLoader); the embedded loader is its owner's to close."""
@@ -231,30 +261,27 @@ class RemoteDataLoader(_StepLoader):
         self.step = 0
         self.stats = EpochStats()
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
-        epoch, start = self.epoch, self.step
-        self.stats = EpochStats()
+    @contextlib.contextmanager
+    def _minibatches(self, epoch: int, start: int) -> Iterator[Iterator[pb.Minibatch]]:
         request = pb.StreamMinibatchesRequest(job=self.job, epoch=epoch, start_step=start)
         stream = self._stub.StreamMinibatches(request, metadata=self._transport.metadata)
+
+        def messages() -> Iterator[pb.Minibatch]:
+            try:
+                yield from stream
+            except grpc.RpcError as err:
+                raise from_rpc_error(err, f"loader {self.address}") from None
+
         try:
-            while True:
-                t0 = time.perf_counter()
-                try:
-                    mb = next(stream)
-                except StopIteration:
-                    break
-                except grpc.RpcError as err:
-                    raise from_rpc_error(err, f"loader {self.address}") from None
-                self.stats.wait_seconds += time.perf_counter() - t0
-                self._check_position(epoch, mb.step_key.epoch, mb.step_key.step)
-                batch = to_dgl_blocks(mb, self.job.feature_name, self.job.label_name, self._transport.reader(), self.device)
-                st = mb.stats
-                self._count(st.cache_hits, st.cache_misses, st.remote_feature_bytes, mb.blocks.num_sampled_edges)
-                self.step += 1
-                yield batch
+            yield messages()
         finally:
             stream.cancel()
-        self.epoch, self.step = epoch + 1, 0
+
+    def _position(self, mb: pb.Minibatch) -> tuple[int, int]:
+        return mb.step_key.epoch, mb.step_key.step
+
+    def _batch(self, mb: pb.Minibatch) -> tuple[torch.Tensor, torch.Tensor, list]:
+        return to_dgl_blocks(mb, self.job.feature_name, self.job.label_name, self._transport.reader(), self.device)
 
     def close(self) -> None:
         self._channel.close()
@@ -314,26 +341,13 @@ class EmbeddedDataLoader(_StepLoader):
         self.step = 0
         self.stats = EpochStats()
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
-        epoch = self.epoch
-        self.stats = EpochStats()
-        with self.loader.stream(self.job, epoch, self.step, on_device=self.device_features) as stream:
-            while True:
-                t0 = time.perf_counter()
-                try:
-                    mb = next(stream)
-                except StopIteration:
-                    break
-                self.stats.wait_seconds += time.perf_counter() - t0
-                self._check_position(epoch, mb.epoch, mb.step)
-                batch = self._blocks(mb)
-                st = mb.stats
-                self._count(st.cache_hits, st.cache_misses, st.remote_feature_bytes, mb.blocks.num_sampled_edges)
-                self.step += 1
-                yield batch
-        self.epoch, self.step = epoch + 1, 0
+    def _minibatches(self, epoch: int, start: int) -> contextlib.AbstractContextManager[Iterator[ReadyMinibatch]]:
+        return self.loader.stream(self.job, epoch, start, on_device=self.device_features)
 
-    def _blocks(self, mb: ReadyMinibatch) -> tuple[torch.Tensor, torch.Tensor, list]:
+    def _position(self, mb: ReadyMinibatch) -> tuple[int, int]:
+        return mb.epoch, mb.step
+
+    def _batch(self, mb: ReadyMinibatch) -> tuple[torch.Tensor, torch.Tensor, list]:
         if self.device_features:
             from graphfeed.gpu_kernels.memory import to_torch  # noqa: PLC0415 - GPU path only
 

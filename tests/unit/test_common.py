@@ -51,3 +51,16 @@ def test_every_subcommand_has_help(argv: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "graphfeed", *argv, "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage: graphfeed" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--graph-stores", "a:1,b:2"], "--graph-stores needs --sampler"),
+        (["--graph-stores", "a:1", "--loader", "x:1"], "not allowed with argument --graph-stores"),
+        ([], "one of the arguments --loader --graph-stores is required"),
+    ],
+)
+def test_train_needs_a_loader_or_graph_stores_and_a_sampler(argv: list[str], message: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "graphfeed", "train", *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and message in out.stderr, out.stderr

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Regenerates the Python protobuf/gRPC code from proto/ (the only copy of the contracts).
 
-    python scripts/gen_proto.py           # rewrite services/<svc>/v1/*_pb2*.py(i)
+    python scripts/gen_proto.py           # rewrite services/graphfeed/<svc>/v1/*_pb2*.py(i)
     python scripts/gen_proto.py --check   # exit 1 if the committed code is stale
 
 Proto files live at proto/graphfeed/<svc>/v1/*.proto (package graphfeed.<svc>.v1); the
-generated modules land in the Python package graphfeed.<svc>.v1, i.e. services/<svc>/v1/.
+generated modules land in the Python package graphfeed.<svc>.v1, i.e. services/graphfeed/<svc>/v1/.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO / "proto"
-PY_ROOT = REPO / "services"  # the directory of the `graphfeed` package
+PY_ROOT = REPO / "services" / "graphfeed"  # the services/ portion of the `graphfeed` namespace
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 

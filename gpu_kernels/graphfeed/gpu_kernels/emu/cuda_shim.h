@@ -2,7 +2,7 @@
 // .cu sources run on a CPU: every thread of a block is a std::thread, every warp shares a
 // std::barrier, and the warp collectives (__shfl_sync, __any_sync, __syncwarp) exchange
 // values through the barrier. Valid for kernels whose collectives are warp-uniform with a full
-// mask (all of ours). Slow; for the unit tests only (gpu_kernels/emulator.py).
+// mask (all of ours). Slow; for the unit tests only (gpu_kernels/graphfeed/gpu_kernels/emulator.py).
 #ifndef GRAPHFEED_CUDA_SHIM_H
 #define GRAPHFEED_CUDA_SHIM_H
 

@@ -1,4 +1,4 @@
-// The kernels of gpu_kernels/*.cu compiled for the CPU (see cuda_shim.h); emulator.py builds
+// The kernels of gpu_kernels/graphfeed/gpu_kernels/*.cu compiled for the CPU (see cuda_shim.h); emulator.py builds
 // this into a shared library and launches emu_<kernel>(grid, block, args).
 #include "cuda_shim.h"
 

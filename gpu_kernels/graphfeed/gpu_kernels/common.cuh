@@ -1,7 +1,7 @@
 // Shared device helpers for graphfeed's kernels (included by every .cu file).
 //
 // No standard headers: the same source compiles with NVRTC (cupy.RawModule), with nvcc, and as
-// host C++ under gpu_kernels/emu/cuda_shim.h (the CPU warp emulator the unit tests use).
+// host C++ under gpu_kernels/graphfeed/gpu_kernels/emu/cuda_shim.h (the CPU warp emulator the unit tests use).
 #ifndef GRAPHFEED_COMMON_CUH
 #define GRAPHFEED_COMMON_CUH
 
@@ -33,7 +33,7 @@ __device__ __forceinline__ void gf_zero_row(V* __restrict__ dst, long long units
 }
 
 // Counter-based randomness: the draw for (seed, i, j) is a pure function, so any thread can
-// make any draw, in any order, and the NumPy reference (gpu_kernels/reference.py) reproduces
+// make any draw, in any order, and the NumPy reference (gpu_kernels/graphfeed/gpu_kernels/reference.py) reproduces
 // every one bit for bit. The finalizer is splitmix64's (Steele et al.), applied twice.
 __device__ __forceinline__ unsigned long long gf_mix64(unsigned long long z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -1,0 +1,395 @@
+"""GPU data-path numbers (issue 5), one command: ``python bench/gpu.py`` (or ``graphfeed bench gpu``).
+
+Parts (``--part``, default ``auto`` = every part this machine can run, then ``merge``):
+
+* ``gpu``   (needs CUDA + CuPy; torch for the CPU-gather baseline): first checks the kernels
+  against the NumPy references on this GPU, then measures, for 128-dim float32 rows, 1M- and
+  10M-row tables, random ids, 10k/100k/1M-row batches: pinned host->device copy bandwidth (the
+  limit), zero-copy gather GB/s, CPU gather + copy (``torch.index_select`` on the host, then
+  ``.cuda()``; also into a pinned buffer + non-blocking copy); GPU cache gather GB/s at hit
+  rates 0/50/90 % (misses read zero-copy from the pinned table); GPU uniform sampling edges/s.
+* ``cpu``   (needs DGL): DGL's CPU ``sample_neighbors`` and graphfeed's NumPy sampler on the
+  same CSR (built from integer hashes, so both machines build the identical graph).
+* ``merge``: joins ``gpu.json`` and ``cpu.json`` found in ``--out`` into ``gpu_bench.json`` and
+  ``gpu_bench.md`` (ratios vs the issue's targets).
+* ``test``: runs tests/gpu with pytest (no conftest: the bare GPU image lacks the project's deps).
+
+Runs without the project installed (the GPU image has only torch, CuPy, NumPy): ``bench/gpu.py``
+puts the checkout's namespace portions on ``sys.path`` and calls :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[3]  # bench/graphfeed/bench/gpu.py
+ROW_DIM = 128  # float32 -> 512-byte rows
+DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
+
+
+
+from graphfeed.gpu_kernels import reference  # noqa: E402
+from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What to measure: table rows, batch rows (also sampling seeds), graph nodes, repeats."""
+
+    tables: list[int]
+    batches: list[int]
+    graph_nodes: int
+    repeat: int
+
+
+FULL = Sizes([1_000_000, 10_000_000], [10_000, 100_000, 1_000_000], 2_000_000, 20)
+QUICK = Sizes([1_000_000], [10_000, 100_000], 200_000, 5)
+
+
+def synthetic_csr(num_nodes: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR from integer hashes only (identical on every machine and NumPy version): degrees
+    uniform in [1, 20], plus 1 % hubs with up to 1000 more; neighbors uniform over all nodes."""
+    v = np.arange(num_nodes, dtype=np.int64)
+    deg = 1 + reference.bounded(reference.rand_u64(seed, v, 0), 20)
+    hub = reference.bounded(reference.rand_u64(seed, v, 1), 100) == 0
+    deg += np.where(hub, reference.bounded(reference.rand_u64(seed, v, 2), 1001), 0)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    indices = np.empty(int(indptr[-1]), dtype=np.int64)
+    chunk = 1 << 24
+    for lo in range(0, len(indices), chunk):
+        pos = np.arange(lo, min(lo + chunk, len(indices)), dtype=np.int64)
+        indices[lo : lo + len(pos)] = reference.bounded(reference.rand_u64(seed + 1, pos, 0), num_nodes)
+    return indptr, indices
+
+
+def sampling_seeds(num_nodes: int, batch: int, seed: int = 2) -> np.ndarray:
+    return reference.bounded(reference.rand_u64(seed, np.arange(batch, dtype=np.int64), 0), num_nodes)
+
+
+def _median_s(fn: Callable[[], Any], repeat: int, sync: Callable[[], None], warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+# -- the GPU part ------------------------------------------------------------------------------
+
+
+def _verify(cp: Any, kernels: Any) -> None:
+    """Kernel == reference, bit for bit, on this GPU, before any number is taken."""
+    from graphfeed.gpu_kernels.memory import MappedHostArray
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((4096, ROW_DIM)).astype(np.float32)
+    ids = rng.integers(0, len(table), 10_000)
+    pinned = MappedHostArray.from_array(table)
+    assert cp.asnumpy(kernels.gather_rows(pinned.device, ids)).tobytes() == table[ids].tobytes(), "zero-copy gather"
+    slot = np.full(len(table), -1, dtype=np.int32)
+    slot[::3] = np.arange(len(slot[::3]))
+    cached = np.ascontiguousarray(table[::3])
+    out, where = kernels.cache_gather(ids, cp.asarray(slot), cp.asarray(cached), pinned.device)
+    ref_out, ref_where = reference.cache_gather(ids, slot, cached, table)
+    assert cp.asnumpy(out).tobytes() == ref_out.tobytes() and np.array_equal(cp.asnumpy(where), ref_where), "cache gather"
+    indptr, indices = synthetic_csr(20_000)
+    seeds = sampling_seeds(20_000, 5000)
+    for fanout, replace in [(10, False), (25, True), (100, False), (-1, False)]:
+        got = kernels.sample_csr(indptr, indices, np.arange(len(indices)), seeds, fanout, replace, 7)
+        want = reference.sample_csr(indptr, indices, np.arange(len(indices)), seeds, fanout, replace, 7)
+        assert all(np.array_equal(cp.asnumpy(g), w) for g, w in zip(got, want)), f"sampling {fanout} {replace}"
+
+
+def _torch_cuda() -> Any:
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+def _transfer_rows(cp: Any, kernels: Any, table: Any, ids_all: np.ndarray, batch: int, repeat: int) -> dict[str, Any]:
+    """Pinned copy, zero-copy gather and CPU gather + copy of ``batch`` random rows."""
+    row_bytes = ROW_DIM * 4
+    nbytes = batch * row_bytes
+    sync = cp.cuda.Device().synchronize
+    ids_h = ids_all[:batch]
+    ids_d = cp.asarray(ids_h)
+    out = cp.empty((batch, ROW_DIM), dtype=cp.float32)
+    contiguous = table.device[:batch]  # pinned source of a plain DMA copy
+    t_copy = _median_s(lambda: cp.cuda.runtime.memcpyAsync(out.data.ptr, contiguous.data.ptr, nbytes, 4, 0), repeat, sync)
+    t_zc = _median_s(lambda: kernels.gather_rows(table.device, ids_d, out=out, check_ids=False), repeat, sync)
+    row: dict[str, Any] = {"batch_rows": batch, "bytes": nbytes, "pinned_copy_gbps": nbytes / t_copy / 1e9,
+                           "zero_copy_gbps": nbytes / t_zc / 1e9}  # fmt: skip
+    torch = _torch_cuda()
+    if torch is not None:
+        table_t = torch.from_numpy(table.host)
+        ids_t = torch.from_numpy(ids_h)
+        tsync = torch.cuda.synchronize
+        t_cpu = _median_s(lambda: torch.index_select(table_t, 0, ids_t).cuda(), repeat, tsync)
+        staging = torch.empty((batch, ROW_DIM), dtype=torch.float32).pin_memory()
+        t_pin = _median_s(lambda: torch.index_select(table_t, 0, ids_t, out=staging).cuda(non_blocking=True), repeat, tsync)
+        row.update(cpu_gather_copy_gbps=nbytes / t_cpu / 1e9, cpu_gather_pinned_copy_gbps=nbytes / t_pin / 1e9,
+                   torch_threads=torch.get_num_threads())  # fmt: skip
+    return row
+
+
+def _cache_rows(cp: Any, kernels: Any, table: Any, batch: int, repeat: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """GPU cache gather at hit rates 0/50/90 %: a cache of 20 % of the table, misses zero-copy."""
+    n = table.host.shape[0]
+    cached = rng.permutation(n)[: n // 5]
+    in_cache = np.zeros(n, dtype=bool)
+    in_cache[cached] = True
+    uncached = np.flatnonzero(~in_cache)
+    slot = np.full(n, -1, dtype=np.int32)
+    slot[cached] = np.arange(len(cached))
+    slot_d = cp.asarray(slot)
+    gpu_rows = kernels.gather_rows(table.device, cp.asarray(cached))  # the cache slab, filled from the table
+    sync = cp.cuda.Device().synchronize
+    rows = []
+    for hit_rate in (0.0, 0.5, 0.9):
+        hits = int(batch * hit_rate)
+        ids = np.concatenate([rng.choice(cached, hits), rng.choice(uncached, batch - hits)])
+        ids_d = cp.asarray(rng.permutation(ids))
+        t = _median_s(lambda: kernels.cache_gather(ids_d, slot_d, gpu_rows, table.device, check_ids=False), repeat, sync)
+        rows.append({"table_rows": n, "batch_rows": batch, "hit_rate": hit_rate, "gbps": batch * ROW_DIM * 4 / t / 1e9})
+    return rows
+
+
+def _sampling_rows(cp: Any, kernels: Any, graph_nodes: int, batches: list[int], repeat: int) -> list[dict[str, Any]]:
+    indptr, indices = synthetic_csr(graph_nodes)
+    d_indptr, d_indices, d_eids = cp.asarray(indptr), cp.asarray(indices), cp.arange(len(indices), dtype=cp.int64)
+    sync = cp.cuda.Device().synchronize
+    rows = []
+    for batch in batches:
+        seeds = cp.asarray(sampling_seeds(graph_nodes, batch))
+        for fanout, replace in [(10, False), (25, False), (10, True), (100, False)]:
+            edges = int(kernels.sample_csr(d_indptr, d_indices, d_eids, seeds, fanout, replace, 1)[0][-1])
+            t = _median_s(lambda: kernels.sample_csr(d_indptr, d_indices, d_eids, seeds, fanout, replace, 1), repeat, sync)
+            rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
+                         "replace": replace, "edges": edges, "seconds": t, "edges_per_s": edges / t})  # fmt: skip
+    return rows
+
+
+def run_gpu(sizes: Sizes) -> dict[str, Any]:
+    from graphfeed.gpu_kernels import kernels
+    from graphfeed.gpu_kernels._cuda import cupy_module
+    from graphfeed.gpu_kernels.memory import MappedHostArray
+
+    cp = cupy_module()
+    _verify(cp, kernels)
+    tables, batches, repeat = sizes.tables, sizes.batches, sizes.repeat
+    rng = np.random.default_rng(0)
+    transfer, cache = [], []
+    for n in tables:
+        table = MappedHostArray((n, ROW_DIM), np.float32)
+        for lo in range(0, n, 1 << 20):  # fill in chunks: bounded temporaries
+            table.host[lo : lo + (1 << 20)] = rng.random((min(1 << 20, n - lo), ROW_DIM), dtype=np.float32)
+        ids_all = rng.integers(0, n, max(batches))
+        for batch in batches:
+            transfer.append({"table_rows": n, **_transfer_rows(cp, kernels, table, ids_all, batch, repeat)})
+            cache += _cache_rows(cp, kernels, table, batch, repeat, rng)
+        table.close()
+    sampling = _sampling_rows(cp, kernels, sizes.graph_nodes, batches, repeat)
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    torch = _torch_cuda()
+    meta = {"device": props["name"].decode(), "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+            "torch": getattr(torch, "__version__", None), "cpus": os.cpu_count(), "sizes": sizes.__dict__, "verified": True}  # fmt: skip
+    return {"meta": meta, "transfer": transfer, "cache": cache, "sampling_gpu": sampling}
+
+
+# -- the CPU part (DGL) ------------------------------------------------------------------------
+
+
+def run_cpu(sizes: Sizes) -> dict[str, Any]:
+    import dgl
+    import torch
+
+    from graphfeed.graph_store.sampling import sample_csr
+
+    graph_nodes, batches, repeat = sizes.graph_nodes, sizes.batches, min(sizes.repeat, 3)
+    indptr, indices = synthetic_csr(graph_nodes)
+    eids = np.arange(len(indices), dtype=np.int64)
+    g = dgl.graph(("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))), num_nodes=graph_nodes)
+    rows = []
+    for batch in batches:
+        seeds = sampling_seeds(graph_nodes, batch)
+        seeds_t = torch.from_numpy(seeds)
+        for fanout, replace in [(10, False), (25, False), (10, True), (100, False)]:
+            edges = g.in_degrees(seeds_t).clamp(max=fanout).sum().item() if not replace else int((g.in_degrees(seeds_t) > 0).sum()) * fanout
+            t_dgl = _median_s(lambda: dgl.sampling.sample_neighbors(g, seeds_t, fanout, replace=replace), repeat, lambda: None, 1)
+            rng = np.random.default_rng(0)
+            t_np = _median_s(lambda: sample_csr(indptr, indices, eids, seeds, fanout, replace, rng), repeat, lambda: None, 1)
+            rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
+                         "replace": replace, "edges": edges, "dgl_edges_per_s": edges / t_dgl,
+                         "numpy_edges_per_s": edges / t_np})  # fmt: skip
+    meta = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "dgl": dgl.__version__, "sizes": sizes.__dict__}  # fmt: skip
+    return {"meta": meta, "sampling_cpu": rows}
+
+
+# -- merge, report, CLI ----------------------------------------------------------------------
+
+TARGETS = {"zero_copy_vs_pinned_copy": 0.8, "zero_copy_vs_cpu_gather_copy": 1.6, "gpu_vs_dgl_sampling": 10.0}
+
+
+def merge(out_dir: Path) -> dict[str, Any]:
+    """Joins the parts found in ``out_dir`` and adds the ratios the issue sets targets for."""
+    parts = {name: json.loads((out_dir / f"{name}.json").read_text()) for name in ("gpu", "cpu") if (out_dir / f"{name}.json").exists()}
+    gpu, cpu = parts.get("gpu", {}), parts.get("cpu", {})
+    transfer = [dict(r) for r in gpu.get("transfer", [])]
+    for r in transfer:
+        r["zero_copy_vs_pinned_copy"] = r["zero_copy_gbps"] / r["pinned_copy_gbps"]
+        if "cpu_gather_copy_gbps" in r:
+            r["zero_copy_vs_cpu_gather_copy"] = r["zero_copy_gbps"] / r["cpu_gather_copy_gbps"]
+    key = lambda r: (r["graph_nodes"], r["batch_seeds"], r["fanout"], r["replace"])  # noqa: E731
+    dgl = {key(r): r for r in cpu.get("sampling_cpu", [])}
+    sampling = []
+    for r in gpu.get("sampling_gpu", []):
+        row = dict(r)
+        if key(r) in dgl:
+            row.update(dgl_edges_per_s=dgl[key(r)]["dgl_edges_per_s"], numpy_edges_per_s=dgl[key(r)]["numpy_edges_per_s"])
+            row["gpu_vs_dgl_sampling"] = row["edges_per_s"] / row["dgl_edges_per_s"]
+        sampling.append(row)
+    gpu_keys = {key(r) for r in sampling}
+    sampling += [dict(r) for k, r in dgl.items() if k not in gpu_keys]  # CPU numbers without a GPU run
+    return {"targets": TARGETS, "gpu_meta": gpu.get("meta"), "cpu_meta": cpu.get("meta"), "transfer": transfer,
+            "cache": gpu.get("cache", []), "sampling": sampling}  # fmt: skip
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    align = ["---" if h in ("graph nodes / edges", "replace") else "---:" for h in header]  # text left, numbers right
+    return ["", f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows)]  # fmt: skip
+
+
+def to_markdown(res: dict[str, Any], command: str) -> str:
+    """The tables for BENCHMARKS.md."""
+    g, c = res.get("gpu_meta") or {}, res.get("cpu_meta") or {}
+    lines = [
+        f"Command: `{command}`",
+        "",
+        f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, {g.get('cpus', '—')} CPUs;"
+        f" kernels verified against the NumPy references first: {g.get('verified', '—')})",
+        f"CPU part: {c.get('cpus', 'not run')} CPUs, DGL {c.get('dgl', '—')}, torch threads {c.get('torch_threads', '—')}",
+    ]
+    lines += _table(
+        "Host -> GPU, 128-dim float32 rows, random ids (GB/s of gathered rows)",
+        ["table rows", "batch rows", "pinned copy (limit)", "zero-copy gather", "CPU gather + .cuda()", "CPU gather to pinned + copy",
+         "zero-copy / pinned (target >= 0.8)", "zero-copy / CPU gather (target >= 1.6)"],
+        [[_fmt(r["table_rows"]), _fmt(r["batch_rows"]), _fmt(r["pinned_copy_gbps"]), _fmt(r["zero_copy_gbps"]),
+          _fmt(r.get("cpu_gather_copy_gbps")), _fmt(r.get("cpu_gather_pinned_copy_gbps")),
+          _fmt(r["zero_copy_vs_pinned_copy"], 2), _fmt(r.get("zero_copy_vs_cpu_gather_copy"), 2)] for r in res["transfer"]],
+    )  # fmt: skip
+    by: dict[tuple[int, int], dict[float, float]] = {}
+    for r in res["cache"]:
+        by.setdefault((r["table_rows"], r["batch_rows"]), {})[r["hit_rate"]] = r["gbps"]
+    lines += _table(
+        "GPU cache gather (a 20 % cache on the GPU, misses zero-copy from the pinned table), GB/s",
+        ["table rows", "batch rows", "hit 0 %", "hit 50 %", "hit 90 %"],
+        [[_fmt(n), _fmt(b), _fmt(h.get(0.0)), _fmt(h.get(0.5)), _fmt(h.get(0.9))] for (n, b), h in by.items()],
+    )
+    mega = lambda r, k: None if r.get(k) is None else r[k] / 1e6  # noqa: E731
+    lines += _table(
+        "Uniform neighbor sampling, Medges/s (GPU kernel on the GPU machine; DGL and NumPy on the CPU machine)",
+        ["graph nodes / edges", "seeds", "fanout", "replace", "GPU kernel", "DGL CPU", "graphfeed NumPy CPU", "GPU / DGL (target >= 10)"],
+        [[f"{_fmt(r['graph_nodes'])} / {_fmt(r['graph_edges'])}", _fmt(r["batch_seeds"]), str(r["fanout"]), str(r["replace"]),
+          _fmt(mega(r, "edges_per_s")), _fmt(mega(r, "dgl_edges_per_s")), _fmt(mega(r, "numpy_edges_per_s")),
+          _fmt(r.get("gpu_vs_dgl_sampling"))] for r in res["sampling"]],
+    )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _dgl_available() -> bool:
+    try:
+        import dgl  # noqa: F401
+
+        return True
+    except Exception:  # noqa: BLE001 - DGL raises more than ImportError when its deps are off
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the requested part(s); writes ``<part>.json`` and the merged report to ``--out``."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = QUICK if args.quick else FULL
+    part = args.part
+    if part == "test":
+        import pytest
+
+        return int(pytest.main(["-q", "--noconftest", "-p", "no:cacheprovider", "-rs", str(REPO / "tests" / "gpu")]))
+    ran = []
+    if part in ("gpu", "auto"):
+        if gpu_available():
+            (out / "gpu.json").write_text(json.dumps(run_gpu(sizes), indent=2))
+            ran.append("gpu")
+        elif part == "gpu":
+            print(f"no usable GPU: {unavailable_reason()}", file=sys.stderr)
+            return 2
+    if part in ("cpu", "auto"):
+        if _dgl_available():
+            (out / "cpu.json").write_text(json.dumps(run_cpu(sizes), indent=2))
+            ran.append("cpu")
+        elif part == "cpu":
+            print("the cpu part needs DGL (the project's venv has it)", file=sys.stderr)
+            return 2
+    res = merge(out)
+    command = "python bench/gpu.py" + (" --quick" if args.quick else "")
+    (out / "gpu_bench.json").write_text(json.dumps(res, indent=2))
+    md = to_markdown(res, command)
+    (out / "gpu_bench.md").write_text(md)
+    print(md)
+    print(f"ran: {', '.join(ran) or 'nothing (merge only)'}; wrote {out}/gpu_bench.{{json,md}}", file=sys.stderr)
+    return 0
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--part", choices=["auto", "gpu", "cpu", "merge", "test"], default="auto",
+                   help="auto (default): every part this machine can run, then merge")  # fmt: skip
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT.relative_to(REPO)})")
+    p.add_argument("--quick", action="store_true", help="1M-row table, 10k/100k batches, 200k-node graph: a smoke run")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """``graphfeed bench gpu``."""
+    p = sub.add_parser("gpu", help="GPU data path: zero-copy gather, GPU cache, GPU sampling vs DGL", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    _add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from graphfeed.common.blocks import Block
-from graphfeed.common.prefetch import prefetch
+from graphfeed.common.cacheline import prefetch
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _AHEAD = 4  # dst nodes whose slot entries are prefetched ahead: compaction 30 % faster

@@ -85,7 +85,7 @@ def _pods_of(workload: dict) -> list[LocalPod]:
                 f"{name}-{i}", workload,
                 {**labels, "statefulset.kubernetes.io/pod-name": f"{name}-{i}", "apps.kubernetes.io/pod-index": str(i)},
                 annotations, f"{name}-{i}", workload["spec"]["serviceName"], i,
-            )  # fmt: skip
+            )
             for i in range(int(workload["spec"].get("replicas", 1)))
         ]
     if kind == "Job" and workload["spec"].get("completionMode") == "Indexed":
@@ -95,7 +95,7 @@ def _pods_of(workload: dict) -> list[LocalPod]:
                 {**labels, "batch.kubernetes.io/job-completion-index": str(i)},
                 {**annotations, "batch.kubernetes.io/job-completion-index": str(i)},
                 f"{name}-{i}", spec.get("subdomain"), i,
-            )  # fmt: skip
+            )
             for i in range(int(workload["spec"]["completions"]))
         ]
     # Deployment, DaemonSet, plain Job: one pod stands for all of them.
@@ -238,7 +238,7 @@ class LocalCluster:
         out = {k: self._rewrite(v, mounts) for k, v in env.items()}
         names = self._dns_names()
         for k, v in env.items():
-            if k.endswith(("_HOST", "_ADDR")) and (v == "0.0.0.0" or v in names):
+            if k.endswith(("_HOST", "_ADDR")) and (v == "0.0.0.0" or v in names):  # noqa: S104 - a comparison, not a bind
                 out[k] = "127.0.0.1"
             elif k.endswith("_PORT") and v.isdigit():
                 addr = env.get(k[: -len("_PORT")] + "_ADDR")

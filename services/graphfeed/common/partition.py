@@ -85,7 +85,7 @@ class GraphManifest:
         return json.dumps(d, indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "GraphManifest":
+    def from_json(cls, text: str) -> GraphManifest:
         d = json.loads(text)
         d.pop("partition_id", None)
         version = d.get("schema_version")
@@ -102,7 +102,7 @@ class GraphManifest:
         return cls(**d)
 
     @classmethod
-    def load(cls, path: Path) -> "GraphManifest":
+    def load(cls, path: Path) -> GraphManifest:
         """Reads ``path/manifest.json`` (a graph root or a partition directory)."""
         f = Path(path) / MANIFEST
         if not f.exists():
@@ -205,7 +205,9 @@ class PartitionReader:
         for name in ("indices", "edge_ids"):
             arr = getattr(self, name)
             if arr.dtype not in (np.int32, np.int64) or len(arr) != int(self.indptr[-1]):
-                raise FailedPrecondition(f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; expected int32/int64 [{int(self.indptr[-1])}]")
+                raise FailedPrecondition(
+                    f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; expected int32/int64 [{int(self.indptr[-1])}]"
+                )
         # Read-only: no exclusive lock, so several readers (and a restarting server) can open it.
         self._db = Rdict(str(self.path / "db"), options=_db_options(), access_type=AccessType.read_only())
 

@@ -11,6 +11,8 @@ copy + prefetch 28 ms (``python -m graphfeed.common.rows`` reruns this).
 
 from __future__ import annotations
 
+import time
+
 import numba
 import numpy as np
 
@@ -79,8 +81,6 @@ def scatter_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray, positions
 
 
 def _main() -> None:  # pragma: no cover - the measurement quoted in the module docstring
-    import time
-
     rng = np.random.default_rng(0)
     table = rng.random((500_000, 128), dtype=np.float32)
     rows = rng.integers(0, len(table), 111_000)

@@ -158,7 +158,9 @@ def compact_hop(
     bounds = np.asarray(bounds, dtype=np.int64)
     num_dst = len(dst_nodes)
     if len(order) != num_dst or len(bounds) != len(parts) + 1 or bounds[0] != 0 or bounds[-1] != num_dst:
-        raise ValueError(f"to_block: order [{len(order)}] / bounds {bounds.tolist()} do not cover {num_dst} dst nodes in {len(parts)} parts")
+        raise ValueError(
+            f"to_block: order [{len(order)}] / bounds {bounds.tolist()} do not cover {num_dst} dst nodes in {len(parts)} parts"
+        )
     offs, srcs, eids = [], [], []
     for p, (o, src, ids) in enumerate(parts):
         o, src, ids = (_readonly(np.ascontiguousarray(a, dtype=np.int64)) for a in (o, src, ids))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from rocksdict import AccessType, Options, Rdict, WriteOptions
@@ -223,7 +224,9 @@ class PartitionReader:
         flat = out.reshape(self.num_owned, -1) if self.num_owned else out
         n_chunks = -(-self.num_owned // spec.rows_per_chunk)
         keys = [f"nd/{name}/{c:08d}".encode() for c in range(n_chunks)]
-        for c, value in enumerate(self._db.get(keys)):
+        # rocksdict's stub omits get()'s list-of-keys form (a multi_get), which returns a list.
+        values = cast("list[bytes | None]", self._db.get(keys))  # type: ignore[arg-type]
+        for c, value in enumerate(values):
             if value is None:
                 raise FailedPrecondition(f"{self.path}: node data {name!r} chunk {c} missing from RocksDB")
             rows = np.frombuffer(value, dtype=dtype).reshape(-1, *flat.shape[1:]) if flat.ndim > 1 else np.frombuffer(value, dtype=dtype)

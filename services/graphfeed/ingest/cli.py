@@ -124,6 +124,10 @@ def _node_data(g: GraphData) -> str:
     return ", ".join(f"{k} {t.dtype}{list(t.shape[1:])}" for k, t in g.node_data.items()) or "none"
 
 
+def _count(ids: np.ndarray | None) -> int:
+    return 0 if ids is None else len(ids)
+
+
 def summarize(out: Path, manifest: GraphManifest, t_load: float, t_write: float) -> None:
     """Prints one line per written partition and the totals, read back from ``out``."""
     cut = halo = 0
@@ -132,7 +136,7 @@ def summarize(out: Path, manifest: GraphManifest, t_load: float, t_write: float)
         try:
             indices = np.asarray(r.indices)
             remote = int(np.count_nonzero((indices < r.start) | (indices >= r.stop)))
-            splits = " ".join(f"{s}={len(r.split(s)):,}" for s in manifest.splits)
+            splits = " ".join(f"{s}={_count(r.split(s)):,}" for s in manifest.splits)
             print(
                 f"partition {p}: {r.num_owned:,} nodes, {len(indices):,} in-edges, {remote:,} from other partitions "
                 f"({remote / max(1, len(indices)):.1%}), halo {len(r.halo):,} nodes, {splits}"

@@ -303,7 +303,7 @@ def load_synthetic(
     **params: Any,
 ) -> GraphData:
     """A synthetic graph: a preset (sizes may be overridden) or all four sizes given."""
-    sizes = {"num_nodes": num_nodes, "num_edges": num_edges, "feat_dim": feat_dim, "num_classes": num_classes}
+    sizes: dict[str, Any] = {"num_nodes": num_nodes, "num_edges": num_edges, "feat_dim": feat_dim, "num_classes": num_classes}
     if preset is not None:
         return generate_preset(preset, seed=seed, split_seed=split_seed, progress=progress, **sizes, **params)
     missing = [k for k, v in sizes.items() if v is None]

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -277,7 +278,7 @@ class LocalCluster:
         raise AssertionError(f"container command {name!r} has no local equivalent")
 
     # --- running -------------------------------------------------------------------------
-    def _spawn(self, pod: LocalPod, c: dict, extra_args: list[str] = ()) -> Proc:
+    def _spawn(self, pod: LocalPod, c: dict, extra_args: Sequence[str] = ()) -> Proc:
         argv, env, cwd = self.command(pod, c)
         log = self.root / "logs" / f"{pod.name}.{c['name']}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -287,7 +288,7 @@ class LocalCluster:
         self.procs.append(proc)
         return proc
 
-    def _run_to_completion(self, pod: LocalPod, c: dict, timeout_s: float, extra_args: list[str] = ()) -> Proc:
+    def _run_to_completion(self, pod: LocalPod, c: dict, timeout_s: float, extra_args: Sequence[str] = ()) -> Proc:
         proc = self._spawn(pod, c, extra_args)
         try:
             code = proc.popen.wait(timeout_s)
@@ -298,7 +299,7 @@ class LocalCluster:
         assert code == 0, f"{pod.name}/{c['name']} exited {code}:\n{proc.tail()}"
         return proc
 
-    def run_job(self, name: str, timeout_s: float = 180.0, extra_args: list[str] = ()) -> list[Proc]:
+    def run_job(self, name: str, timeout_s: float = 180.0, extra_args: Sequence[str] = ()) -> list[Proc]:
         """Runs every pod of Job ``name`` (in parallel, as ``parallelism`` allows) to exit 0."""
         pods = self.pods[name]
         for pod in pods:

@@ -135,7 +135,7 @@ def test_every_subset_is_equally_likely(k: int) -> None:
     freq = np.bincount(src, minlength=deg) / 20_000
     assert np.all(np.abs(freq - k / deg) < 0.02), freq
     if k == 2:  # 5 choose 2 = 10 subsets, 20000 draws: each about 2000 (binomial sd ~42)
-        counts = dict.fromkeys(itertools.combinations(range(5), 2), 0)
+        counts: dict[tuple[int, ...], int] = dict.fromkeys(itertools.combinations(range(5), 2), 0)
         for p, c in zip(*np.unique(picks, axis=0, return_counts=True)):
             counts[tuple(int(x) for x in p)] = int(c)
         assert all(abs(c - 2000) < 250 for c in counts.values()), counts

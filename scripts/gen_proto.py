@@ -30,8 +30,8 @@ def proto_files() -> list[Path]:
 
 def generate(out_dir: Path) -> list[Path]:
     """Runs protoc into out_dir; returns generated files relative to out_dir/graphfeed."""
-    from grpc_tools import protoc
     import grpc_tools
+    from grpc_tools import protoc
 
     include = Path(grpc_tools.__file__).parent / "_proto"
     args = [

@@ -21,7 +21,7 @@ from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
 
 
-def arithmetic_degree(v: np.ndarray, max_deg: int) -> np.ndarray:
+def arithmetic_degree(v: np.ndarray | int, max_deg: int) -> np.ndarray:
     return 1 + np.asarray(v) % max_deg
 
 

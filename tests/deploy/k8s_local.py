@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def _pods_of(workload: dict) -> list[LocalPod]:
                 f"{name}-{i}", workload,
                 {**labels, "statefulset.kubernetes.io/pod-name": f"{name}-{i}", "apps.kubernetes.io/pod-index": str(i)},
                 annotations, f"{name}-{i}", workload["spec"]["serviceName"], i,
-            )  # fmt: skip
+            )
             for i in range(int(workload["spec"].get("replicas", 1)))
         ]
     if kind == "Job" and workload["spec"].get("completionMode") == "Indexed":
@@ -95,7 +96,7 @@ def _pods_of(workload: dict) -> list[LocalPod]:
                 {**labels, "batch.kubernetes.io/job-completion-index": str(i)},
                 {**annotations, "batch.kubernetes.io/job-completion-index": str(i)},
                 f"{name}-{i}", spec.get("subdomain"), i,
-            )  # fmt: skip
+            )
             for i in range(int(workload["spec"]["completions"]))
         ]
     # Deployment, DaemonSet, plain Job: one pod stands for all of them.
@@ -238,7 +239,7 @@ class LocalCluster:
         out = {k: self._rewrite(v, mounts) for k, v in env.items()}
         names = self._dns_names()
         for k, v in env.items():
-            if k.endswith(("_HOST", "_ADDR")) and (v == "0.0.0.0" or v in names):
+            if k.endswith(("_HOST", "_ADDR")) and (v == "0.0.0.0" or v in names):  # noqa: S104 - a comparison, not a bind
                 out[k] = "127.0.0.1"
             elif k.endswith("_PORT") and v.isdigit():
                 addr = env.get(k[: -len("_PORT")] + "_ADDR")
@@ -277,7 +278,7 @@ class LocalCluster:
         raise AssertionError(f"container command {name!r} has no local equivalent")
 
     # --- running -------------------------------------------------------------------------
-    def _spawn(self, pod: LocalPod, c: dict, extra_args: list[str] = ()) -> Proc:
+    def _spawn(self, pod: LocalPod, c: dict, extra_args: Sequence[str] = ()) -> Proc:
         argv, env, cwd = self.command(pod, c)
         log = self.root / "logs" / f"{pod.name}.{c['name']}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -287,7 +288,7 @@ class LocalCluster:
         self.procs.append(proc)
         return proc
 
-    def _run_to_completion(self, pod: LocalPod, c: dict, timeout_s: float, extra_args: list[str] = ()) -> Proc:
+    def _run_to_completion(self, pod: LocalPod, c: dict, timeout_s: float, extra_args: Sequence[str] = ()) -> Proc:
         proc = self._spawn(pod, c, extra_args)
         try:
             code = proc.popen.wait(timeout_s)
@@ -298,7 +299,7 @@ class LocalCluster:
         assert code == 0, f"{pod.name}/{c['name']} exited {code}:\n{proc.tail()}"
         return proc
 
-    def run_job(self, name: str, timeout_s: float = 180.0, extra_args: list[str] = ()) -> list[Proc]:
+    def run_job(self, name: str, timeout_s: float = 180.0, extra_args: Sequence[str] = ()) -> list[Proc]:
         """Runs every pod of Job ``name`` (in parallel, as ``parallelism`` allows) to exit 0."""
         pods = self.pods[name]
         for pod in pods:

@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -38,6 +39,15 @@ def _write(rendered: dict[str, Rendered], out: Path) -> list[Path]:
         (path := out / f"{name}.yaml").write_text(r.text)
         paths.append(path)
     return paths
+
+
+T = TypeVar("T")
+
+
+def _given(value: T | None, what: str) -> T:
+    """``value``, which the manifest must set (a test failure names ``what`` otherwise)."""
+    assert value is not None, f"{what} is not set"
+    return value
 
 
 def _graphfeed_args(container: dict) -> list[str] | None:
@@ -119,12 +129,12 @@ def test_servers_have_grpc_probes_and_a_grace_period_longer_than_grace_s(rendere
             if "grpc" not in ports:
                 continue
             servers.add(c["name"])
-            assert _graphfeed_args(c)[:1] == ["serve"], c["name"]
+            assert _given(_graphfeed_args(c), c["name"])[:1] == ["serve"], c["name"]
             for probe in ("readinessProbe", "livenessProbe"):
                 assert c[probe]["grpc"]["port"] == ports["grpc"], f"{c['name']} {probe}"
             env = static_env(r, c)
             (grace_key,) = [k for k in env if k.endswith("_GRACE_S")]
-            grace_s = float(env[grace_key])
+            grace_s = float(_given(env[grace_key], grace_key))
             period = pod_spec(w)["terminationGracePeriodSeconds"]
             # In-flight calls get grace_s; closing stores and channels needs a little more.
             assert grace_s + 5 <= period <= grace_s + 30, f"{c['name']}: grace_s {grace_s}, terminationGracePeriodSeconds {period}"
@@ -169,17 +179,17 @@ def test_partition_count_agrees_everywhere(rendered: dict[str, Rendered], overla
     sts = r.get("StatefulSet", "graph-store")
     replicas = sts["spec"]["replicas"]
     (ingest,) = containers(r.workload("ingest"))
-    assert int(args_flag(ingest["args"], "--num-partitions")) == replicas
+    assert int(_given(args_flag(ingest["args"], "--num-partitions"), "--num-partitions")) == replicas
     port = container_ports(pod_spec(sts)["containers"][0])["grpc"]
     expected = [f"graph-store-{i}.{sts['spec']['serviceName']}:{port}" for i in range(replicas)]
     for name in ("sampler", "loader") if overlay != EMBEDDED else ("sampler",):
         (c,) = containers(r.workload(name))
         env = static_env(r, c)
         (key,) = [k for k in env if k.endswith("_GRAPH_STORE_ADDRESSES")]
-        assert json.loads(env[key]) == expected, f"{name}: {key}"
+        assert json.loads(_given(env[key], key)) == expected, f"{name}: {key}"
     if overlay == EMBEDDED:  # the trainers' own loader
         (trainer,) = containers(r.workload("trainer"))
-        assert args_flag(trainer["args"], "--graph-stores").split(",") == expected
+        assert _given(args_flag(trainer["args"], "--graph-stores"), "--graph-stores").split(",") == expected
         svc = r.get("Service", "sampler")
         assert args_flag(trainer["args"], "--sampler") == f"{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
     headless = r.get("Service", sts["spec"]["serviceName"])
@@ -198,7 +208,7 @@ def test_each_graph_store_stages_the_partition_of_its_ordinal(rendered: dict[str
     script = init["args"][0]
     assert f"src={out}/$part" in script and 'part=part-$(printf %05d "$POD_INDEX")' in script
     (server,) = pod_spec(sts)["containers"]
-    part_dir = args_flag(server["args"], "--part-dir")
+    part_dir = _given(args_flag(server["args"], "--part-dir"), "--part-dir")
     assert 'mv "$dst/incoming" "$dst/current"' in script and part_dir.endswith("/current")
     mounts = {m["name"]: m for m in server["volumeMounts"]}
     assert part_dir.startswith(mounts["partition"]["mountPath"])
@@ -211,7 +221,7 @@ def test_trainer_is_an_indexed_job_with_rendezvous_on_rank_0(rendered: dict[str,
     job = r.get("Job", "trainer")
     spec, (c,) = job["spec"], containers(job)
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]
-    assert int(args_flag(c["args"], "--world-size")) == spec["completions"]
+    assert int(_given(args_flag(c["args"], "--world-size"), "--world-size")) == spec["completions"]
     env = {e["name"]: e for e in c["env"]}
     subdomain = pod_spec(job)["subdomain"]
     assert env["MASTER_ADDR"]["value"] == f"trainer-0.{subdomain}"

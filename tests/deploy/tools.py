@@ -47,10 +47,10 @@ def tool(name: str) -> str:
             extra = "GRAPHFEED_CONTAINER_TESTS=1 " if name in ("podman", "debootstrap") else ""
             pytest.fail(f"{name} is not installed: run `{extra}{INSTALL}` (Debian package)", pytrace=False)
         return path
-    path = tools_dir() / where
-    if not path.exists():
-        pytest.fail(f"{name} is not installed ({path} missing): run `{INSTALL}`", pytrace=False)
-    return str(path)
+    local = tools_dir() / where
+    if not local.exists():
+        pytest.fail(f"{name} is not installed ({local} missing): run `{INSTALL}`", pytrace=False)
+    return str(local)
 
 
 def node_modules() -> Path:
@@ -64,7 +64,7 @@ def run(cmd: list[str], *, timeout_s: float, cwd: Path | None = None, input_text
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, input=input_text)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{Path(cmd[0]).name} did not finish within {timeout_s:.0f}s: {' '.join(cmd)}\n{exc.stderr or ''}")
+        pytest.fail(f"{Path(cmd[0]).name} did not finish within {timeout_s:.0f}s: {' '.join(cmd)}\n{exc.stderr or ''!s}")
 
 
 def check(cmd: list[str], *, timeout_s: float, cwd: Path | None = None, input_text: str | None = None) -> str:

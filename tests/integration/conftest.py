@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
 from graphfeed.ingest.graph import GraphData
 from tests.integration.inprocess import InProcessCluster
+
+if TYPE_CHECKING:
+    from graphfeed.cluster import LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -37,14 +42,14 @@ def cora_input_index(cora: GraphData, cora_root: Path) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def cora_cluster(cora_root: Path):
+def cora_cluster(cora_root: Path) -> Iterator[InProcessCluster]:
     c = InProcessCluster.start(cora_root, cache_policy="lru", cache_bytes=2 << 20)
     yield c
     c.stop()
 
 
 @pytest.fixture(scope="session")
-def process_cluster(cora_root: Path, tmp_path_factory: pytest.TempPathFactory):
+def process_cluster(cora_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """graph-store x2, sampler and loader as real `graphfeed serve` processes over Cora."""
     from graphfeed.cluster import LocalCluster
 

@@ -19,7 +19,7 @@ class InProcessCluster:
     cores: list = field(default_factory=list)
 
     @classmethod
-    def start(cls, data_dir: Path, **loader_overrides: object) -> "InProcessCluster":
+    def start(cls, data_dir: Path, **loader_overrides: object) -> InProcessCluster:
         from graphfeed.graph_store.config import GraphStoreSettings
         from graphfeed.graph_store.server import serve as serve_store
         from graphfeed.loader.config import LoaderSettings

@@ -19,7 +19,9 @@ SEEDS = (0, 1, 2)
 def test_graphsage_on_cora_matches_in_process_dgl(cora, cora_cluster) -> None:  # noqa: ANN001
     ours, theirs = [], []
     for seed in SEEDS:
-        cfg = TrainConfig(loader_address=cora_cluster.loader.address, epochs=10, batch_size=256, fanouts=[10, 10], seed=seed, job_id=f"fid-{seed}")
+        cfg = TrainConfig(
+            loader_address=cora_cluster.loader.address, epochs=10, batch_size=256, fanouts=[10, 10], seed=seed, job_id=f"fid-{seed}"
+        )
         trainer = Trainer(cfg)
         try:
             trainer.fit()

@@ -138,7 +138,7 @@ def test_alloc_hook_receives_the_output_and_is_checked() -> None:
     slab = np.full(64, -7, dtype=np.int64)  # one buffer standing in for a response segment
     asked = []
 
-    def alloc(max_src: int, num_edges: int) -> tuple[np.ndarray, ...]:
+    def alloc(max_src: int, num_edges: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         asked.append((max_src, num_edges))
         return slab[:max_src], slab[16 : 16 + num_edges], slab[32 : 32 + num_edges], slab[48 : 48 + num_edges]
 

@@ -117,7 +117,7 @@ def test_bad_seeds_are_invalid_arguments(open_store: OpenStore) -> None:
         s.sample_neighbors(np.empty(0, dtype=np.int64), 3, False, 0)
     with pytest.raises(InvalidArgument, match=r"seeds must be 1-D, got shape \(2, 2\)"):
         s.sample_neighbors(np.zeros((2, 2), dtype=np.int64), 3, False, 0)
-    with pytest.raises(InvalidArgument, match="seeds must be integer.*float32"):
+    with pytest.raises(InvalidArgument, match=r"seeds must be integer.*float32"):
         s.sample_neighbors(np.zeros(3, dtype=np.float32), 3, False, 0)
     with pytest.raises(InvalidArgument, match="rng_seed"):
         s.sample_neighbors(np.zeros(3, dtype=np.int64), 3, False, -1)
@@ -148,9 +148,9 @@ def test_too_many_ids_are_resource_exhausted(open_store: OpenStore) -> None:
     many = np.zeros(11, dtype=np.int64)
     with pytest.raises(ResourceExhausted, match="seeds: 11 ids in one request exceed the limit of 10"):
         s.sample_neighbors(many, 2, False, 0)
-    with pytest.raises(ResourceExhausted, match="11 ids .* limit of 10"):
+    with pytest.raises(ResourceExhausted, match=r"11 ids .* limit of 10"):
         s.get_node_data("feat", many)
-    with pytest.raises(ResourceExhausted, match="11 ids .* limit of 10"):
+    with pytest.raises(ResourceExhausted, match=r"11 ids .* limit of 10"):
         s.get_degrees(many)
     assert len(s.get_degrees(many[:10])) == 10
 

@@ -109,7 +109,7 @@ def test_alloc_receives_the_offsets_and_the_sample_lands_in_its_arrays() -> None
     assert np.shares_memory(src, bufs[0]) and np.shares_memory(eids, bufs[1])
     assert src.tolist() == expected[1].tolist() and eids.tolist() == expected[2].tolist()
     with pytest.raises(ValueError, match="alloc must return two int64 arrays"):
-        sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, False, _rng(3), lambda o: (bufs[0][:1], bufs[1][:1]))
+        sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, False, _rng(3), lambda _: (bufs[0][:1], bufs[1][:1]))
 
 
 def test_same_seed_gives_same_bytes() -> None:
@@ -128,14 +128,14 @@ def test_every_subset_is_equally_likely(k: int) -> None:
     deg = k + 3
     indptr = np.array([0, deg], dtype=np.int64)
     nbrs = np.arange(deg, dtype=np.int64)
-    offsets, src, _ = sample_csr(indptr, nbrs, nbrs, np.zeros(20_000, np.int64), k, False, _rng(3))
+    _, src, _ = sample_csr(indptr, nbrs, nbrs, np.zeros(20_000, np.int64), k, False, _rng(3))
     picks = src.reshape(-1, k)
     assert np.all(np.diff(picks, axis=1) > 0)
     # Each neighbor is in a uniform k-subset with probability k/deg.
     freq = np.bincount(src, minlength=deg) / 20_000
     assert np.all(np.abs(freq - k / deg) < 0.02), freq
     if k == 2:  # 5 choose 2 = 10 subsets, 20000 draws: each about 2000 (binomial sd ~42)
-        counts = {p: 0 for p in itertools.combinations(range(5), 2)}
+        counts: dict[tuple[int, ...], int] = dict.fromkeys(itertools.combinations(range(5), 2), 0)
         for p, c in zip(*np.unique(picks, axis=0, return_counts=True)):
             counts[tuple(int(x) for x in p)] = int(c)
         assert all(abs(c - 2000) < 250 for c in counts.values()), counts

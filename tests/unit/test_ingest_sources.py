@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import InvalidArgument, NotFound
+from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.sources import load_cora, load_edge_csv, load_numpy_dir, load_source, symmetrize
 
 
@@ -16,11 +17,11 @@ def edge_set(src: np.ndarray, dst: np.ndarray) -> set[tuple[int, int]]:
 
 
 @pytest.fixture(scope="module")
-def cora():
+def cora() -> GraphData:
     return load_cora(split_seed=0)
 
 
-def test_cora_shapes_and_classes(cora) -> None:
+def test_cora_shapes_and_classes(cora: GraphData) -> None:
     assert cora.num_nodes == 2708
     assert cora.node_data["feat"].shape == (2708, 1433) and cora.node_data["feat"].dtype == np.float32
     assert cora.num_classes == 7
@@ -31,14 +32,14 @@ def test_cora_shapes_and_classes(cora) -> None:
     assert (cora.node_data["feat"].sum(1) > 0).all()
 
 
-def test_cora_edges_symmetric_simple(cora) -> None:
+def test_cora_edges_symmetric_simple(cora: GraphData) -> None:
     edges = edge_set(cora.src, cora.dst)
     assert len(edges) == cora.num_edges == 10556  # no duplicates; the usual 5278 undirected citations
     assert all((v, u) in edges for u, v in edges)
     assert not (cora.src == cora.dst).any()
 
 
-def test_cora_split(cora) -> None:
+def test_cora_split(cora: GraphData) -> None:
     s = cora.splits
     assert (len(s["train"]), len(s["val"]), len(s["test"])) == (1625, 542, 541)
     assert len(np.unique(np.concatenate(list(s.values())))) == 2708  # disjoint and covering
@@ -112,7 +113,7 @@ def test_numpy_dir_bad_shapes(tmp_path: Path, name: str, value: np.ndarray, mess
 def test_numpy_dir_missing_file(tmp_path: Path) -> None:
     write_npy_dir(tmp_path / "g")
     (tmp_path / "g" / "val_idx.npy").unlink()
-    with pytest.raises(NotFound, match="val_idx.npy"):
+    with pytest.raises(NotFound, match=r"val_idx\.npy"):
         load_numpy_dir(tmp_path / "g")
     with pytest.raises(NotFound, match="not a directory"):
         load_numpy_dir(tmp_path / "nowhere")
@@ -144,11 +145,11 @@ def test_csv_headerless_tabs_undirected(tmp_path: Path) -> None:
 
 
 def test_csv_errors(tmp_path: Path) -> None:
-    with pytest.raises(NotFound, match="missing.csv"):
+    with pytest.raises(NotFound, match=r"missing\.csv"):
         load_edge_csv(tmp_path / "missing.csv")
     bad = tmp_path / "bad.csv"
     bad.write_text("src,dst\n1,2\n3,x\n")
-    with pytest.raises(InvalidArgument, match="bad.csv"):
+    with pytest.raises(InvalidArgument, match=r"bad\.csv"):
         load_edge_csv(bad)
     wide = tmp_path / "wide.csv"
     wide.write_text("1,2,3,4\n")

@@ -130,7 +130,7 @@ def test_topology_ids_are_as_narrow_as_the_graph_allows(cora: GraphData, tmp_pat
     PartitionReader(part).close()
     # ... but float ids are refused with a message naming the file.
     np.save(part / "indices.npy", np.load(part / "indices.npy").astype(np.float64))
-    with pytest.raises(FailedPrecondition, match="indices.npy is float64"):
+    with pytest.raises(FailedPrecondition, match=r"indices\.npy is float64"):
         PartitionReader(part)
 
 

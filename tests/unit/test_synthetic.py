@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.synthetic import PRESETS, _GuidedSearch, generate, generate_preset
 
 
 @pytest.fixture(scope="module")
-def g():
+def g() -> GraphData:
     return generate(20_000, 200_000, feat_dim=32, num_classes=8, seed=3, homophily=0.7)
 
 
@@ -34,7 +35,7 @@ def test_tiny_preset_sizes() -> None:
     t.validate()
 
 
-def test_simple_undirected(g) -> None:
+def test_simple_undirected(g: GraphData) -> None:
     assert g.num_edges == 400_000
     assert not (g.src == g.dst).any()
     n = g.num_nodes
@@ -43,7 +44,7 @@ def test_simple_undirected(g) -> None:
     assert np.array_equal(fwd, np.unique(g.dst * n + g.src))  # every (u, v) has (v, u)
 
 
-def test_degrees_are_skewed(g) -> None:
+def test_degrees_are_skewed(g: GraphData) -> None:
     deg = np.bincount(g.dst, minlength=g.num_nodes)
     assert deg.max() > 20 * deg.mean()
     top = np.sort(deg)[::-1][: g.num_nodes // 100]
@@ -51,7 +52,7 @@ def test_degrees_are_skewed(g) -> None:
     assert np.median(deg) < deg.mean()
 
 
-def test_homophily_as_requested(g) -> None:
+def test_homophily_as_requested(g: GraphData) -> None:
     lab = g.node_data["label"]
     assert abs(np.mean(lab[g.src] == lab[g.dst]) - 0.7) < 0.01
     assert np.bincount(lab).min() == np.bincount(lab).max()  # balanced communities
@@ -65,7 +66,7 @@ def nearest_centroid_accuracy(x: np.ndarray, y: np.ndarray, train: np.ndarray, t
     return float(np.mean(d.argmin(1) == y[test]))
 
 
-def test_features_alone_are_weak_but_neighbors_help(g) -> None:
+def test_features_alone_are_weak_but_neighbors_help(g: GraphData) -> None:
     x, y, c = g.node_data["feat"].astype(np.float64), g.node_data["label"], g.num_classes
     tr, te = g.splits["train"], g.splits["test"]
     alone = nearest_centroid_accuracy(x, y, tr, te, c)

@@ -161,8 +161,9 @@ def e2e_all(args: argparse.Namespace, data: Path) -> list[dict]:
         for i, policy in enumerate(order):
             if i:
                 cluster.loader.stop()
-                cluster.loader = start_service(f"loader-{i}-{policy}", ["loader", "--graph-store-addresses", *stores,
-                                               "--sampler-address", cluster.sampler.address, *_loader_args(policy, cap_bytes, args)], log_dir)  # fmt: skip
+                argv = ["loader", "--graph-store-addresses", *stores, "--sampler-address", cluster.sampler.address,
+                        *_loader_args(policy, cap_bytes, args)]  # fmt: skip
+                cluster.loader = start_service(f"loader-{i}-{policy}", argv, log_dir)
             r = stream_steps(cluster.loader.address, args)
             r.update(policy=policy, round=i // len(policies), capacity_fraction=args.e2e_capacity,
                      prefetch_bytes=_scrape_prefetch_bytes(cluster.loader.metrics_address))  # fmt: skip
@@ -224,7 +225,8 @@ def _scrape_prefetch_bytes(metrics_address: str | None) -> int:
     if not metrics_address:
         return 0
     text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
-    return int(sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == "graphfeed_loader_prefetch_bytes_total"))
+    name = "graphfeed_loader_prefetch_bytes_total"
+    return int(sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name))
 
 
 def targets(result: dict) -> dict:
@@ -250,9 +252,9 @@ def markdown(result: dict) -> str:
     """The tables for BENCHMARKS.md."""
     mb = 1 << 20
     lines = [
-        f"**{result['dataset']}**: {result['num_nodes']:,} nodes, {result['feature_row_bytes']} B feature rows, "
-        f"{result['trace']['steps']} steps ({result['epochs']} epoch(s)), {result['trace']['accesses']:,} lookups, "
-        f"window K={result['lookahead_steps']}.",
+        (f"**{result['dataset']}**: {result['num_nodes']:,} nodes, {result['feature_row_bytes']} B feature rows, "
+         f"{result['trace']['steps']} steps ({result['epochs']} epoch(s)), {result['trace']['accesses']:,} lookups, "
+         f"window K={result['lookahead_steps']}."),
         "",
         "| capacity | policy | hit rate | remote MB / epoch | vs none | prefetched rows (used) |",
         "|---|---|---|---|---|---|",
@@ -265,14 +267,17 @@ def markdown(result: dict) -> str:
         )
     if result["e2e"]:
         r0 = result["e2e"][0]
-        lines += ["", f"End to end, {r0['steps']} minibatches per run, {r0['rounds']} round(s), capacity {100 * r0['capacity_fraction']:.0f} %:", "",
+        capacity = f"capacity {100 * r0['capacity_fraction']:.0f} %"
+        lines += ["", f"End to end, {r0['steps']} minibatches per run, {r0['rounds']} round(s), {capacity}:", "",
                   "| policy | minibatches/s, median (range) | first minibatch s | hit rate | demand MB | prefetch MB |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for r in result["e2e"]:
             lines.append(
-                f"| {r['policy']} | {r['minibatches_per_s']:.2f} ({r['min_per_s']:.2f}-{r['max_per_s']:.2f}) | {r['first_minibatch_s']:.1f} | "
+                f"| {r['policy']} | {r['minibatches_per_s']:.2f} ({r['min_per_s']:.2f}-{r['max_per_s']:.2f}) | "
+                f"{r['first_minibatch_s']:.1f} | "
                 f"{r['hit_rate']:.3f} | {r['remote_bytes'] / mb:,.1f} | {r['prefetch_bytes'] / mb:,.1f} |"
             )
     if result["targets"]:
-        lines += ["", "Targets at 20 %: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in result["targets"].items())]
+        targets = ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in result["targets"].items())
+        lines += ["", "Targets at 20 %: " + targets]
     return "\n".join(lines)

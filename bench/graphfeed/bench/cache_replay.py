@@ -61,7 +61,9 @@ def record_trace(
     t0 = time.perf_counter()
     out: list[list[np.ndarray]] = []
     for epoch in range(epochs):
-        plan = EpochPlan.build(split_ids, job_seed=job_seed, epoch=epoch, rank=0, world_size=1, batch_size=batch_size, shuffle=True, drop_last=False)
+        plan = EpochPlan.build(
+            split_ids, job_seed=job_seed, epoch=epoch, rank=0, world_size=1, batch_size=batch_size, shuffle=True, drop_last=False
+        )
         n = plan.num_steps if max_steps is None else min(plan.num_steps, max_steps)
         steps = []
         for step in range(n):

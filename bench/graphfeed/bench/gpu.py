@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +170,7 @@ def _cache_rows(cp: Any, kernels: Any, table: Any, batch: int, repeat: int, rng:
         hits = int(batch * hit_rate)
         ids = np.concatenate([rng.choice(cached, hits), rng.choice(uncached, batch - hits)])
         ids_d = cp.asarray(rng.permutation(ids))
-        t = _median_s(lambda: kernels.cache_gather(ids_d, slot_d, gpu_rows, table.device, check_ids=False), repeat, sync)
+        t = _median_s(partial(kernels.cache_gather, ids_d, slot_d, gpu_rows, table.device, check_ids=False), repeat, sync)
         rows.append({"table_rows": n, "batch_rows": batch, "hit_rate": hit_rate, "gbps": batch * ROW_DIM * 4 / t / 1e9})
     return rows
 
@@ -183,7 +184,7 @@ def _sampling_rows(cp: Any, kernels: Any, graph_nodes: int, batches: list[int], 
         seeds = cp.asarray(sampling_seeds(graph_nodes, batch))
         for fanout, replace in [(10, False), (25, False), (10, True), (100, False)]:
             edges = int(kernels.sample_csr(d_indptr, d_indices, d_eids, seeds, fanout, replace, 1)[0][-1])
-            t = _median_s(lambda: kernels.sample_csr(d_indptr, d_indices, d_eids, seeds, fanout, replace, 1), repeat, sync)
+            t = _median_s(partial(kernels.sample_csr, d_indptr, d_indices, d_eids, seeds, fanout, replace, 1), repeat, sync)
             rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
                          "replace": replace, "edges": edges, "seconds": t, "edges_per_s": edges / t})  # fmt: skip
     return rows
@@ -235,9 +236,9 @@ def run_cpu(sizes: Sizes) -> dict[str, Any]:
         seeds_t = torch.from_numpy(seeds)
         for fanout, replace in [(10, False), (25, False), (10, True), (100, False)]:
             edges = g.in_degrees(seeds_t).clamp(max=fanout).sum().item() if not replace else int((g.in_degrees(seeds_t) > 0).sum()) * fanout
-            t_dgl = _median_s(lambda: dgl.sampling.sample_neighbors(g, seeds_t, fanout, replace=replace), repeat, lambda: None, 1)
+            t_dgl = _median_s(partial(dgl.sampling.sample_neighbors, g, seeds_t, fanout, replace=replace), repeat, lambda: None, 1)
             rng = np.random.default_rng(0)
-            t_np = _median_s(lambda: sample_csr(indptr, indices, eids, seeds, fanout, replace, rng), repeat, lambda: None, 1)
+            t_np = _median_s(partial(sample_csr, indptr, indices, eids, seeds, fanout, replace, rng), repeat, lambda: None, 1)
             rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
                          "replace": replace, "edges": edges, "dgl_edges_per_s": edges / t_dgl,
                          "numpy_edges_per_s": edges / t_np})  # fmt: skip
@@ -295,8 +296,8 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
     lines = [
         f"Command: `{command}`",
         "",
-        f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, {g.get('cpus', '—')} CPUs;"
-        f" kernels verified against the NumPy references first: {g.get('verified', '—')})",
+        (f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, {g.get('cpus', '—')} CPUs;"
+         f" kernels verified against the NumPy references first: {g.get('verified', '—')})"),
         f"CPU part: {c.get('cpus', 'not run')} CPUs, DGL {c.get('dgl', '—')}, torch threads {c.get('torch_threads', '—')}",
     ]
     lines += _table(

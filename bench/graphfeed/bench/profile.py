@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
         for s in spies:
             s.wait(30)
         cluster.stop()
-    lines = [f"`graphfeed bench profile --preset {args.preset} --system {args.system} --steps {args.steps}`: "
-             f"{args.steps / seconds:.2f} minibatches/s while profiled (200 Hz)", ""]  # fmt: skip
+    lines = [(f"`graphfeed bench profile --preset {args.preset} --system {args.system} --steps {args.steps}`: "
+              f"{args.steps / seconds:.2f} minibatches/s while profiled (200 Hz)"), ""]  # fmt: skip
     for name in procs:
         raw = out / f"{name}.txt"
         if not raw.exists():

@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
             "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir),
         }
         meter = Meter(cluster)
-        for name, fn in runners.items():  # warm-up: imports, connections, caches
+        for fn in runners.values():  # warm-up: imports, connections, caches
             fn(2)
         runs: list[Run] = []
         for r in range(args.repeats):
@@ -320,8 +320,8 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
 
 def markdown(result: dict) -> str:
     lines = [
-        f"preset `{result['preset']}`, batch {result['batch_size']}, fanouts {result['fanouts']}, "
-        f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)",
+        (f"preset `{result['preset']}`, batch {result['batch_size']}, fanouts {result['fanouts']}, "
+         f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"),
         "",
         "| system | minibatches/s | sampled edges/s | wire MB/minibatch | CPU s/minibatch (by process) |",
         "|---|---:|---:|---:|---|",
@@ -335,8 +335,8 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines += [
         "",
-        f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, **e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}**; "
-        f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
-        f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s",
+        (f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, **e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}**; "
+         f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
+         f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"),
     ]
     return "\n".join(lines) + "\n"

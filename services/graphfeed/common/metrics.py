@@ -27,7 +27,7 @@ class RpcMetrics:
     response_messages: Counter
 
     @classmethod
-    def create(cls, registry: CollectorRegistry) -> "RpcMetrics":
+    def create(cls, registry: CollectorRegistry) -> RpcMetrics:
         labels = ("service", "method")
         return cls(
             requests=Counter(

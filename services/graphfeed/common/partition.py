@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from rocksdict import AccessType, Options, Rdict, WriteOptions
@@ -85,7 +86,7 @@ class GraphManifest:
         return json.dumps(d, indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "GraphManifest":
+    def from_json(cls, text: str) -> GraphManifest:
         d = json.loads(text)
         d.pop("partition_id", None)
         version = d.get("schema_version")
@@ -102,7 +103,7 @@ class GraphManifest:
         return cls(**d)
 
     @classmethod
-    def load(cls, path: Path) -> "GraphManifest":
+    def load(cls, path: Path) -> GraphManifest:
         """Reads ``path/manifest.json`` (a graph root or a partition directory)."""
         f = Path(path) / MANIFEST
         if not f.exists():
@@ -205,7 +206,9 @@ class PartitionReader:
         for name in ("indices", "edge_ids"):
             arr = getattr(self, name)
             if arr.dtype not in (np.int32, np.int64) or len(arr) != int(self.indptr[-1]):
-                raise FailedPrecondition(f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; expected int32/int64 [{int(self.indptr[-1])}]")
+                raise FailedPrecondition(
+                    f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; expected int32/int64 [{int(self.indptr[-1])}]"
+                )
         # Read-only: no exclusive lock, so several readers (and a restarting server) can open it.
         self._db = Rdict(str(self.path / "db"), options=_db_options(), access_type=AccessType.read_only())
 
@@ -221,7 +224,9 @@ class PartitionReader:
         flat = out.reshape(self.num_owned, -1) if self.num_owned else out
         n_chunks = -(-self.num_owned // spec.rows_per_chunk)
         keys = [f"nd/{name}/{c:08d}".encode() for c in range(n_chunks)]
-        for c, value in enumerate(self._db.get(keys)):
+        # rocksdict's stub omits get()'s list-of-keys form (a multi_get), which returns a list.
+        values = cast("list[bytes | None]", self._db.get(keys))  # type: ignore[arg-type]
+        for c, value in enumerate(values):
             if value is None:
                 raise FailedPrecondition(f"{self.path}: node data {name!r} chunk {c} missing from RocksDB")
             rows = np.frombuffer(value, dtype=dtype).reshape(-1, *flat.shape[1:]) if flat.ndim > 1 else np.frombuffer(value, dtype=dtype)

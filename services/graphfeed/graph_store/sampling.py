@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numba
 import numpy as np
 
-from graphfeed.common.prefetch import prefetch
+from graphfeed.common.cacheline import prefetch
 
 Alloc = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 

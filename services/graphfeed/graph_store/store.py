@@ -113,7 +113,7 @@ class GraphStore:
         )
 
     @classmethod
-    def open(cls, part_dir: Path, **limits: int) -> "GraphStore":
+    def open(cls, part_dir: Path, **limits: int) -> GraphStore:
         """Opens a partition directory (``<root>/part-NNNNN``); ``limits`` as in the constructor."""
         return cls(PartitionReader(Path(part_dir)), **limits)
 

@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--undirected", action="store_true", help="numpy/csv: also add the reverse of every edge")
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
-    syn.add_argument("--preset", choices=sorted(PRESETS), help="named sizes: " + ", ".join(f"{k} ({_describe(v)})" for k, v in PRESETS.items()))
+    presets = ", ".join(f"{k} ({_describe(v)})" for k, v in PRESETS.items())
+    syn.add_argument("--preset", choices=sorted(PRESETS), help="named sizes: " + presets)
     syn.add_argument("--num-nodes", type=int, help="number of nodes")
     syn.add_argument("--num-edges", type=int, help="number of distinct undirected edges (twice as many are stored)")
     syn.add_argument("--feat-dim", type=int, help="feature width (csv: width of seeded random features, default 0)")
@@ -96,7 +97,10 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if kind == "numpy":
         return {"path": args.path, "undirected": args.undirected}
     if kind == "csv":
-        return {"path": args.path, "num_features": args.feat_dim or 0, "seed": args.seed, "undirected": args.undirected, "split_seed": args.split_seed}
+        return {
+            "path": args.path, "num_features": args.feat_dim or 0, "seed": args.seed,
+            "undirected": args.undirected, "split_seed": args.split_seed,
+        }  # fmt: skip
     extra = {} if args.homophily is None else {"homophily": args.homophily}
     return {"preset": args.preset, **sizes, **extra, "seed": args.seed, "split_seed": args.split_seed, "progress": not args.no_progress}
 
@@ -120,6 +124,10 @@ def _node_data(g: GraphData) -> str:
     return ", ".join(f"{k} {t.dtype}{list(t.shape[1:])}" for k, t in g.node_data.items()) or "none"
 
 
+def _count(ids: np.ndarray | None) -> int:
+    return 0 if ids is None else len(ids)
+
+
 def summarize(out: Path, manifest: GraphManifest, t_load: float, t_write: float) -> None:
     """Prints one line per written partition and the totals, read back from ``out``."""
     cut = halo = 0
@@ -128,7 +136,7 @@ def summarize(out: Path, manifest: GraphManifest, t_load: float, t_write: float)
         try:
             indices = np.asarray(r.indices)
             remote = int(np.count_nonzero((indices < r.start) | (indices >= r.stop)))
-            splits = " ".join(f"{s}={len(r.split(s)):,}" for s in manifest.splits)
+            splits = " ".join(f"{s}={_count(r.split(s)):,}" for s in manifest.splits)
             print(
                 f"partition {p}: {r.num_owned:,} nodes, {len(indices):,} in-edges, {remote:,} from other partitions "
                 f"({remote / max(1, len(indices)):.1%}), halo {len(r.halo):,} nodes, {splits}"

@@ -30,7 +30,7 @@ class GraphData:
 
     @property
     def num_edges(self) -> int:
-        return int(len(self.src))
+        return len(self.src)
 
     def validate(self) -> None:
         """Raises InvalidArgument with a precise message when the graph is inconsistent."""
@@ -55,8 +55,8 @@ class GraphData:
 def random_split(num_nodes: int, fractions: tuple[float, float, float], seed: int) -> dict[str, np.ndarray]:
     """Seeded random train/val/test split of all nodes (ids ascending within each split)."""
     perm = np.random.default_rng(seed).permutation(num_nodes)
-    n_train = int(round(fractions[0] * num_nodes))
-    n_val = int(round(fractions[1] * num_nodes))
+    n_train = round(fractions[0] * num_nodes)
+    n_val = round(fractions[1] * num_nodes)
     return {
         "train": np.sort(perm[:n_train]),
         "val": np.sort(perm[n_train : n_train + n_val]),

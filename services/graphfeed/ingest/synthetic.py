@@ -101,7 +101,9 @@ def generate(
     )
 
 
-def generate_preset(preset: str, seed: int = 0, split_seed: int | None = None, progress: bool = False, **overrides) -> GraphData:
+def generate_preset(
+    preset: str, seed: int = 0, split_seed: int | None = None, progress: bool = False, **overrides: float | None
+) -> GraphData:
     """:func:`generate` with a preset's parameters; keyword ``overrides`` replace some of them."""
     if preset not in PRESETS:
         raise InvalidArgument(f"unknown synthetic preset {preset!r}; choose from {sorted(PRESETS)}")
@@ -159,7 +161,7 @@ def _draw_edges(
     comm_lo, comm_mass = padded[bounds[:-1]], padded[bounds[1:]] - padded[bounds[:-1]]
     search = _GuidedSearch(cum)
     draw = lambda m, same, gen: _edge_chunk(m, same, gen, order, search, labels, comm_lo, comm_mass)  # noqa: E731
-    want_intra = spec.num_edges if c == 1 else int(round(spec.homophily * spec.num_edges))
+    want_intra = spec.num_edges if c == 1 else round(spec.homophily * spec.num_edges)
     want = {True: want_intra, False: spec.num_edges - want_intra}
     keys = {True: np.empty(0, np.int64), False: np.empty(0, np.int64)}  # lo * n + hi, sorted unique
     bar = tqdm(total=0, desc="synthetic edges", unit="edge", unit_scale=True, disable=not progress)
@@ -190,7 +192,7 @@ def _edge_chunk(
     same: bool,
     gen: np.random.Generator,
     order: np.ndarray,
-    search: "_GuidedSearch",
+    search: _GuidedSearch,
     labels: np.ndarray,
     comm_lo: np.ndarray,
     comm_mass: np.ndarray,
@@ -289,6 +291,6 @@ def centroid_scale(num_classes: int, accuracy: float) -> float:
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    from scipy.special import erf  # scipy is a dependency; imported here to keep import time low
+    from scipy.special import erf  # noqa: PLC0415 - scipy is a dependency; imported here to keep import time low
 
     return erf(x)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
-from pathlib import Path
 
-from graphfeed.common.config import add_settings_arguments, settings_from_args
+from graphfeed.common.config import add_settings_argument, add_settings_arguments, settings_from_args
 
 # service name -> (settings class, module with main(settings))
 SERVICES = {
@@ -46,78 +44,38 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="example GraphSAGE job through RemoteDataLoader", description="Train GraphSAGE from a graphfeed loader; checkpoints and resumes.")
+    from graphfeed.trainer.config import TrainConfig
+
+    p = sub.add_parser(
+        "train", help="example GraphSAGE job through RemoteDataLoader",
+        description="Train GraphSAGE from a graphfeed loader; checkpoints and resumes. Flags override GRAPHFEED_TRAIN_* env vars.",
+    )  # fmt: skip
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--loader", help="host:port of the loader service")
-    src.add_argument(
-        "--graph-stores", type=lambda v: [a for a in v.split(",") if a],
-        help="comma-separated host:port of every graph-store: run the loader inside this process "
-        "(needs --sampler; with --device cuda, features are gathered on the GPU)",
-    )  # fmt: skip
-    p.add_argument("--sampler", default="", help="host:port of the sampler service (with --graph-stores)")
-    p.add_argument("--cache-policy", default="static_degree", help="embedded loader's cache policy (default static_degree)")
-    p.add_argument("--cache-bytes", type=int, default=64 << 20, help="embedded loader's host cache bytes (default 64 MiB)")
-    p.add_argument(
-        "--gpu-cache-bytes", type=int, default=-1,
-        help="embedded loader's GPU cache tier bytes; 0 for none (default: a quarter of the GPU's free memory with a CUDA --device)",
-    )  # fmt: skip
-    p.add_argument("--epochs", type=int, default=10, help="epochs to train (default 10)")
-    p.add_argument("--batch-size", type=int, default=256, help="seeds per minibatch (default 256)")
-    p.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="neighbors per layer, input layer first (default 10 10)")
-    p.add_argument("--hidden", type=int, default=64, help="hidden units (default 64)")
-    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
-    p.add_argument("--seed", type=int, default=0, help="job seed (default 0)")
-    p.add_argument("--rank", type=int, default=None, help="trainer rank (default: $JOB_COMPLETION_INDEX or 0)")
-    p.add_argument("--world-size", type=int, default=1, help="number of trainers (default 1)")
-    p.add_argument("--job-id", default="graphsage", help="job name (default graphsage)")
-    p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file; resumed from when it exists")
-    p.add_argument("--checkpoint-every", type=int, default=1, help="steps between checkpoints (default 1)")
-    p.add_argument("--device", default="cpu", help="torch device for the model and minibatches, e.g. cuda:0 (default cpu)")
-    p.add_argument(
-        "--shm-dir", default="/dev/shm",
-        help="directory offered to the loader for minibatch tensors when it shares it (same host, same mount); "
-        '"" for inline gRPC only (default /dev/shm)',
-    )  # fmt: skip
-    p.add_argument("--stop-after-steps", type=int, default=None, help=argparse.SUPPRESS)
+    add_settings_argument(src, TrainConfig, "loader_address", flag="--loader")
+    add_settings_argument(src, TrainConfig, "graph_stores")
+    add_settings_argument(p, TrainConfig, "sampler_address", flag="--sampler")
+    # eval_fanouts, weight_decay and dropout have no flag (as before): the library's to set.
+    apart = {"loader_address", "graph_stores", "sampler_address", "stop_after_steps", "eval_fanouts", "weight_decay", "dropout"}
+    add_settings_arguments(p, TrainConfig, skip=apart)
+    add_settings_argument(p, TrainConfig, "stop_after_steps", hidden=True)
     p.set_defaults(func=_run_train)
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from graphfeed.trainer.train import TrainConfig, Trainer, format_report
+    from graphfeed.trainer.config import TrainConfig
+    from graphfeed.trainer.train import Trainer, format_report
 
-    rank = args.rank if args.rank is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
-    if args.graph_stores is not None and not args.sampler:
+    if args.graph_stores is not None and not args.sampler_address:
         raise SystemExit("graphfeed train: --graph-stores needs --sampler")
-    cfg = TrainConfig(
-        loader_address=args.loader or "",
-        graph_stores=args.graph_stores or [],
-        sampler_address=args.sampler,
-        cache_policy=args.cache_policy,
-        cache_bytes=args.cache_bytes,
-        gpu_cache_bytes=args.gpu_cache_bytes,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        fanouts=args.fanouts,
-        hidden=args.hidden,
-        lr=args.lr,
-        seed=args.seed,
-        rank=rank,
-        world_size=args.world_size,
-        job_id=args.job_id,
-        checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        device=args.device,
-        shm_dir=args.shm_dir,
-        stop_after_steps=args.stop_after_steps,
-    )
+    cfg = settings_from_args(TrainConfig, args)
     if cfg.world_size > 1:
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", rank=rank, world_size=cfg.world_size)
+        dist.init_process_group("gloo", rank=cfg.rank, world_size=cfg.world_size)
     trainer = Trainer(cfg)
     try:
         trainer.fit(on_epoch=lambda r: print(format_report(r), flush=True))
-        if args.stop_after_steps is None:
+        if cfg.stop_after_steps is None:
             print(f"test_acc {trainer.evaluate('test'):.4f}", flush=True)
     finally:
         trainer.close()

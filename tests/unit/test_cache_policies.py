@@ -23,7 +23,8 @@ from graphfeed.graph_store.types import NodeDataInfo
 from graphfeed.loader.belady import NEVER, belady, next_use
 from graphfeed.loader.cache import CacheOptions, CachePolicy, TierStats, make_cache
 from graphfeed.loader.config import LoaderSettings
-from graphfeed.loader.core import JobSpec, Loader, ReadyMinibatch
+from graphfeed.loader.core import Loader, ReadyMinibatch
+from graphfeed.loader.job import JobSpec
 from graphfeed.loader.fetch import Prefetcher
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache

@@ -17,7 +17,8 @@ from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
 from graphfeed.gpu_kernels.tier import GpuTier, GpuTieredCache, with_gpu_tier
 from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.loader.cache import LruCache, make_cache
-from graphfeed.loader.core import JobSpec, Loader
+from graphfeed.loader.core import Loader
+from graphfeed.loader.job import JobSpec
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_features
 

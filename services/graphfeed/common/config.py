@@ -2,8 +2,8 @@
 
 Each service defines ``<Service>Settings(ServiceSettings)`` with ``env_prefix =
 "GRAPHFEED_<SERVICE>_"``. ``graphfeed serve <service> --flag value`` flags are generated from the
-fields (help text from each field's description); a flag given on the command line overrides
-the environment. Nothing is read at import time: :func:`settings_from_args` runs in ``main``.
+fields (help text from each field's description, "required" or the default); a flag given on
+the command line overrides the environment. Nothing is read at import time: :func:`settings_from_args` runs in ``main``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import typing
 from pathlib import Path
 
 from pydantic import Field
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_S = typing.TypeVar("_S", bound=BaseSettings)
 
 
 class ServiceSettings(BaseSettings):
@@ -39,24 +42,57 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
-    """Adds one optional flag per settings field (default None = keep env/default)."""
-    for name, info in cls.model_fields.items():
-        ann = info.annotation
-        origin = typing.get_origin(ann)
-        help_text = (info.description or "") + f" [env {cls.model_config.get('env_prefix', '')}{name.upper()}]"
-        if ann is bool:
-            parser.add_argument(_flag(name), dest=name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
-        elif origin in (list, tuple):
-            (item,) = {a for a in typing.get_args(ann) if a is not Ellipsis}
-            parser.add_argument(_flag(name), dest=name, default=None, nargs="+", type=item, help=help_text)
-        else:
-            args = [a for a in typing.get_args(ann) if a is not type(None)] if origin else [ann]
-            conv = args[0] if args and args[0] in (int, float, str, Path) else str
-            parser.add_argument(_flag(name), dest=name, default=None, type=conv, help=help_text + f" (default {info.default!r})")
+def _help(cls: type[BaseSettings], name: str, info: FieldInfo) -> str:
+    """The field's description, its env var, and "required" or its default (one made by a
+    factory is the description's to state; None and "" go without saying)."""
+    text = f"{info.description or ''} [env {cls.model_config.get('env_prefix', '')}{name.upper()}]"
+    if info.is_required():
+        return text + " (required)"
+    if info.default_factory is None and info.annotation is not bool and info.default not in (None, ""):
+        return text + f" (default {info.default!r})"
+    return text
 
 
-def settings_from_args(cls: type[BaseSettings], args: argparse.Namespace) -> BaseSettings:
+def add_settings_argument(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type[BaseSettings],
+    name: str,
+    *,
+    flag: str | None = None,
+    hidden: bool = False,
+) -> None:
+    """Adds the flag of field ``name`` (default ``--<name with dashes>``) to ``parser`` or a group.
+
+    Its default is None, meaning "not given": the environment or the field's default applies.
+    ``hidden`` leaves it out of ``--help``.
+    """
+    info = cls.model_fields[name]
+    ann = info.annotation
+    origin = typing.get_origin(ann)
+    kw: dict[str, typing.Any] = {"dest": name, "default": None}
+    kw["help"] = argparse.SUPPRESS if hidden else _help(cls, name, info)
+    if ann is bool:
+        kw["action"] = argparse.BooleanOptionalAction
+    elif origin in (list, tuple):
+        (item,) = {a for a in typing.get_args(ann) if a is not Ellipsis}
+        kw.update(nargs="+", type=item)
+    else:
+        args = [a for a in typing.get_args(ann) if a is not type(None)] if origin else [ann]
+        kw["type"] = args[0] if args and args[0] in (int, float, str, Path) else str
+    flag = flag or _flag(name)
+    parser.add_argument(flag, metavar=flag.lstrip("-").replace("-", "_").upper(), **kw)
+
+
+def add_settings_arguments(
+    parser: argparse.ArgumentParser, cls: type[BaseSettings], *, skip: typing.Collection[str] = ()
+) -> None:
+    """Adds one flag per settings field, in field order, but those in ``skip`` (see :func:`add_settings_argument`)."""
+    for name in cls.model_fields:
+        if name not in skip:
+            add_settings_argument(parser, cls, name)
+
+
+def settings_from_args(cls: type[_S], args: argparse.Namespace) -> _S:
     """Settings from the environment, overridden by flags that were given."""
     given = {k: v for k, v in vars(args).items() if k in cls.model_fields and v is not None}
     return cls(**given)

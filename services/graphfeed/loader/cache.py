@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.graph_store.types import PartitionSet
+from graphfeed.loader.cache_options import POLICIES, CacheOptions
 from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, PendingRows, Prefetcher, fan_out
 from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
@@ -36,51 +35,8 @@ __all__ = [
     "LruCache", "NoCache", "PendingRows", "StaticDegreeCache", "TierStats", "fan_out", "make_cache",
 ]  # fmt: skip
 
-POLICIES = ("none", "static_degree", "lru", "massivegnn", "lookahead")
-
 AccessKey = tuple[int, int]
 """(stream, step): identifies one future or current minibatch access of one stream."""
-
-
-@dataclass(frozen=True)
-class CacheOptions:
-    """Tuning of the adaptive policies (the loader settings carry the same fields).
-
-    Attributes:
-        prefetch_fraction: massivegnn: initial fill, as a fraction of the candidate (halo)
-            nodes, capped at the capacity. Default 0.25.
-        period_steps: massivegnn: minibatches between eviction/prefetch rounds. Default 32.
-        alpha: massivegnn: per-minibatch score decay of a buffered node that is not hit. Default 0.005.
-        initial_fill: massivegnn: pick the initial nodes by in-degree or at random.
-        seed: seed of the random initial fill.
-        lookahead_prefetch_steps: lookahead: prefetch in the background the misses of the
-            sampled steps 2 .. this + 1 ahead (0: no prefetch, eviction/admission only). Default 1.
-    """
-
-    prefetch_fraction: float = 0.25
-    period_steps: int = 32
-    alpha: float = 0.005
-    initial_fill: Literal["degree", "random"] = "degree"
-    seed: int = 0
-    lookahead_prefetch_steps: int = 1
-
-    def validate(self) -> "CacheOptions":
-        """Returns self.
-
-        Raises:
-            InvalidArgument: naming the bad field.
-        """
-        if not 0.0 <= self.prefetch_fraction <= 1.0:
-            raise InvalidArgument(f"prefetch_fraction must be in [0, 1], got {self.prefetch_fraction}")
-        if self.period_steps < 1:
-            raise InvalidArgument(f"period_steps must be >= 1, got {self.period_steps}")
-        if not 0.0 < self.alpha < 1.0:
-            raise InvalidArgument(f"alpha must be in (0, 1), got {self.alpha}")
-        if self.initial_fill not in ("degree", "random"):
-            raise InvalidArgument(f"initial_fill must be degree or random, got {self.initial_fill!r}")
-        if self.lookahead_prefetch_steps < 0:
-            raise InvalidArgument(f"lookahead_prefetch_steps must be >= 0, got {self.lookahead_prefetch_steps}")
-        return self
 
 
 class CachePolicy(ABC):

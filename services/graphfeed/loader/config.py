@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import copy
+from typing import Any
 
 from pydantic import Field
+from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsConfigDict
 
 from graphfeed.common.config import ServiceSettings
-from graphfeed.loader.cache import CacheOptions
+from graphfeed.loader.cache_options import CacheOptions, CachePolicyName, InitialFill
+
+CACHE_OPTION_SETTINGS = {
+    "lookahead_prefetch_steps": "lookahead_prefetch_steps",
+    "massivegnn_prefetch_fraction": "prefetch_fraction",
+    "massivegnn_period_steps": "period_steps",
+    "massivegnn_alpha": "alpha",
+    "massivegnn_initial_fill": "initial_fill",
+}
+"""Setting -> :class:`CacheOptions` field it sets; the settings name the policy that reads them."""
+
+
+def _option(setting: str) -> Any:
+    """The :class:`CacheOptions` field behind ``setting``: its default, bounds and description."""
+    # Set by @pydantic.dataclasses.dataclass; mypy's pydantic stubs do not declare it.
+    fields: dict[str, FieldInfo] = CacheOptions.__pydantic_fields__  # type: ignore[attr-defined]
+    return copy.copy(fields[CACHE_OPTION_SETTINGS[setting]])
 
 
 class LoaderSettings(ServiceSettings):
@@ -22,7 +40,7 @@ class LoaderSettings(ServiceSettings):
         description="host:port of every graph-store, one per partition, any order (env: a JSON list).",
     )
     sampler_address: str = Field(..., description="host:port of the sampler service.")
-    cache_policy: Literal["none", "static_degree", "lru", "massivegnn", "lookahead"] = Field(
+    cache_policy: CachePolicyName = Field(
         "static_degree",
         description="Feature cache policy: none, static_degree (PaGraph), lru, massivegnn (score-decay eviction + "
         "periodic prefetch) or lookahead (Belady's rule over the sampled look-ahead window).",
@@ -40,29 +58,16 @@ class LoaderSettings(ServiceSettings):
         description="Sampler calls kept in flight ahead of gathering, per stream; also the window the lookahead "
         "policy sees. Each sampled step waiting in the window holds its blocks (about 24 bytes per sampled edge).",
     )
-    lookahead_prefetch_steps: int = Field(
-        1, ge=0, description="lookahead policy: prefetch the misses of the sampled steps 2 .. this + 1 ahead (0: off)."
-    )
-    massivegnn_prefetch_fraction: float = Field(
-        0.25, ge=0.0, le=1.0, description="massivegnn policy: initial fill, as a fraction of all nodes (capped at the capacity)."
-    )
-    massivegnn_period_steps: int = Field(32, ge=1, description="massivegnn policy: minibatches between eviction/prefetch rounds.")
-    massivegnn_alpha: float = Field(
-        0.005, gt=0.0, lt=1.0, description="massivegnn policy: per-minibatch score decay of a buffered node that is not hit."
-    )
-    massivegnn_initial_fill: Literal["degree", "random"] = Field(
-        "degree", description="massivegnn policy: initial nodes by highest in-degree or at random."
-    )
+    lookahead_prefetch_steps: int = _option("lookahead_prefetch_steps")
+    massivegnn_prefetch_fraction: float = _option("massivegnn_prefetch_fraction")
+    massivegnn_period_steps: int = _option("massivegnn_period_steps")
+    massivegnn_alpha: float = _option("massivegnn_alpha")
+    massivegnn_initial_fill: InitialFill = _option("massivegnn_initial_fill")
     max_inflight: int = Field(2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond).")
     sample_workers: int = Field(2, ge=1, description="Threads issuing sampler calls, shared by all streams.")
     rpc_timeout_s: float = Field(30.0, gt=0, description="Deadline of each call to a graph-store or the sampler, in seconds.")
 
     def cache_options(self) -> CacheOptions:
         """The policy tuning these settings carry."""
-        return CacheOptions(
-            prefetch_fraction=self.massivegnn_prefetch_fraction,
-            period_steps=self.massivegnn_period_steps,
-            alpha=self.massivegnn_alpha,
-            initial_fill=self.massivegnn_initial_fill,
-            lookahead_prefetch_steps=self.lookahead_prefetch_steps,
-        )
+        given = self.model_dump(include=set(CACHE_OPTION_SETTINGS))
+        return CacheOptions(**{CACHE_OPTION_SETTINGS[name]: value for name, value in given.items()})

@@ -35,7 +35,7 @@ from graphfeed.loader.plan import EpochPlan
 from graphfeed.sampler.types import BlockSampler
 
 if TYPE_CHECKING:
-    from graphfeed.loader.core import JobSpec
+    from graphfeed.loader.job import JobSpec
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,20 @@ the trainer's process (no loader service; on a GPU with a GPU cache tier, featur
 the device through DLPack).
 """
 
-from graphfeed.trainer.dataloader import EmbeddedDataLoader, EpochStats, RemoteDataLoader
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphfeed.trainer.dataloader import EmbeddedDataLoader, EpochStats, RemoteDataLoader
 
 __all__ = ["EmbeddedDataLoader", "EpochStats", "RemoteDataLoader"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use (PEP 562): the data loaders pull in torch and DGL (seconds), which
+    # ``graphfeed --help`` does not need when it reads graphfeed.trainer.config.
+    if name in __all__:
+        return getattr(importlib.import_module("graphfeed.trainer.dataloader"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

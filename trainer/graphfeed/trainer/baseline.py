@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from graphfeed.ingest.graph import GraphData
 from graphfeed.trainer.models import GraphSAGE
-from graphfeed.trainer.train import TrainConfig
+from graphfeed.trainer.config import TrainConfig
 
 
 def to_dgl(g: GraphData) -> dgl.DGLGraph:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import dgl
 import grpc
@@ -22,8 +22,10 @@ from graphfeed.common.errors import from_rpc_error
 from graphfeed.common.rpc import call_with_retry, channel_options
 from graphfeed.common.shm import SegmentReader
 from graphfeed.common.transport import ClientTransport
+from graphfeed.loader.job import JobSpec
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
+from graphfeed.trainer.job import JobArgs, job_spec, job_to_proto
 
 if TYPE_CHECKING:
     from graphfeed.common.blocks import SampledBlocks
@@ -102,12 +104,16 @@ def to_dgl_blocks(
 
 
 class _StepLoader:
-    """What both data loaders share: the (epoch, step) position, resume, counters."""
+    """What both data loaders share: the job, the (epoch, step) position, resume, counters."""
 
     info: Any  # steps_per_epoch, num_classes, feature_row_shape (DescribeJobResponse or JobInfo)
-    epoch: int
-    step: int
-    stats: EpochStats
+
+    def __init__(self, job: JobSpec, device: str | torch.device) -> None:
+        self.job = job
+        self.device = torch.device(device)
+        self.epoch = 0
+        self.step = 0
+        self.stats = EpochStats()
 
     def __len__(self) -> int:
         return int(self.info.steps_per_epoch)
@@ -197,20 +203,15 @@ class RemoteDataLoader(_StepLoader):
     Args:
         address: ``host:port`` of a graphfeed loader service.
         split: seed nodes: "train", "val" or "test".
-        fanouts: neighbors per layer, DGL order (first = input layer); -1 for all.
-        batch_size: seeds per minibatch.
-        shuffle: reshuffle each epoch.
-        drop_last: drop the last partial minibatch.
-        replace: sample neighbors with replacement.
-        seed: job seed; every random choice derives from (seed, epoch, step).
-        rank: this trainer's rank (DDP); world_size: number of trainers.
-        job_id: name of the job (logs, shared cache state).
-        feature_name / label_name: node-data names to attach ("" label_name for none).
         device: where blocks and tensors are moved (e.g. "cuda:0").
         timeout_s: deadline for DescribeJob and for the first message of a stream.
         shm_dir: shared-memory directory offered to the loader: when the loader is on this host
             and sees the same directory, minibatch tensors arrive through it instead of inside
             the gRPC messages (identical contents). "" or None: always inline.
+        **job: the job: ``fanouts`` (required), ``batch_size`` (default 1024), ``shuffle`` (True),
+            ``drop_last``, ``replace`` (False), ``seed``, ``rank`` (0), ``world_size`` (1),
+            ``job_id`` ("graphfeed-job"), ``feature_name`` ("feat"), ``label_name`` ("label"; ""
+            for none); see :func:`graphfeed.trainer.job.job_spec`.
     """
 
     def __init__(
@@ -218,52 +219,26 @@ class RemoteDataLoader(_StepLoader):
         address: str,
         split: str = "train",
         *,
-        fanouts: Sequence[int],
-        batch_size: int = 1024,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        replace: bool = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        job_id: str = "graphfeed-job",
-        feature_name: str = "feat",
-        label_name: str = "label",
         device: str | torch.device = "cpu",
         timeout_s: float = 60.0,
         shm_dir: str | None = "/dev/shm",
+        **job: Unpack[JobArgs],
     ) -> None:
+        super().__init__(job_spec(split, **job), device)
         self.address = address
         self._transport = ClientTransport(shm_dir)
-        self.job = pb.JobSpec(
-            job_id=job_id,
-            job_seed=seed,
-            split=split,
-            batch_size=batch_size,
-            fanouts=list(fanouts),
-            replace=replace,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            rank=rank,
-            world_size=world_size,
-            feature_name=feature_name,
-            label_name=label_name,
-        )
-        self.device = torch.device(device)
+        self._job_proto = job_to_proto(self.job)
         self.timeout_s = timeout_s
         self._channel = grpc.insecure_channel(address, options=channel_options())
         self._stub = pb_grpc.LoaderServiceStub(self._channel)
+        request = pb.DescribeJobRequest(job=self._job_proto)
         self.info = call_with_retry(
-            lambda: self._stub.DescribeJob(pb.DescribeJobRequest(job=self.job), timeout=timeout_s, wait_for_ready=True),
-            what=f"loader {address}",
+            lambda: self._stub.DescribeJob(request, timeout=timeout_s, wait_for_ready=True), what=f"loader {address}"
         )
-        self.epoch = 0
-        self.step = 0
-        self.stats = EpochStats()
 
     @contextlib.contextmanager
     def _minibatches(self, epoch: int, start: int) -> Iterator[Iterator[pb.Minibatch]]:
-        request = pb.StreamMinibatchesRequest(job=self.job, epoch=epoch, start_step=start)
+        request = pb.StreamMinibatchesRequest(job=self._job_proto, epoch=epoch, start_step=start)
         stream = self._stub.StreamMinibatches(request, metadata=self._transport.metadata)
 
         def messages() -> Iterator[pb.Minibatch]:
@@ -287,7 +262,6 @@ class RemoteDataLoader(_StepLoader):
         self._channel.close()
 
 
-
 class EmbeddedDataLoader(_StepLoader):
     """:class:`RemoteDataLoader`'s interface over a :class:`~graphfeed.loader.core.Loader` in
     this process (over remote graph-stores and sampler, or in-process partitions): the same
@@ -303,7 +277,8 @@ class EmbeddedDataLoader(_StepLoader):
         loader: the loader; its owner closes it (this object never does).
         device_features: ask for device arrays even when ``device`` is not CUDA (tests, with the
             kernel emulator); default: when ``device`` is CUDA.
-        The rest: as :class:`RemoteDataLoader` (``job_id`` names the loader's shared cache state).
+        The rest (``split``, ``device`` and the job keywords): as :class:`RemoteDataLoader`
+        (``job_id`` names the loader's shared cache state).
     """
 
     def __init__(
@@ -311,35 +286,15 @@ class EmbeddedDataLoader(_StepLoader):
         loader: Loader,
         split: str = "train",
         *,
-        fanouts: Sequence[int],
-        batch_size: int = 1024,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        replace: bool = False,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        job_id: str = "graphfeed-job",
-        feature_name: str = "feat",
-        label_name: str = "label",
         device: str | torch.device = "cpu",
         device_features: bool | None = None,
+        **job: Unpack[JobArgs],
     ) -> None:
-        from graphfeed.loader.core import JobSpec  # noqa: PLC0415 - RemoteDataLoader users need none of the loader
-
+        super().__init__(job_spec(split, **job), device)
         self.loader = loader
-        self.job = JobSpec(
-            job_id=job_id, job_seed=seed, split=split, batch_size=batch_size, fanouts=tuple(fanouts), replace=replace,
-            shuffle=shuffle, drop_last=drop_last, rank=rank, world_size=world_size, feature_name=feature_name,
-            label_name=label_name,
-        )  # fmt: skip
-        self.device = torch.device(device)
         self.info = loader.describe(self.job)
         wanted = self.device.type == "cuda" if device_features is None else device_features
-        self.device_features = bool(wanted) and loader.gpu_features(feature_name)
-        self.epoch = 0
-        self.step = 0
-        self.stats = EpochStats()
+        self.device_features = bool(wanted) and loader.gpu_features(self.job.feature_name)
 
     def _minibatches(self, epoch: int, start: int) -> contextlib.AbstractContextManager[Iterator[ReadyMinibatch]]:
         return self.loader.stream(self.job, epoch, start, on_device=self.device_features)

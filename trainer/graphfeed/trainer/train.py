@@ -13,48 +13,19 @@ import hashlib
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
 from graphfeed.trainer.models import GraphSAGE
 
+__all__ = ["EpochReport", "TrainConfig", "Trainer", "format_report"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainConfig:
-    """Hyper-parameters and wiring of the example job: a loader service (``loader_address``) or,
-    with ``graph_stores`` and ``sampler_address`` instead, a loader embedded in this process
-    (then ``cache_*`` size its cache, and with a CUDA ``device`` and ``gpu_cache_bytes`` features
-    are gathered on the GPU)."""
-
-    loader_address: str = ""
-    graph_stores: list[str] = field(default_factory=list)
-    sampler_address: str = ""
-    cache_policy: str = "static_degree"
-    cache_bytes: int = 64 << 20
-    gpu_cache_bytes: int = -1  # -1: a quarter of the GPU's free memory when device is CUDA, else none
-    epochs: int = 10
-    batch_size: int = 256
-    fanouts: list[int] = field(default_factory=lambda: [10, 10])
-    eval_fanouts: list[int] = field(default_factory=lambda: [-1, -1])
-    hidden: int = 64
-    lr: float = 0.01
-    weight_decay: float = 5e-4
-    dropout: float = 0.5
-    seed: int = 0
-    rank: int = 0
-    world_size: int = 1
-    job_id: str = "graphsage"
-    checkpoint: Path | None = None
-    checkpoint_every: int = 1
-    device: str = "cpu"  # torch device of model and minibatches, e.g. "cuda:0"
-    shm_dir: str = "/dev/shm"  # offered to the loader for minibatch tensors ("" for inline only)
-    stop_after_steps: int | None = None  # testing aid: exit after this many steps in this process
 
 
 @dataclass

@@ -1,0 +1,40 @@
+"""Settings declared once: the loader's cache flags come from CacheOptions, train's from TrainConfig."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from graphfeed.cli import build_parser
+from graphfeed.common.config import add_settings_arguments
+from graphfeed.loader.cache_options import CacheOptions
+from graphfeed.loader.config import CACHE_OPTION_SETTINGS, LoaderSettings
+from graphfeed.trainer.config import TrainConfig
+
+
+@pytest.mark.parametrize(("setting", "option"), CACHE_OPTION_SETTINGS.items())
+def test_loader_cache_settings_are_the_cache_options(setting: str, option: str) -> None:
+    ours, theirs = LoaderSettings.model_fields[setting], CacheOptions.__pydantic_fields__[option]
+    assert (ours.annotation, ours.default, ours.metadata, ours.description) == (
+        theirs.annotation, theirs.default, theirs.metadata, theirs.description,
+    )  # fmt: skip
+
+
+def test_help_says_required_not_pydantic_undefined() -> None:
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser, LoaderSettings)
+    text = parser.format_help()
+    assert "PydanticUndefined" not in text
+    assert "GRAPHFEED_LOADER_SAMPLER_ADDRESS] (required)" in " ".join(text.split())
+
+
+def test_train_flags_fill_the_train_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOB_COMPLETION_INDEX", raising=False)
+    args = build_parser().parse_args(["train", "--graph-stores", "a:1,b:2", "--sampler", "s:3", "--fanouts", "5", "5"])
+    cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in TrainConfig.model_fields and v is not None})
+    assert cfg.graph_stores == ["a:1", "b:2"] and cfg.sampler_address == "s:3" and cfg.fanouts == [5, 5]
+    assert (cfg.cache_policy, cfg.cache_bytes) == (LoaderSettings.model_fields["cache_policy"].default, 64 << 20)
+    assert cfg.rank == 0 and cfg.loader_address == "" and cfg.stop_after_steps is None
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "3")
+    assert TrainConfig().rank == 3

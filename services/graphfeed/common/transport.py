@@ -18,6 +18,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from graphfeed.common.shm import Arena, OfferVerifier, SegmentPool, SegmentReader, SegmentRegistry, shared_offer
+from graphfeed.common.shm import Backpressure  # noqa: F401 - re-exported: graphfeed.loader.servicer imports it here
 
 
 class ServerTransport:
@@ -95,31 +96,6 @@ class ServerTransport:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.close()
-
-
-class Backpressure:
-    """Bounds what one server stream has sent through shared memory and the client has not yet
-    claimed: a message is then a few bytes, so gRPC flow control no longer limits how far the
-    producer runs ahead. A minibatch counts until the client unlinks its segments."""
-
-    def __init__(self, context: grpc.ServicerContext, limit: int, poll_s: float = 0.001) -> None:
-        self._limit = max(1, limit)
-        self._poll_s = poll_s
-        self._sent: list[list[Path]] = []
-        self._stop = threading.Event()
-        context.add_callback(self._stop.set)
-
-    def wait(self) -> bool:
-        """Blocks until fewer than ``limit`` sent messages are unclaimed; False when the call ended."""
-        while True:
-            self._sent = [paths for paths in self._sent if any(p.exists() for p in paths)]
-            if len(self._sent) < self._limit:
-                return True
-            if self._stop.wait(self._poll_s):
-                return False
-
-    def sent(self, paths: list[Path]) -> None:
-        self._sent.append(paths)
 
 
 class ClientTransport:

@@ -1,0 +1,180 @@
+"""Reader side: claiming a received message's segments (:class:`SegmentReader`), and a server's
+cached mappings of a peer's segments it writes into (:class:`PeerSegments`)."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, Unavailable
+from graphfeed.common.shm.files import (
+    FREE_SUFFIX,
+    LENT_SUFFIX,
+    SEGMENT_RE,
+    map_existing,
+    open_regular,
+    start_trimmer,
+    suffixed,
+    try_rename,
+    try_unlink,
+    view,
+)
+from graphfeed.common.shm.segment import Segment
+
+
+class SegmentReader:
+    """Reader side for one received message: maps each named segment once and claims it
+    (unlinks it, or, for a recycled one, renames it ``.lent`` and ``.free`` once unmapped)."""
+
+    _GONE = " (claimed twice, or expired before it was read)"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._maps: dict[str, tuple[mmap.mmap | None, int]] = {}
+
+    def _claim(self, name: str, recycle: bool) -> tuple[mmap.mmap | None, int]:
+        path = self.directory / name
+        # Private copy-on-write: writable arrays (torch.from_numpy is happy) that change nobody else's.
+        if not recycle:
+            mapped = map_existing(path, os.O_RDONLY, self._GONE, access=mmap.ACCESS_COPY)
+            try_unlink(path)  # a concurrent sweep/claim is fine: our mapping stays good
+            return mapped
+        # Recycled: the rename is the claim (atomic against the writer taking it back on expiry).
+        # The writer rewrites the file only after it is ".free", i.e. after our mapping is gone,
+        # so the private mapping never sees a later message's bytes.
+        lent = suffixed(path, LENT_SUFFIX)
+        if not try_rename(path, lent):
+            raise Unavailable(f"shared-memory segment {name} is gone from {self.directory}{self._GONE}")
+        try:
+            mm, size = map_existing(lent, os.O_RDONLY, self._GONE, access=mmap.ACCESS_COPY)
+        except BaseException:
+            try_rename(lent, suffixed(path, FREE_SUFFIX))
+            raise
+        if mm is None:
+            try_rename(lent, suffixed(path, FREE_SUFFIX))
+        else:
+            weakref.finalize(mm, try_rename, lent, suffixed(path, FREE_SUFFIX))
+        return mm, size
+
+    def array(self, name: str, offset: int, shape: tuple[int, ...], dtype: object, recycle: bool = False) -> np.ndarray:
+        """The array stored at ``offset`` of segment ``name`` (mapped and claimed on first use;
+        ``recycle``: the writer's pool gets the file back once every array over it is gone).
+
+        The result is writable and keeps the mapping alive.
+
+        Raises:
+            InvalidArgument: a malformed name, or offset/shape/dtype outside the file.
+            Unavailable: the segment file no longer exists.
+            FailedPrecondition: the file exists but cannot be opened.
+        """
+        if not isinstance(name, str) or not SEGMENT_RE.match(name):
+            raise InvalidArgument(f"{name!r} is not a shared-memory segment name")
+        entry = self._maps.get(name)
+        if entry is None:
+            entry = self._maps[name] = self._claim(name, recycle)
+        mm, size = entry
+        try:
+            return view(mm, size, offset, shape, dtype)
+        except (ValueError, TypeError) as e:
+            raise InvalidArgument(
+                f"segment {name} ({size} bytes) has no array of shape {shape!r}, dtype {dtype} at offset {offset}: {e}"
+            ) from None
+
+
+class PeerSegments:
+    """Mappings of peers' segment files a server writes into (a loader's minibatch features),
+    kept across calls: a loader recycles those files, so a graph-store that keeps its mapping
+    writes into pages that are already mapped instead of faulting each one in again. Keyed by
+    inode (a recycled file gets a new name per lease). A mapping is dropped when its file is
+    deleted, when it is the least recently used beyond ``max_maps``, or after ``idle_s``
+    unused. Thread-safe.
+    """
+
+    def __init__(self, max_maps: int = 8, idle_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_maps = max_maps
+        self.idle_s = idle_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        # (dev, inode) -> (fd, mapping, size, last use)
+        self._maps: dict[tuple[int, int], tuple[int, mmap.mmap, int, float]] = {}
+        self._closed = False
+        self._trimmer: threading.Thread | None = None
+
+    def _trim(self) -> bool:
+        with self._lock:
+            if not self._closed:
+                self._expire(self._clock(), keep=None)
+            return not self._closed
+
+    def open(self, directory: Path, name: str) -> Segment:
+        """The peer's segment ``name`` mapped read-write (shared); closing it keeps the mapping here.
+
+        Raises:
+            InvalidArgument: a name that is not a graphfeed segment.
+            Unavailable: no such segment in ``directory``.
+            FailedPrecondition: it cannot be opened or mapped.
+        """
+        if not SEGMENT_RE.match(name or ""):
+            raise InvalidArgument(f"{name!r} is not a graphfeed shared-memory segment name")
+        path = Path(directory) / name
+        fd, st = open_regular(path, os.O_RDWR)
+        with self._lock:
+            try:
+                key, now = (st.st_dev, st.st_ino), self._clock()
+                self._expire(now, keep=key)
+                hit = self._maps.pop(key, None)
+                if hit is not None and hit[2] == st.st_size:
+                    os.close(fd)
+                    fd, mm = hit[0], hit[1]
+                else:
+                    if hit is not None:
+                        self._close(hit)
+                    mm = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED) if st.st_size else None
+                if mm is None:
+                    os.close(fd)
+                    return Segment(name, path, 0, None)
+                self._maps[key] = (fd, mm, st.st_size, now)  # most recently used last
+                if self._trimmer is None:
+                    self._trimmer = start_trimmer("peer-segments-trim", max(0.1, self.idle_s / 2), self._trim)
+                while len(self._maps) > self.max_maps:
+                    self._close(self._maps.pop(next(iter(self._maps))))
+                return Segment(name, path, st.st_size, mm, recycle=True)
+            except OSError as e:
+                os.close(fd)
+                raise FailedPrecondition(f"cannot map shared-memory segment {path}: {e.strerror}") from None
+
+    def _expire(self, now: float, keep: tuple[int, int] | None) -> None:
+        for key, entry in list(self._maps.items()):
+            if key == keep:
+                continue
+            try:
+                gone = os.fstat(entry[0]).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone or now - entry[3] > self.idle_s:
+                self._close(self._maps.pop(key))
+
+    @staticmethod
+    def _close(entry: tuple[int, mmap.mmap, int, float]) -> None:
+        os.close(entry[0])
+        with contextlib.suppress(BufferError):  # a writer still holds a view: unmapped when it is done
+            entry[1].close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._maps)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            maps, self._maps = self._maps, {}
+        for entry in maps.values():
+            self._close(entry)

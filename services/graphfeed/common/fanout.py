@@ -3,8 +3,9 @@
 Like DistDGL's ``_distributed_access``: group the ids by owner partition
 (:func:`~graphfeed.common.owners.group_by_owner`), start every request (a partition's share in
 chunks of at most ``max_ids_per_request`` ids) before waiting on any, then merge the answers
-back into id order. On any failure the requests not answered yet are cancelled and the error is
-re-raised. Each request carries its own deadline (the partition set's clients set it).
+back into id order. On any failure the rest are cancelled (those not yet sent; ones in flight
+finish on their own deadline) and the error is re-raised. Each request carries its own deadline
+(the partition set's clients set it).
 
 Used for feature rows, labels and degrees (:func:`fan_out`, :class:`PendingRows`) and for the
 sampler's hops (:func:`fan_out_requests`, merged by :func:`graphfeed.sampler.compact.compact_hop`).

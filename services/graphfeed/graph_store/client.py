@@ -74,14 +74,14 @@ class GraphStoreClient:
         return info_from_proto(resp)
 
     def _unary_future(self, method, request) -> "Future":  # noqa: ANN001
-        """Starts a unary call; the returned future raises GraphfeedError on failure, and
-        cancelling it cancels the call (a fan-out does when another partition failed)."""
+        """Starts a unary call; the returned future raises GraphfeedError on failure.
+
+        Cancelling the future does not cancel the call: its answer may sit in a shared-memory
+        segment lent to this client, which only reading the answer claims."""
         call = method.future(request, timeout=self.timeout_s, metadata=self._transport.metadata)
         out: Future = Future()
 
         def done(c: grpc.Future) -> None:
-            if c.cancelled():  # only ever because ``out`` was cancelled
-                return
             try:
                 result = c.result()
             except grpc.RpcError as err:
@@ -89,7 +89,6 @@ class GraphStoreClient:
             else:
                 _settle(out, result=result)
 
-        out.add_done_callback(lambda f: f.cancelled() and call.cancel())
         call.add_done_callback(done)
         return out
 
@@ -166,7 +165,7 @@ def _settle(out: Future, result: object = None, exc: BaseException | None = None
 
 
 def _then(fut: Future, fn: Callable[[Any], Any]) -> Future:
-    """``fn(fut.result())`` as a future; cancelling it cancels ``fut``."""
+    """``fn(fut.result())`` as a future (``fn`` runs even if the future was cancelled meanwhile)."""
     out: Future = Future()
 
     def done(f: Future) -> None:
@@ -177,7 +176,6 @@ def _then(fut: Future, fn: Callable[[Any], Any]) -> Future:
         else:
             _settle(out, result=result)
 
-    out.add_done_callback(lambda f: f.cancelled() and fut.cancel())
     fut.add_done_callback(done)
     return out
 

@@ -172,9 +172,6 @@ class _RecordingPartitions:
         self.inner, self.info, self.fail, self.log = inner, inner.info, fail or {}, []
         self.num_partitions = inner.num_partitions
 
-    def owner(self, gids: np.ndarray) -> np.ndarray:
-        return self.inner.owner(gids)
-
     def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0) -> Future:
         self.log.append(("start", p))
         inner = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)

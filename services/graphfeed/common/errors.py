@@ -13,7 +13,7 @@ class GraphfeedError(Exception):
     """Base class. ``code`` is the gRPC status a server answers with."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
-    retryable: bool = False
+    retryable: bool = False  # idempotent calls failing with ``code`` are retried (RETRYABLE_CODES)
 
 
 class InvalidArgument(GraphfeedError):
@@ -54,10 +54,10 @@ class Unavailable(GraphfeedError):
 
 
 class DeadlineExceeded(GraphfeedError):
-    """A peer did not answer within the deadline; the call may be retried."""
+    """A peer did not answer within the deadline. Not retried: the deadline bounds the whole
+    call, retries included, and another attempt would only add load to a peer already slow."""
 
     code = grpc.StatusCode.DEADLINE_EXCEEDED
-    retryable = True
 
 
 _BY_CODE: dict[grpc.StatusCode, type[GraphfeedError]] = {
@@ -73,11 +73,15 @@ _BY_CODE: dict[grpc.StatusCode, type[GraphfeedError]] = {
     )
 }
 
+RETRYABLE_CODES: tuple[grpc.StatusCode, ...] = tuple(code for code, cls in _BY_CODE.items() if cls.retryable)
+"""Statuses on which clients retry idempotent calls (see :func:`graphfeed.common.rpc.client_channel`)."""
+
 
 def from_rpc_error(err: grpc.RpcError, peer: str = "") -> GraphfeedError:
     """Turns a client-side ``grpc.RpcError`` into the matching :class:`GraphfeedError`."""
-    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-    details = err.details() if hasattr(err, "details") else str(err)
+    # Errors raised by a stub are also grpc.Call (code and details); others say only str().
+    code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = err.details() if isinstance(err, grpc.Call) else str(err)
     cls = _BY_CODE.get(code, GraphfeedError)
     where = f" (from {peer})" if peer else ""
     exc = cls(f"{details}{where}")

@@ -1,4 +1,4 @@
-"""gRPC plumbing shared by the services: server assembly, error mapping, metrics, channels.
+"""gRPC plumbing shared by the services: server assembly, error mapping, metrics, channels, retries.
 
 Servicers stay thin: they raise :class:`~graphfeed.common.errors.GraphfeedError` subclasses
 (from the core objects) and :class:`ServerInterceptor` turns them into statuses, logs
@@ -7,20 +7,28 @@ unexpected exceptions with their traceback, and records :class:`RpcMetrics` for 
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_reflection.v1alpha import reflection
 
-from graphfeed.common.errors import GraphfeedError
+from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError
 from graphfeed.common.metrics import RpcMetrics
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from graphfeed.common.config import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,49 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
     ]
+
+
+# One retry policy for every idempotent read (gRFC A6, applied by gRPC itself): only the codes
+# errors.py declares retryable, at most 3 attempts, exponential backoff with gRPC's random
+# jitter (it never touches data), all within the call's one deadline. gRPC never retries once
+# the server has answered, so a server stream is not retried after its first message.
+RETRY_MAX_ATTEMPTS = 3
+_RETRY_BACKOFF = {"initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2}
+# A call is retryable while gRPC still holds its request; the largest (1M seed ids) is 8 MiB.
+_RETRY_BUFFER_BYTES = 16 << 20
+
+
+def retry_service_config(service: ServiceDescriptor, idempotent: Iterable[str]) -> str:
+    """The ``grpc.service_config`` JSON that retries the ``idempotent`` methods of ``service``.
+
+    Raises:
+        KeyError: a name that is not a method of ``service`` (a typo would silently not retry).
+    """
+    names = [{"service": service.full_name, "method": service.methods_by_name[m].name} for m in idempotent]
+    policy = {"maxAttempts": RETRY_MAX_ATTEMPTS, **_RETRY_BACKOFF, "retryableStatusCodes": [c.name for c in RETRYABLE_CODES]}
+    return json.dumps({"methodConfig": [{"name": names, "retryPolicy": policy}]})
+
+
+def client_channel(
+    address: str, service: ServiceDescriptor, idempotent: Iterable[str], max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> grpc.Channel:
+    """An insecure channel to ``address`` for clients of ``service``; its ``idempotent`` methods
+    are retried as :func:`retry_service_config` says, every other method is never retried.
+
+    Args:
+        address: ``host:port``.
+        service: the generated descriptor, e.g. ``pb.DESCRIPTOR.services_by_name["SamplerService"]``.
+        idempotent: names of the methods safe to send twice (reads).
+        max_message_bytes: largest message sent or received.
+    """
+    options: list[tuple[str, int | str]] = [
+        *channel_options(max_message_bytes),
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", retry_service_config(service, idempotent)),
+        ("grpc.service_config_disable_resolution", 1),  # DNS must not replace the policy
+        ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
+    ]
+    return grpc.insecure_channel(address, options=options)
 
 
 def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> None:
@@ -81,7 +132,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
             if isinstance(exc, GraphfeedError):
                 return exc.code
             if exc is not None:
-                return context.code() or grpc.StatusCode.INTERNAL if hasattr(context, "code") else grpc.StatusCode.INTERNAL
+                return context.code() or grpc.StatusCode.INTERNAL
             return grpc.StatusCode.OK
 
         if handler.unary_unary:
@@ -219,34 +270,6 @@ def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callab
         on_stop()
 
 
-def call_with_retry(fn: Callable[[], object], *, attempts: int = 3, backoff_s: float = 0.1, what: str = "rpc"):
-    """Calls ``fn`` and retries UNAVAILABLE/DEADLINE_EXCEEDED with exponential backoff."""
-    from graphfeed.common.errors import from_rpc_error
-
-    delay = backoff_s
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except grpc.RpcError as err:
-            exc = from_rpc_error(err, what)
-            if not exc.retryable or attempt == attempts - 1:
-                raise exc from None
-            log.warning("%s: %s; retrying in %.2fs", what, exc, delay)
-            time.sleep(delay)
-            delay *= 2
-    raise AssertionError("unreachable")
-
-
-def drain(stream: Iterator, what: str) -> list:
-    """Collects a server stream, turning a gRPC error into a GraphfeedError."""
-    from graphfeed.common.errors import from_rpc_error
-
-    try:
-        return list(stream)
-    except grpc.RpcError as err:
-        raise from_rpc_error(err, what) from None
-
-
 def announce(service: str, running: RunningServer) -> None:
     """Prints the machine-readable READY line that `graphfeed demo` and the tests wait for."""
     metrics = f" metrics=127.0.0.1:{running.metrics_port}" if running.metrics_port else ""
@@ -261,11 +284,11 @@ def parse_ready_line(line: str) -> dict[str, str] | None:
 
 
 def start_service_server(
-    settings: "ServiceSettings",  # noqa: F821 - graphfeed.common.config.ServiceSettings
+    settings: ServiceSettings,
     *,
     register: Callable[[grpc.Server], None],
     service_names: Iterable[str],
-    registry: "CollectorRegistry",  # noqa: F821
+    registry: CollectorRegistry,
     on_error: Callable[[], None] = lambda: None,
 ) -> RunningServer:
     """:func:`start_server` configured from a service's settings, plus its ``/metrics`` port.
@@ -296,7 +319,7 @@ def start_service_server(
     return running
 
 
-def run_service(name: str, settings: "ServiceSettings", serve: Callable, on_stop: Callable[[object], None]) -> None:  # noqa: F821
+def run_service(name: str, settings: ServiceSettings, serve: Callable, on_stop: Callable[[object], None]) -> None:
     """The body of every service's ``main``: log setup, serve, READY line, graceful stop.
 
     Args:

@@ -7,19 +7,27 @@ cores with the same interface, so multi-partition logic is unit-tested without s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import contextlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
 
 from graphfeed.common import codec
 from graphfeed.common.errors import FailedPrecondition, GraphfeedError, from_rpc_error
-from graphfeed.common.rpc import call_with_retry, channel_options
+from graphfeed.common.rpc import client_channel
 from graphfeed.common.transport import ClientTransport
 from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from graphfeed.graph_store.store import GraphStore
+
+# Reads, safe to send twice: retried on UNAVAILABLE (see graphfeed.common.rpc.client_channel).
+IDEMPOTENT_METHODS = ("GetPartitionInfo", "SampleNeighbors", "GetNodeData", "GetDegrees", "GetSplit")
 
 
 def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
@@ -54,26 +62,32 @@ class GraphStoreClient:
         self.address = address
         self.timeout_s = timeout_s
         self._transport = ClientTransport(shm_dir)
-        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["GraphStoreService"], IDEMPOTENT_METHODS)
         self._stub = pb_grpc.GraphStoreServiceStub(self._channel)
 
     def info(self) -> PartitionInfo:
-        resp = call_with_retry(
-            lambda: self._stub.GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=self.timeout_s, wait_for_ready=True),
-            what=f"graph-store {self.address}",
-        )
+        """What the graph-store says about itself; waits (within the deadline) for it to come up."""
+        try:
+            resp = self._stub.GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=self.timeout_s, wait_for_ready=True)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, f"graph-store {self.address}") from None
         return info_from_proto(resp)
 
     def _unary_future(self, method, request) -> "Future":  # noqa: ANN001
-        """Starts a unary call; the returned future raises GraphfeedError on failure."""
+        """Starts a unary call; the returned future raises GraphfeedError on failure.
+
+        Cancelling the future does not cancel the call: its answer may sit in a shared-memory
+        segment lent to this client, which only reading the answer claims."""
         call = method.future(request, timeout=self.timeout_s, metadata=self._transport.metadata)
         out: Future = Future()
 
         def done(c: grpc.Future) -> None:
             try:
-                out.set_result(c.result())
+                result = c.result()
             except grpc.RpcError as err:
-                out.set_exception(from_rpc_error(err, f"graph-store {self.address}"))
+                _settle(out, exc=from_rpc_error(err, f"graph-store {self.address}"))
+            else:
+                _settle(out, result=result)
 
         call.add_done_callback(done)
         return out
@@ -141,14 +155,26 @@ class GraphStoreClient:
         self._channel.close()
 
 
-def _then(fut: Future, fn) -> Future:  # noqa: ANN001
+def _settle(out: Future, result: object = None, exc: BaseException | None = None) -> None:
+    """Completes ``out`` unless it was cancelled meanwhile (then the answer is not wanted)."""
+    with contextlib.suppress(InvalidStateError):
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(result)
+
+
+def _then(fut: Future, fn: Callable[[Any], Any]) -> Future:
+    """``fn(fut.result())`` as a future (``fn`` runs even if the future was cancelled meanwhile)."""
     out: Future = Future()
 
     def done(f: Future) -> None:
         try:
-            out.set_result(fn(f.result()))
+            result = fn(f.result())
         except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
-            out.set_exception(exc)
+            _settle(out, exc=exc)
+        else:
+            _settle(out, result=result)
 
     fut.add_done_callback(done)
     return out
@@ -160,14 +186,6 @@ class _PartitionSetBase:
     @property
     def num_partitions(self) -> int:
         return self.info.num_partitions
-
-    @property
-    def node_offsets(self) -> np.ndarray:
-        return self.info.node_offsets
-
-    def owner(self, gids: np.ndarray) -> np.ndarray:
-        """Owning partition of each gid; gids must be in [0, num_nodes)."""
-        return np.searchsorted(self.info.node_offsets[1:], gids, side="right")
 
 
 class RemotePartitionSet(_PartitionSetBase):
@@ -235,7 +253,7 @@ def _done(fn, *args) -> Future:  # noqa: ANN001
 class LocalPartitionSet(_PartitionSetBase):
     """In-process partition set over GraphStore cores (tests, embedded use). Same semantics."""
 
-    def __init__(self, stores: Sequence["GraphStore"]) -> None:  # noqa: F821
+    def __init__(self, stores: Sequence[GraphStore]) -> None:
         self.stores = sorted(stores, key=lambda s: s.partition_id)
         self.info = self.stores[0].info()
 

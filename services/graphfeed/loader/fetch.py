@@ -13,12 +13,11 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable
 
 import numpy as np
 
-from graphfeed.common.owners import group_by_owner
+from graphfeed.common.fanout import PendingRows, fan_out  # noqa: F401 - PendingRows: re-exported
 from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
@@ -28,59 +27,6 @@ DEFAULT_MAX_IDS_PER_REQUEST = 1 << 16
 
 RowsFetcher = Callable[[np.ndarray], np.ndarray]
 """``fetch(ids) -> rows`` in ``ids`` order; raises what the graph-stores raised."""
-
-
-class PendingRows:
-    """Requests in flight for rows of ``ids``, fanned out by owner partition (see :func:`fan_out`)."""
-
-    def __init__(self, num_ids: int, parts: list[tuple[int, np.ndarray, Future]]) -> None:
-        self.num_ids = num_ids
-        self.parts = parts  # (partition, positions in ids, future of their rows)
-
-    def wait(self, row_shape: Sequence[int], dtype: np.dtype | type) -> tuple[np.ndarray, dict[int, int]]:
-        """Rows in ``ids`` order and the bytes received per partition; re-raises a failed request."""
-        out = np.empty((self.num_ids, *row_shape), dtype=dtype)
-        received: dict[int, int] = {}
-        try:
-            for p, pos, fut in self.parts:
-                rows = np.asarray(fut.result())
-                out[pos] = rows.reshape((len(pos), *row_shape))
-                received[p] = received.get(p, 0) + int(rows.nbytes)
-        finally:
-            self.cancel()
-        return out, received
-
-    def cancel(self) -> None:
-        """Cancels requests not started yet (running ones finish on their own deadline)."""
-        for _, _, fut in self.parts:
-            if fut is not None:
-                fut.cancel()
-
-
-def fan_out(
-    partitions: PartitionSet,
-    ids: np.ndarray,
-    call: Callable[..., Future],
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-    with_positions: bool = False,
-) -> PendingRows:
-    """Groups ``ids`` by owner partition and starts ``call(p, chunk)`` for every chunk at once
-    (DistDGL's ``_distributed_access``): all requests fly before any is waited on.
-    ``with_positions``: ``call(p, chunk, positions of the chunk in ids)``."""
-    ids = np.asarray(ids, dtype=np.int64)
-    order, bounds = group_by_owner(ids, partitions.info.node_offsets)
-    pending = PendingRows(len(ids), [])
-    try:
-        for p in range(partitions.num_partitions):
-            pos = order[bounds[p] : bounds[p + 1]]
-            for lo in range(0, len(pos), max_ids_per_request):
-                chunk = pos[lo : lo + max_ids_per_request]
-                fut = call(p, ids[chunk], chunk) if with_positions else call(p, ids[chunk])
-                pending.parts.append((p, chunk, fut))
-    except BaseException:
-        pending.cancel()
-        raise
-    return pending
 
 
 def node_data_fetcher(

@@ -9,8 +9,8 @@ import numpy as np
 
 from graphfeed.common import blocks, codec
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.common.errors import InvalidArgument
-from graphfeed.common.rpc import call_with_retry, channel_options
+from graphfeed.common.errors import InvalidArgument, from_rpc_error
+from graphfeed.common.rpc import client_channel
 from graphfeed.common.transport import ClientTransport
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.sampler.v1 import sampler_pb2 as pb
@@ -21,12 +21,13 @@ class SamplerClient:
     """Samples through a sampler server; same semantics as the in-process ``MultiHopSampler``.
 
     Errors arrive as :class:`~graphfeed.common.errors.GraphfeedError` subclasses; UNAVAILABLE
-    (and DEADLINE_EXCEEDED) are retried a few times with backoff, which is safe because
-    sampling is deterministic and side-effect free.
+    is retried a few times with backoff within the deadline (the channel's policy, see
+    :func:`~graphfeed.common.rpc.client_channel`), which is safe because sampling is
+    deterministic and side-effect free.
 
     Args:
         address: ``host:port`` of the sampler.
-        timeout_s: deadline of each attempt, in seconds.
+        timeout_s: deadline of each call, retries included, in seconds.
         shm_dir: shared-memory directory offered for the blocks ("" or None: inline bytes).
     """
 
@@ -34,7 +35,7 @@ class SamplerClient:
         self.address = address
         self.timeout_s = timeout_s
         self._transport = ClientTransport(shm_dir)
-        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["SamplerService"], ["SampleBlocks"])
         self._stub = pb_grpc.SamplerServiceStub(self._channel)
 
     def sample(
@@ -54,10 +55,10 @@ class SamplerClient:
             req.step_key.CopyFrom(tensor_pb2.StepKey(job_seed=job_seed, epoch=epoch, step=step))
         except (TypeError, ValueError) as exc:  # out of the wire types' range (int32, uint64, uint32)
             raise InvalidArgument(f"cannot encode fanouts {list(fanouts)} / step key: {exc}") from None
-        resp = call_with_retry(
-            lambda: self._stub.SampleBlocks(req, timeout=self.timeout_s, metadata=self._transport.metadata),
-            what=f"sampler {self.address}",
-        )
+        try:
+            resp = self._stub.SampleBlocks(req, timeout=self.timeout_s, metadata=self._transport.metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, f"sampler {self.address}") from None
         return blocks.from_proto(resp.blocks, self._transport.reader())
 
     def close(self) -> None:

@@ -1,9 +1,9 @@
 """Multi-hop neighbor sampling across graph-store partitions into DGL blocks.
 
-Each hop groups the frontier by owning partition (a counting sort), starts one
-``sample_neighbors`` call per partition before waiting on any (DistDGL's
-``_distributed_access``), and merges the answers back into frontier order while compacting them
-(:func:`graphfeed.sampler.compact.compact_hop`, one compiled pass). The block's src nodes are
+Each hop fans out over the owners of the frontier
+(:func:`graphfeed.common.fanout.fan_out_requests`: one ``sample_neighbors`` call per partition
+and chunk, all started before any is waited on) and merges the answers back into frontier
+order while compacting them (:func:`graphfeed.sampler.compact.compact_hop`, one compiled pass). The block's src nodes are
 the next hop's frontier.
 
 Every random choice is seeded by ``derive_seed(job_seed, epoch, step, hop, partition)``, and
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 
 import numpy as np
 
 from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound, ResourceExhausted
-from graphfeed.common.owners import group_by_owner
+from graphfeed.common.fanout import Chunk, fan_out_requests
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
 from graphfeed.sampler.compact import SlotTables, compact_hop
@@ -142,23 +143,16 @@ class MultiHopSampler:
         """One hop around ``frontier``: ``(order, bounds, answers)`` in grouped order (partition
         by partition; ``order[j]`` is the frontier position of grouped position ``j``, and
         ``answers[q]`` = (offsets, src, edge ids) covers grouped positions ``bounds[q]:bounds[q+1]``)."""
-        order, bounds = group_by_owner(frontier, self.partitions.info.node_offsets)
-        grouped = frontier[order]
-        # (partition, start, stop) in grouped positions: a partition's share in chunks of at most
-        # max_ids_per_request, each sampled as positions start - bounds[p] .. of one request.
-        chunk = self.max_ids_per_request
-        calls = [(p, lo, min(lo + chunk, int(bounds[p + 1])))
-                 for p in range(self.partitions.num_partitions) for lo in range(int(bounds[p]), int(bounds[p + 1]), chunk)]  # fmt: skip
-        # Start every request before waiting on any, so they run in parallel.
-        futures = [
-            self.partitions.sample_neighbors(p, grouped[lo:hi], fanout, replace, derive_seed(*key, p), lo - int(bounds[p]))
-            for p, lo, hi in calls
-        ]
-        results = [f.result() for f in futures]
-        for (p, lo, hi), r in zip(calls, results):
-            _check_answer(p, r, hi - lo)
-        answered = np.array([0] + [hi for _, _, hi in calls], dtype=np.int64)
-        return order, answered, [(r.offsets, r.src, r.edge_ids) for r in results]
+        parts = self.partitions
+
+        def sample(c: Chunk) -> "Future[SampledNeighbors]":
+            return parts.sample_neighbors(c.partition, c.ids, fanout, replace, derive_seed(*key, c.partition), c.first_position)
+
+        pending = fan_out_requests(parts, frontier, sample, self.max_ids_per_request)
+        results = pending.results()
+        for (p, pos, _), r in zip(pending.parts, results):
+            _check_answer(p, r, len(pos))
+        return pending.order, pending.bounds, [(r.offsets, r.src, r.edge_ids) for r in results]
 
 
 def _check_answer(p: int, r: SampledNeighbors, num_seeds: int) -> None:

@@ -73,13 +73,6 @@ class MeteredPartitionSet:
     def num_partitions(self) -> int:
         return self.inner.num_partitions
 
-    @property
-    def node_offsets(self) -> np.ndarray:
-        return self.inner.node_offsets
-
-    def owner(self, gids: np.ndarray) -> np.ndarray:
-        return self.inner.owner(gids)
-
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
     ) -> "Future[SampledNeighbors]":

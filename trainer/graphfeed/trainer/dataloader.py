@@ -19,7 +19,7 @@ import torch
 from graphfeed.common import blocks as blocks_codec
 from graphfeed.common import codec
 from graphfeed.common.errors import from_rpc_error
-from graphfeed.common.rpc import call_with_retry, channel_options
+from graphfeed.common.rpc import client_channel
 from graphfeed.common.shm import SegmentReader
 from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.job import JobSpec
@@ -229,12 +229,12 @@ class RemoteDataLoader(_StepLoader):
         self._transport = ClientTransport(shm_dir)
         self._job_proto = job_to_proto(self.job)
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["LoaderService"], ["DescribeJob"])
         self._stub = pb_grpc.LoaderServiceStub(self._channel)
-        request = pb.DescribeJobRequest(job=self._job_proto)
-        self.info = call_with_retry(
-            lambda: self._stub.DescribeJob(request, timeout=timeout_s, wait_for_ready=True), what=f"loader {address}"
-        )
+        try:
+            self.info = self._stub.DescribeJob(pb.DescribeJobRequest(job=self._job_proto), timeout=timeout_s, wait_for_ready=True)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, f"loader {address}") from None
 
     @contextlib.contextmanager
     def _minibatches(self, epoch: int, start: int) -> Iterator[Iterator[pb.Minibatch]]:

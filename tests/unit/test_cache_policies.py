@@ -23,11 +23,12 @@ from graphfeed.graph_store.types import NodeDataInfo
 from graphfeed.loader.belady import NEVER, belady, next_use
 from graphfeed.loader.cache import CacheOptions, CachePolicy, TierStats, make_cache
 from graphfeed.loader.config import LoaderSettings
-from graphfeed.loader.core import JobSpec, Loader, ReadyMinibatch
+from graphfeed.loader.core import JobSpec, Loader
 from graphfeed.loader.fetch import Prefetcher
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
 from graphfeed.loader.metrics import LoaderMetrics
+from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_features, arithmetic_labels
 

@@ -27,7 +27,8 @@ from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from graphfeed.common.blocks import SampledBlocks
-    from graphfeed.loader.core import Loader, ReadyMinibatch
+    from graphfeed.loader.core import Loader
+    from graphfeed.loader.minibatch import ReadyMinibatch
 
 
 @dataclass

@@ -96,7 +96,8 @@ class HostBuffer(FeatureBuffer):
 
     def __init__(self, row_shape: Sequence[int], dtype: np.dtype | type, sink: ShmSink | None = None) -> None:
         self._row_shape, self._dtype, self._sink = tuple(row_shape), np.dtype(dtype), sink
-        self._hit = self._miss_pos = self._hit_rows = self._features = np.empty(0)
+        empty: np.ndarray = np.empty(0)
+        self._hit, self._miss_pos, self._hit_rows, self._features = empty, empty, empty, empty
 
     def look_up(self, cache: SharedCache, stream: int, step: int, ids: np.ndarray) -> np.ndarray:
         self._hit, self._hit_rows = cache.access(stream, step, ids)
@@ -132,7 +133,8 @@ class DeviceBuffer(FeatureBuffer):
 
     def __init__(self, policy: DeviceCachePolicy, row_shape: Sequence[int], dtype: np.dtype | type) -> None:
         self._policy, self._row_shape, self._dtype = policy, tuple(row_shape), dtype
-        self._miss_pos = self._missed = np.empty(0)
+        empty: np.ndarray = np.empty(0)
+        self._miss_pos, self._missed = empty, empty
         self._features: Any = None
 
     def look_up(self, cache: SharedCache, stream: int, step: int, ids: np.ndarray) -> np.ndarray:

@@ -128,6 +128,8 @@ class GpuTieredCache(DeviceCachePolicy):
         self.name = f"gpu+{inner.name}"
         self.admits = inner.admits
         self.max_ids_per_request = max_ids_per_request
+        self._host_rows: Any
+        self._host_slot_of: Any
         self._host_rows, self._host_slot_of = self._pin_host_tier() if pin_host else (None, None)
 
     def _pin_host_tier(self) -> tuple[Any, Any]:

@@ -95,7 +95,7 @@ class SlotTier(CacheTier):
     """A tier of ``capacity_rows`` fixed-size slots over gids ``[0, num_nodes)``: the byte
     accounting and id checks shared by the host and GPU tiers. Subclasses set
     ``capacity_rows``, ``row_bytes``, ``num_nodes``, keep ``_num_free`` current and define
-    ``slots(ids)``."""
+    ``slots`` and ``evict_slots``."""
 
     capacity_rows: int
     row_bytes: int
@@ -103,6 +103,14 @@ class SlotTier(CacheTier):
     _num_free: int
     _free: np.ndarray  # stack of free slots; the top ``_num_free`` entries are free
     _id_of: np.ndarray  # gid held by each slot, -1 when free
+
+    @abstractmethod
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Slot of each id, -1 where not cached."""
+
+    @abstractmethod
+    def evict_slots(self, slots: np.ndarray) -> int:
+        """Frees occupied, unique ``slots``; returns how many."""
 
     @property
     def nbytes(self) -> int:

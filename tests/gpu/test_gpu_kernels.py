@@ -128,7 +128,7 @@ def test_sampling_with_replacement_is_uniform(cp, K) -> None:  # noqa: ANN001, N
 
 
 def test_gpu_tier_round_trip_and_dlpack(cp) -> None:  # noqa: ANN001
-    tier = pytest.importorskip("graphfeed.gpu_kernels.tier", reason="the loader's deps (grpc, ...) are not installed")
+    tier = pytest.importorskip("graphfeed.loader.gpu_tier", reason="the loader's deps (grpc, ...) are not installed")
     t = tier.GpuTier(100 * 512, (128,), np.float32, 1000)
     ids = np.arange(0, 1000, 10)
     rows = np.random.default_rng(4).standard_normal((100, 128)).astype(np.float32)
@@ -158,12 +158,13 @@ def test_loader_stream_on_device_gives_the_host_path_s_features(cp, tmp_path) ->
     from graphfeed.common.partition import part_dir_name
     from graphfeed.graph_store.client import LocalPartitionSet
     from graphfeed.graph_store.store import GraphStore
+    from graphfeed.loader.job import JobSpec
     from graphfeed.sampler.core import MultiHopSampler
     from tests.graphs import write_arithmetic
 
     root = write_arithmetic(tmp_path)
     parts = LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(2)])
-    job = core.JobSpec(job_id="gpu", job_seed=3, split="train", batch_size=8, fanouts=(3, 2), shuffle=True)
+    job = JobSpec(job_id="gpu", job_seed=3, split="train", batch_size=8, fanouts=(3, 2), shuffle=True)
     kw = {"cache_policy": "lru", "cache_bytes": 20 * 16}
     plain, gpu = core.Loader(parts, MultiHopSampler(parts), **kw), core.Loader(parts, MultiHopSampler(parts), gpu_cache_bytes=14 * 16, **kw)
     try:

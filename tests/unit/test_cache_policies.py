@@ -1,36 +1,24 @@
 """Cache policies on hand-built traces with known answers: Belady (also against brute force),
 MassiveGNN's decay/evict/prefetch rounds, look-ahead (equal to Belady with the whole future
-in the window; prefetch that never evicts a nearer use), determinism, prefetch failure, and
-through the loader's pipeline: steps announced before they are gathered, exact minibatches
-while every prefetch fails."""
+in the window; prefetch that never evicts a nearer use), determinism, prefetch failure.
+(Options, metrics and the policies inside a running loader: test_cache_loader.py.)"""
 
 from __future__ import annotations
 
 import itertools
-import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
-from graphfeed.common.blocks import SampledBlocks
-from graphfeed.common.errors import InvalidArgument, Unavailable
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.common.errors import Unavailable
 from graphfeed.graph_store.types import NodeDataInfo
 from graphfeed.loader.belady import NEVER, belady, next_use
-from graphfeed.loader.cache import CacheOptions, CachePolicy, TierStats, make_cache
-from graphfeed.loader.config import LoaderSettings
-from graphfeed.loader.core import Loader, ReadyMinibatch
-from graphfeed.loader.job import JobSpec
+from graphfeed.loader.cache import CacheOptions, CachePolicy, make_cache
 from graphfeed.loader.fetch import Prefetcher
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
-from graphfeed.loader.metrics import LoaderMetrics
-from graphfeed.sampler.core import MultiHopSampler
-from tests.graphs import arithmetic_features, arithmetic_labels
 
 N = 10  # nodes of the hand-built graphs
 ROW = 2  # float32 values per row
@@ -317,147 +305,3 @@ def test_replays_are_deterministic() -> None:
 
     for name in ("static_degree", "lru", "massivegnn", "lookahead"):
         assert run(name) == run(name)
-
-
-# -- options, settings, metrics ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("bad", [dict(alpha=0.0), dict(period_steps=0), dict(prefetch_fraction=1.5), dict(lookahead_prefetch_steps=-1)])
-def test_bad_options_are_invalid(bad: dict) -> None:
-    with pytest.raises(InvalidArgument):
-        make_cache("massivegnn", 100, row_shape=(2,), dtype=np.float32, num_nodes=N, options=CacheOptions(**bad))
-
-
-def test_settings_select_the_policy_and_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GRAPHFEED_LOADER_CACHE_POLICY", "massivegnn")
-    monkeypatch.setenv("GRAPHFEED_LOADER_MASSIVEGNN_PERIOD_STEPS", "16")
-    s = LoaderSettings(graph_store_addresses=["a:1"], sampler_address="b:2")
-    assert s.cache_policy == "massivegnn"
-    assert s.cache_options() == CacheOptions(period_steps=16)
-    assert LoaderSettings(graph_store_addresses=["a:1"], sampler_address="b:2", cache_policy="lookahead").cache_policy == "lookahead"
-
-
-class _State:
-    def cache_stats(self) -> list[TierStats]:
-        return [TierStats("host", 7, 3, 5, 1, 64, 128, prefetch_issued=4, prefetch_used=2, prefetch_failed=1, prefetch_bytes=24)]
-
-    def queue_depth(self) -> int:
-        return 0
-
-    def open_streams(self) -> int:
-        return 2
-
-
-def test_prefetch_and_cache_counters_are_exported_per_tier() -> None:
-    registry = CollectorRegistry()
-    LoaderMetrics.create(registry).watch(_State())
-    text = generate_latest(registry).decode()
-    got = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples}
-    host = (("tier", "host"),)
-    assert got[("graphfeed_loader_cache_hits_total", host)] == 7
-    assert got[("graphfeed_loader_cache_misses_total", host)] == 3
-    assert got[("graphfeed_loader_prefetch_issued_total", host)] == 4
-    assert got[("graphfeed_loader_prefetch_used_total", host)] == 2
-    assert got[("graphfeed_loader_prefetch_failed_total", host)] == 1
-    assert got[("graphfeed_loader_prefetch_bytes_total", host)] == 24
-    assert got[("graphfeed_loader_cache_capacity_bytes", host)] == 128
-    assert got[("graphfeed_loader_open_streams", ())] == 2
-
-
-# -- through the loader's pipeline -----------------------------------------------------------------
-
-F = 4  # feat_dim of the arith_root fixture
-JOB = JobSpec(job_id="p", job_seed=11, split="train", batch_size=8, fanouts=(3, 2), shuffle=True)  # 8 steps
-
-
-def assert_exact(mb: ReadyMinibatch, orig: np.ndarray) -> None:
-    assert np.array_equal(mb.features, arithmetic_features(orig[mb.blocks.input_nodes]))
-    assert np.array_equal(mb.labels, arithmetic_labels(orig[mb.blocks.output_nodes]))
-
-
-class GatedSampler:
-    """Holds step 0 back until ``gate`` is set, so the later steps of the window finish first."""
-
-    def __init__(self, inner: MultiHopSampler, gate: threading.Event) -> None:
-        self.inner, self.gate = inner, gate
-
-    def sample(self, seeds: np.ndarray, fanouts: list[int], replace: bool, job_seed: int, epoch: int, step: int) -> SampledBlocks:
-        if step == 0:
-            assert self.gate.wait(30), "the later steps were never announced"
-        return self.inner.sample(seeds, fanouts, replace, job_seed, epoch, step)
-
-
-def test_the_pipeline_announces_each_step_to_the_policy_before_gathering_it(
-    parts: LocalPartitionSet, orig: np.ndarray, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    k = 4
-    events: list[tuple] = []
-    gate = threading.Event()
-    on_sampled, on_access = LookaheadCache.on_sampled, LookaheadCache.on_access
-
-    def spy_sampled(self: LookaheadCache, key: tuple[int, int], ids: np.ndarray) -> None:
-        events.append(("sampled", key[1], np.array(ids)))
-        if sum(e[0] == "sampled" for e in events) == k - 1:  # steps 1..k-1, while step 0 is held back
-            gate.set()
-        on_sampled(self, key, ids)
-
-    def spy_access(self: LookaheadCache, ids: np.ndarray, hit: np.ndarray, key: tuple[int, int] | None = None) -> None:
-        events.append(("access", key[1], np.array(ids), [s for _, s in self.window]))
-        on_access(self, ids, hit, key)
-
-    monkeypatch.setattr(LookaheadCache, "on_sampled", spy_sampled)
-    monkeypatch.setattr(LookaheadCache, "on_access", spy_access)
-    loader = Loader(parts, GatedSampler(MultiHopSampler(parts), gate), cache_policy="lookahead", cache_bytes=30 * F * 4,
-                    lookahead_steps=k, sample_workers=2)  # fmt: skip
-    try:
-        mbs = list(loader.stream(JOB, 0))
-    finally:
-        loader.close()
-    assert [mb.step for mb in mbs] == list(range(8))
-    for mb in mbs:
-        assert_exact(mb, orig)
-        sampled = [i for i, e in enumerate(events) if e[:2] == ("sampled", mb.step)]
-        accessed = [i for i, e in enumerate(events) if e[:2] == ("access", mb.step)]
-        assert len(sampled) == 1 and len(accessed) == 1 and sampled[0] < accessed[0]
-        assert np.array_equal(events[sampled[0]][2], mb.blocks.input_nodes)
-    first_access = next(e for e in events if e[:2] == ("access", 0))
-    assert first_access[3] == [0, 1, 2, 3]  # when step 0 was gathered the policy knew steps 1..3 (and 0 itself)
-
-
-class PrefetchStoreDown(LocalPartitionSet):
-    """The graph-stores fail every request made by a background prefetch (minibatch reads succeed)."""
-
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future:
-        if threading.current_thread().name == "loader-prefetch":
-            fut: Future = Future()
-            fut.set_exception(Unavailable(f"graph-store of partition {p} is down"))
-            return fut
-        return super().get_node_data(p, name, ids)
-
-
-@pytest.mark.parametrize("name, capacity_rows", [("massivegnn", 30), ("lookahead", 100)])  # lookahead prefetches into free slots
-def test_prefetch_failures_degrade_to_misses_and_minibatches_stay_exact(
-    parts: LocalPartitionSet, orig: np.ndarray, name: str, capacity_rows: int
-) -> None:
-    down = PrefetchStoreDown(parts.stores)
-    loader = Loader(down, MultiHopSampler(parts), cache_policy=name, cache_bytes=capacity_rows * F * 4,
-                    cache_options=CacheOptions(period_steps=2, lookahead_prefetch_steps=3))  # fmt: skip
-    try:
-        for epoch in (0, 1):
-            mbs = list(loader.stream(JOB, epoch))
-            assert [mb.step for mb in mbs] == list(range(8))
-            for mb in mbs:
-                assert_exact(mb, orig)
-        assert loader._cache("feat").policy.prefetcher.wait_idle()
-        (host,) = loader.cache_stats()
-    finally:
-        loader.close()
-    assert host.prefetch_failed == host.prefetch_issued
-    # massivegnn's initial fill always prefetches; whether lookahead prefetches here depends on
-    # thread timing (test_a_failed_lookahead_prefetch_leaves_misses_and_exact_rows pins it down).
-    assert host.prefetch_issued > 0 or name == "lookahead"
-    assert host.prefetch_used == 0 and host.prefetch_bytes == 0
-    if name == "massivegnn":  # the initial fill and every round failed: nothing was ever buffered
-        assert host.hits == 0 and host.nbytes == 0
-    else:  # demand admission does not depend on prefetches
-        assert host.hits > 0

@@ -262,7 +262,7 @@ def test_kernels_compile_with_nvrtc_as_cupy_does(cu: Path) -> None:
 def test_importing_the_gpu_modules_imports_no_cupy() -> None:
     code = (
         "import sys\n"
-        "import graphfeed.gpu_kernels.kernels, graphfeed.gpu_kernels.memory, graphfeed.gpu_kernels.tier\n"
+        "import graphfeed.gpu_kernels.kernels, graphfeed.gpu_kernels.memory, graphfeed.loader.gpu_tier\n"
         "import graphfeed.gpu_kernels.reference, graphfeed.gpu_kernels.emulator, graphfeed.bench.gpu\n"
         "assert not [m for m in sys.modules if m.startswith('cupy')]\n"
         "from graphfeed.gpu_kernels._cuda import auto_cache_bytes, gpu_available\n"
@@ -272,3 +272,18 @@ def test_importing_the_gpu_modules_imports_no_cupy() -> None:
     assert res.returncode == 0, res.stderr
     available, budget = res.stdout.split()
     assert available in ("True", "False") and (int(budget) > 0) == (available == "True")
+
+
+def test_the_gpu_kernels_import_nothing_else_of_graphfeed() -> None:
+    """Kernels, launchers, references and the emulator stand alone: the loader builds on them
+    (its GPU tier), never the other way round."""
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import graphfeed.gpu_kernels as pkg\n"
+        "mods = [importlib.import_module(f'{pkg.__name__}.{m.name}') for m in pkgutil.iter_modules(pkg.__path__)]\n"
+        "assert len(mods) >= 5, mods\n"
+        "print(sorted(m for m in sys.modules if m.startswith('graphfeed.') and not m.startswith('graphfeed.gpu_kernels')))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

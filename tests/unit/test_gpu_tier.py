@@ -11,14 +11,17 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.gpu_kernels import tier as tier_mod
 from graphfeed.gpu_kernels._cuda import gpu_available
 from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
-from graphfeed.gpu_kernels.tier import GpuTier, GpuTieredCache, with_gpu_tier
 from graphfeed.graph_store.client import LocalPartitionSet
-from graphfeed.loader.cache import LruCache, make_cache
+from graphfeed.loader.belady import NEVER
+from graphfeed.loader.cache import CacheOptions, make_cache
+from graphfeed.loader import gpu_tier as tier_mod
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
+from graphfeed.loader.fetch import Prefetcher, node_data_fetcher
+from graphfeed.loader.gpu_tier import GpuTier, GpuTieredCache, with_gpu_tier
+from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_features
 
@@ -132,10 +135,46 @@ def test_unpinned_host_tier_gives_the_same_rows(emu: EmulatorBackend, parts: Loc
     assert np.array_equal(np.delete(out, miss, axis=0), np.delete(feat, miss, axis=0))
 
 
-def test_hooks_the_wrapper_does_not_define_go_to_the_inner_policy(tiered: GpuTieredCache) -> None:
-    assert isinstance(tiered.inner, LruCache)
-    assert tiered.close.__self__ is tiered.inner
-    assert tiered.lookup.__self__ is tiered
+def test_a_lookahead_policy_behind_the_gpu_tier_hears_every_hook(
+    emu: EmulatorBackend, parts: LocalPartitionSet, feat: np.ndarray
+) -> None:
+    """The wrapper hands the host policy all it works from: the sampled window and the
+    prefetcher (it prefetches upcoming host misses), a stream's end (it forgets its window)
+    and close (its prefetches stop)."""
+    opts = CacheOptions(lookahead_prefetch_steps=1)
+    inner = make_cache("lookahead", 10 * ROW_BYTES, row_shape=(F,), dtype=np.float32, num_nodes=N, options=opts)
+    c = with_gpu_tier(inner, 14 * ROW_BYTES, backend=emu)
+    assert isinstance(c, GpuTieredCache) and isinstance(c.inner, LookaheadCache)
+    pf = Prefetcher(node_data_fetcher(parts, "feat"), manual=True, max_pending=100)
+    c.attach(pf)
+    c.warm_up(parts, "feat")
+    off_gpu = np.flatnonzero(~c.gpu.contains(np.arange(N)))
+    trace = [off_gpu[0:2], off_gpu[2:3], off_gpu[3:5], off_gpu[5:6]]  # as in test_cache_policies, off the GPU
+    for s, ids in enumerate(trace):
+        c.on_sampled((0, s), ids)
+
+    def access(step: int) -> list[bool]:
+        ids = trace[step]
+        hit, got = c.lookup(ids)
+        assert np.array_equal(got, feat[ids[hit]])
+        c.on_access(ids, hit, (0, step))
+        c.admit(ids[~hit], feat[ids[~hit]])
+        return hit.tolist()
+
+    assert access(0) == [False, False]
+    assert pf.run_pending() == 1  # step 2 (two ahead) is prefetched while step 1 is gathered
+    assert access(1) == [False]
+    pf.run_pending()
+    assert access(2) == [True, True] and access(3) == [True]
+    t = inner.tier
+    assert (t.prefetch_issued, t.prefetch_used, t.misses) == (3, 3, 3)
+    later = off_gpu[10:12]
+    c.on_sampled((7, 0), later)
+    assert (inner.next_use(later) != NEVER).all()
+    c.forget(7)
+    assert (inner.next_use(later) == NEVER).all()
+    c.close()
+    assert not pf.submit(later, lambda *_: None, lambda *_: None)  # closed: no prefetch is queued any more
 
 
 def test_without_a_budget_or_a_gpu_the_policy_is_unchanged(emu: EmulatorBackend) -> None:

@@ -15,8 +15,9 @@ from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange, Unavailable
 from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.loader.core import Loader, ReadyMinibatch
+from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
+from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_features, arithmetic_labels
 

@@ -11,7 +11,8 @@ Policies: ``none`` (never caches), ``static_degree`` (PaGraph: the highest in-de
 loaded once, never evicted), ``lru`` (least recently used at minibatch granularity),
 ``massivegnn`` (score-decay eviction + periodic prefetch of the most-missed nodes,
 :mod:`graphfeed.loader.massivegnn`) and ``lookahead`` (Belady's rule over the sampled window,
-:mod:`graphfeed.loader.lookahead`). A GPU tier plugs in as another :class:`CacheTier`.
+:mod:`graphfeed.loader.lookahead`). A GPU tier (:mod:`graphfeed.loader.gpu_tier`) wraps any of them
+as a :class:`DeviceCachePolicy`.
 
 Not thread-safe: the loader serialises access (one gather thread per stream, a lock per cache;
 prefetch callbacks take the same lock).
@@ -21,18 +22,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache_options import POLICIES, CacheOptions
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, PendingRows, Prefetcher, fan_out
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, fetch_rows
 from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
 __all__ = [
-    "DEFAULT_MAX_IDS_PER_REQUEST", "POLICIES", "AccessKey", "CacheOptions", "CachePolicy", "CacheTier", "HostTier",
-    "LruCache", "NoCache", "PendingRows", "StaticDegreeCache", "TierStats", "fan_out", "make_cache",
+    "DEFAULT_MAX_IDS_PER_REQUEST", "POLICIES", "AccessKey", "CacheOptions", "CachePolicy", "CacheTier",
+    "DeviceCachePolicy", "HostTier", "LruCache", "NoCache", "StaticDegreeCache", "TierStats", "make_cache",
 ]  # fmt: skip
 
 AccessKey = tuple[int, int]
@@ -104,6 +106,20 @@ class CachePolicy(ABC):
         self.tier.prefetch_failed += len(ids)
 
 
+class DeviceCachePolicy(CachePolicy):
+    """A policy that can also gather rows into device memory (a GPU tier in front of a host
+    policy): :meth:`lookup_device` instead of :meth:`~CachePolicy.lookup`, then :meth:`fill`
+    with the misses' rows; the other hooks as for any policy."""
+
+    @abstractmethod
+    def lookup_device(self, ids: np.ndarray) -> tuple[Any, np.ndarray]:
+        """``(rows of all ids as a device array, positions of the misses)``; the misses' rows are unset."""
+
+    @abstractmethod
+    def fill(self, out: Any, miss_pos: np.ndarray, rows: np.ndarray) -> None:
+        """Copies the fetched ``rows`` (host) into ``out[miss_pos]`` (device)."""
+
+
 class NoCache(CachePolicy):
     """Never caches: every lookup misses (the counters still count them)."""
 
@@ -130,9 +146,7 @@ class StaticDegreeCache(CachePolicy):
         if not self.tier.capacity_rows:
             return
         top = np.sort(top_by_degree(in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request), self.tier.capacity_rows))
-        call = lambda p, ids: partitions.get_node_data(p, feature_name, ids)  # noqa: E731
-        rows, _ = fan_out(partitions, top, call, self.max_ids_per_request).wait(self.tier.row_shape, self.tier.dtype)
-        self.tier.insert(top, rows)
+        self.tier.insert(top, fetch_rows(partitions, feature_name, top, self.max_ids_per_request)[0])
 
     def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
         pass

@@ -1,7 +1,7 @@
 """The loader core: jobs, epoch plans, a feature cache per feature name, minibatch streams.
 
 :class:`Loader` validates a job, plans its epoch (:mod:`graphfeed.loader.plan`) and starts a
-:class:`~graphfeed.loader.pipeline.MinibatchStream` (look-ahead sampling, cached gathering,
+:class:`~graphfeed.loader.stream.MinibatchStream` (look-ahead sampling, cached gathering,
 bounded queue). Knows nothing of gRPC; metrics are recorded through the ``on_minibatch`` hook
 and by reading :meth:`Loader.cache_stats` / :meth:`Loader.queue_depth`.
 """
@@ -19,12 +19,15 @@ import numpy as np
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, CacheOptions, TierStats, make_cache
+from graphfeed.loader.gather import Gatherer, ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
-from graphfeed.loader.pipeline import Channel, MinibatchStats, MinibatchStream, ReadyMinibatch, SharedCache, ShmSink, StreamWork
+from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.plan import EpochPlan
+from graphfeed.loader.shared_cache import SharedCache
+from graphfeed.loader.stream import Channel, MinibatchStream, StreamWork
 from graphfeed.sampler.types import BlockSampler
 
-__all__ = ["Loader", "MinibatchStats", "MinibatchStream", "ReadyMinibatch"]
+__all__ = ["Loader"]
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +145,7 @@ class Loader:
                     options=self.cache_options,
                 )
                 if self.gpu_cache_bytes > 0:  # imported only when asked for: CPU-only loaders never load it
-                    from graphfeed.gpu_kernels.tier import with_gpu_tier
+                    from graphfeed.loader.gpu_tier import with_gpu_tier
 
                     policy = with_gpu_tier(policy, self.gpu_cache_bytes, max_ids_per_request=self.max_ids_per_request)
                 self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request)
@@ -167,10 +170,10 @@ class Loader:
         plan = self._plan(job, epoch)
         if not 0 <= start_step <= plan.num_steps:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
-        work = StreamWork(
-            self.partitions, self.sampler, self._pool, self._cache(job.feature_name), job, plan,
-            start_step, self.lookahead_steps, self.max_ids_per_request, Channel(self.max_inflight), sink, on_device,
-        )  # fmt: skip
+        gatherer = Gatherer(
+            self.partitions, self._cache(job.feature_name), job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device
+        )
+        work = StreamWork(self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight))
         log.info("stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps)
         stream = MinibatchStream(work, self.on_minibatch)
         self._streams.add(stream)
@@ -179,7 +182,7 @@ class Loader:
     def gpu_features(self, feature_name: str) -> bool:
         """Whether streams with ``on_device`` deliver this feature as device arrays (its cache
         has a GPU tier: ``gpu_cache_bytes`` > 0 and a usable GPU)."""
-        return hasattr(self._cache(feature_name).policy, "lookup_device")
+        return self._cache(feature_name).device_policy is not None
 
     def cache_stats(self) -> list[TierStats]:
         """Counters per tier name, summed over the caches of all feature names."""

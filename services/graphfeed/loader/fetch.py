@@ -1,6 +1,7 @@
 """Fetching feature rows from their owners: the fan-out of one request, and background prefetch.
 
-:func:`fan_out` starts one request per owner partition (and chunk) before any is waited on.
+:func:`fan_out` starts one request per owner partition (and chunk) before any is waited on;
+:func:`fetch_rows` (and :class:`RowsRequest`, to wait later) is that fan-out for node-data rows.
 :class:`Prefetcher` runs row fetches for a cache policy off the minibatch path: in a worker
 thread (the loader) or when told to (``manual=True``: replays and tests, deterministic). A
 failed prefetch is logged and reported to the policy, whose slots simply stay empty: the rows
@@ -29,17 +30,50 @@ RowsFetcher = Callable[[np.ndarray], np.ndarray]
 """``fetch(ids) -> rows`` in ``ids`` order; raises what the graph-stores raised."""
 
 
+class RowsRequest:
+    """Rows of node-data ``name`` for ``ids``, requested from their owners at construction (all
+    partitions before any is waited on); :meth:`wait` for them, or :meth:`cancel`.
+
+    Raises:
+        KeyError: ``name`` is not a node-data name of ``partitions``.
+    """
+
+    def __init__(
+        self, partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
+    ) -> None:
+        spec = partitions.info.node_data[name]
+        self.row_shape, self.dtype = tuple(spec.row_shape), np.dtype(spec.dtype)
+        call = lambda p, chunk: partitions.get_node_data(p, name, chunk)  # noqa: E731
+        self._pending = fan_out(partitions, ids, call, max_ids_per_request)
+
+    def wait(self) -> tuple[np.ndarray, dict[int, int]]:
+        """Rows ``[len(ids), *row_shape]`` in ``ids`` order and the bytes received per partition;
+        re-raises what a failed request raised (the others are cancelled)."""
+        return self._pending.wait(self.row_shape, self.dtype)
+
+    def cancel(self) -> None:
+        """Cancels the requests not started yet (running ones finish on their own deadline)."""
+        self._pending.cancel()
+
+
+def fetch_rows(
+    partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
+) -> tuple[np.ndarray, dict[int, int]]:
+    """Fetches the rows of node-data ``name`` for ``ids`` from their owners and waits for them:
+    ``(rows in ids order, bytes received per partition)``. See :class:`RowsRequest`."""
+    return RowsRequest(partitions, name, ids, max_ids_per_request).wait()
+
+
 def node_data_fetcher(
     partitions: PartitionSet, name: str, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
 ) -> RowsFetcher:
-    """``fetch(ids)``: the rows of node-data ``name`` for ``ids``, from their owners."""
-    spec = partitions.info.node_data[name]
+    """``fetch(ids)``: the rows of node-data ``name`` for ``ids``, from their owners.
 
-    def fetch(ids: np.ndarray) -> np.ndarray:
-        call = lambda p, c: partitions.get_node_data(p, name, c)  # noqa: E731
-        return fan_out(partitions, ids, call, max_ids_per_request).wait(spec.row_shape, spec.dtype)[0]
-
-    return fetch
+    Raises:
+        KeyError: ``name`` is not a node-data name (now, rather than in every prefetch).
+    """
+    partitions.info.node_data[name]  # noqa: B018 - fails here, not later in a background prefetch
+    return lambda ids: fetch_rows(partitions, name, ids, max_ids_per_request)[0]
 
 
 OnRows = Callable[[np.ndarray, np.ndarray], None]

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from graphfeed.loader.cache import TierStats
 
 if TYPE_CHECKING:
-    from graphfeed.loader.core import ReadyMinibatch
+    from graphfeed.loader.minibatch import ReadyMinibatch
 
 # One multi-hop sampler round trip or one feature gather: sub-millisecond to tens of seconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

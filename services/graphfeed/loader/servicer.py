@@ -9,9 +9,10 @@ import grpc
 from graphfeed.common import blocks, codec
 from graphfeed.common.shm import Arena
 from graphfeed.common.transport import Backpressure, ServerTransport
-from graphfeed.loader.core import Loader, ReadyMinibatch
+from graphfeed.loader.core import Loader
+from graphfeed.loader.gather import ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
-from graphfeed.loader.pipeline import ShmSink
+from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 

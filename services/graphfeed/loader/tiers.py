@@ -1,7 +1,7 @@
 """Cache tiers: where cached feature rows live. A tier stores and counts; a policy decides.
 
-:class:`CacheTier` is the interface (lookup, contains, insert, evict, bytes, counters) a GPU
-tier will implement too; :class:`HostTier` keeps rows in a preallocated host-memory slab with a
+:class:`CacheTier` is the interface (lookup, contains, insert, evict, bytes, counters) the GPU
+tier (:mod:`graphfeed.loader.gpu_tier`) implements too; :class:`HostTier` keeps rows in a preallocated host-memory slab with a
 direct-mapped gid -> slot array, so looking up a whole minibatch is two fancy-indexing
 operations and nothing on the hot path loops over nodes in Python.
 """
@@ -95,7 +95,7 @@ class SlotTier(CacheTier):
     """A tier of ``capacity_rows`` fixed-size slots over gids ``[0, num_nodes)``: the byte
     accounting and id checks shared by the host and GPU tiers. Subclasses set
     ``capacity_rows``, ``row_bytes``, ``num_nodes``, keep ``_num_free`` current and define
-    ``slots(ids)``."""
+    ``slots`` and ``evict_slots``."""
 
     capacity_rows: int
     row_bytes: int
@@ -103,6 +103,14 @@ class SlotTier(CacheTier):
     _num_free: int
     _free: np.ndarray  # stack of free slots; the top ``_num_free`` entries are free
     _id_of: np.ndarray  # gid held by each slot, -1 when free
+
+    @abstractmethod
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Slot of each id, -1 where not cached."""
+
+    @abstractmethod
+    def evict_slots(self, slots: np.ndarray) -> int:
+        """Frees occupied, unique ``slots``; returns how many."""
 
     @property
     def nbytes(self) -> int:
@@ -198,6 +206,26 @@ class HostTier(SlotTier):
         if not self.capacity_rows:
             return np.full(ids.shape, -1, dtype=np.int64)
         return self._slot_of[ids].astype(np.int64)
+
+    @property
+    def slab(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, slot_of)``: the row slab ``[capacity_rows, *row_shape]`` and the gid -> slot
+        table (-1: not cached; int32 below 2**31 slots, empty without capacity), as a kernel reads them."""
+        return self._rows, self._slot_of
+
+    def move_slab(self, rows: np.ndarray, slot_of: np.ndarray) -> None:
+        """Continues in ``rows`` and ``slot_of`` (e.g. pinned host memory a GPU reads in place),
+        which take the current contents.
+
+        Raises:
+            ValueError: their shapes or dtypes differ from :attr:`slab`'s.
+        """
+        for new, old in ((rows, self._rows), (slot_of, self._slot_of)):
+            if new.shape != old.shape or new.dtype != old.dtype:
+                raise ValueError(f"cannot move a {old.dtype}{list(old.shape)} array into a {new.dtype}{list(new.shape)} one")
+        rows[...] = self._rows
+        slot_of[...] = self._slot_of
+        self._rows, self._slot_of = rows, slot_of
 
     def used_slots(self) -> np.ndarray:
         """Slots that hold a row."""

@@ -29,7 +29,8 @@ from graphfeed.trainer.job import JobArgs, job_spec, job_to_proto
 
 if TYPE_CHECKING:
     from graphfeed.common.blocks import SampledBlocks
-    from graphfeed.loader.core import Loader, ReadyMinibatch
+    from graphfeed.loader.core import Loader
+    from graphfeed.loader.minibatch import ReadyMinibatch
 
 
 @dataclass

@@ -1,15 +1,20 @@
 """A GPU cache tier for the loader, in front of the host tier of any cache policy.
 
+The tier is loader code built on the kernels of :mod:`graphfeed.gpu_kernels` (which know
+nothing of the loader); the loader imports this module only when a GPU tier is asked for, and
+importing it does not import CuPy.
+
 :class:`GpuTier` keeps feature rows in a device-memory slab and a direct-mapped int32
 ``slot_of`` table over all node ids in device memory (plus a host mirror, so that
 ``contains``/``insert``/``evict`` need no device round trip). :class:`GpuTieredCache` wraps a
-policy from ``graphfeed.loader.cache``: the GPU tier is filled once at warm-up with the highest
-in-degree nodes (PaGraph's choice for GPU memory) and never changes; the wrapped policy runs
-its host tier exactly as before on whatever the GPU tier misses.
+policy from ``graphfeed.loader.cache`` and is a :class:`~graphfeed.loader.cache.DeviceCachePolicy`:
+the GPU tier is filled once at warm-up with the highest in-degree nodes (PaGraph's choice for
+GPU memory) and never changes; the wrapped policy runs its host tier exactly as before on
+whatever the GPU tier misses.
 
 Two ways to read it:
 
-* :meth:`GpuTieredCache.lookup` (the ``CachePolicy`` API the loader's pipeline calls): GPU hits
+* :meth:`GpuTieredCache.lookup` (the ``CachePolicy`` API the loader's gather calls): GPU hits
   are gathered by the kernel and copied to the host; the rest go through the wrapped policy's
   own ``lookup``. Features leave the loader over gRPC anyway, so this path buys no bandwidth;
   it keeps one code path when trainer and loader are separate processes.
@@ -32,8 +37,9 @@ from graphfeed.gpu_kernels import kernels
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
 from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CachePolicy, CacheTier, fan_out
-from graphfeed.loader.tiers import SlotTier
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, AccessKey, CachePolicy, DeviceCachePolicy, in_degrees, top_by_degree
+from graphfeed.loader.fetch import Prefetcher, fetch_rows
+from graphfeed.loader.tiers import CacheTier, SlotTier
 
 log = logging.getLogger(__name__)
 
@@ -100,12 +106,12 @@ class GpuTier(SlotTier):
         return len(slots)
 
 
-class GpuTieredCache(CachePolicy):
+class GpuTieredCache(DeviceCachePolicy):
     """A static GPU tier in front of ``inner``, a policy with a host tier.
 
-    Every public ``CachePolicy`` hook this class does not define (``attach``, ``on_sampled``,
-    ``forget``, ``close``, ...) is forwarded to ``inner``, so the wrapped policy keeps its
-    behaviour as the hooks evolve.
+    Every ``CachePolicy`` hook reaches ``inner`` (``on_access`` for the ids the GPU tier does
+    not hold), so the wrapped policy keeps its behaviour; a hook added to ``CachePolicy`` must
+    be delegated here too.
 
     Args:
         inner: the host-tier policy (from ``graphfeed.loader.cache.make_cache``).
@@ -120,29 +126,25 @@ class GpuTieredCache(CachePolicy):
         super().__init__(inner.tier)
         self.inner, self.gpu, self.backend = inner, gpu, gpu.backend
         self.name = f"gpu+{inner.name}"
+        self.admits = inner.admits
         self.max_ids_per_request = max_ids_per_request
-        for hook in dir(CachePolicy):
-            if not hook.startswith("_") and callable(getattr(CachePolicy, hook)) and hook not in GpuTieredCache.__dict__:
-                setattr(self, hook, getattr(inner, hook))
+        self._host_rows: Any
+        self._host_slot_of: Any
         self._host_rows, self._host_slot_of = self._pin_host_tier() if pin_host else (None, None)
 
     def _pin_host_tier(self) -> tuple[Any, Any]:
-        """Re-homes the host tier's ``_rows``/``_slot_of`` in mapped memory (their contents
-        copied; the tier keeps using them as NumPy arrays). (None, None) when the tier has no
-        rows or is not laid out as expected (lookup_device then gathers host hits on the CPU)."""
+        """Moves the host tier's slab and slot table to mapped memory (contents copied; the tier
+        keeps using them as NumPy arrays); returns their device views. (None, None) when the tier
+        has no rows or is not laid out as the kernel reads it (lookup_device then gathers host
+        hits on the CPU)."""
         tier = self.inner.tier
-        rows, slot_of = getattr(tier, "_rows", None), getattr(tier, "_slot_of", None)
-        if not isinstance(rows, np.ndarray) or not isinstance(slot_of, np.ndarray) or not len(rows):
+        rows, slot_of = tier.slab
+        if not len(rows) or slot_of.dtype != np.int32 or slot_of.shape != (self.gpu.num_nodes,) or rows.shape[1:] != self.gpu.row_shape:
             return None, None
-        if slot_of.dtype != np.int32 or slot_of.shape != (self.gpu.num_nodes,) or rows.shape[1:] != self.gpu.row_shape:
-            return None, None
-        pinned = []
-        for arr in (rows, slot_of):
-            host, dev = self.backend.mapped_empty(arr.shape, arr.dtype)
-            host[...] = arr
-            pinned.append((host, dev))
-        tier._rows, tier._slot_of = pinned[0][0], pinned[1][0]
-        return pinned[0][1], pinned[1][1]
+        host_rows, dev_rows = self.backend.mapped_empty(rows.shape, rows.dtype)
+        host_slot_of, dev_slot_of = self.backend.mapped_empty(slot_of.shape, slot_of.dtype)
+        tier.move_slab(host_rows, host_slot_of)
+        return dev_rows, dev_slot_of
 
     @property
     def host_pinned(self) -> bool:
@@ -152,18 +154,28 @@ class GpuTieredCache(CachePolicy):
     def tiers(self) -> list[CacheTier]:
         return [self.gpu, *self.inner.tiers()]
 
+    def attach(self, prefetcher: Prefetcher) -> None:
+        """The prefetcher serves ``inner`` (the GPU tier is filled at warm-up only)."""
+        self.inner.attach(prefetcher)
+
+    def on_sampled(self, key: AccessKey, ids: np.ndarray) -> None:
+        self.inner.on_sampled(key, ids)
+
+    def forget(self, stream: int) -> None:
+        self.inner.forget(stream)
+
+    def close(self) -> None:
+        """Stops ``inner``'s background prefetches."""
+        self.inner.close()
+
     def warm_up(self, partitions: PartitionSet, feature_name: str) -> None:
         """Warms ``inner``, then fills the GPU tier with the highest in-degree nodes."""
         self.inner.warm_up(partitions, feature_name)
         gpu = self.gpu
         if not gpu.capacity_rows or gpu.num_free < gpu.capacity_rows:
             return
-        all_ids = np.arange(gpu.num_nodes, dtype=np.int64)
-        degrees = fan_out(partitions, all_ids, partitions.get_degrees, self.max_ids_per_request).wait((), np.int64)[0]
-        top = np.sort(np.argsort(-degrees, kind="stable")[: gpu.capacity_rows])
-        call = lambda p, ids: partitions.get_node_data(p, feature_name, ids)  # noqa: E731
-        rows, _ = fan_out(partitions, top, call, self.max_ids_per_request).wait(gpu.row_shape, gpu.dtype)
-        gpu.insert(top, rows)
+        top = np.sort(top_by_degree(in_degrees(partitions, gpu.num_nodes, self.max_ids_per_request), gpu.capacity_rows))
+        gpu.insert(top, fetch_rows(partitions, feature_name, top, self.max_ids_per_request)[0])
         log.info("GPU tier warm: %d rows, %d bytes", len(top), gpu.nbytes)
 
     def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -179,10 +191,10 @@ class GpuTieredCache(CachePolicy):
         rows[rest[host_hit]] = host_rows
         return hit, rows[hit]
 
-    def on_access(self, ids: np.ndarray, hit_mask: np.ndarray, *args: Any, **kwargs: Any) -> None:
+    def on_access(self, ids: np.ndarray, hit_mask: np.ndarray, key: AccessKey | None = None) -> None:
         """Forwards the ids the GPU tier does not hold (the host policy never sees the others)."""
         rest = ~self.gpu.contains(ids)
-        self.inner.on_access(np.asarray(ids)[rest], np.asarray(hit_mask)[rest], *args, **kwargs)
+        self.inner.on_access(np.asarray(ids)[rest], np.asarray(hit_mask)[rest], key)
 
     def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
         self.inner.admit(miss_ids, rows)

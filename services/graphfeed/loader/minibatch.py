@@ -1,0 +1,38 @@
+"""What a loader stream delivers: a minibatch ready for training and its counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphfeed.common.blocks import SampledBlocks
+
+
+@dataclass(frozen=True)
+class MinibatchStats:
+    """Counters of one minibatch; remote bytes count feature and label rows received."""
+
+    cache_hits: int
+    cache_misses: int
+    remote_feature_bytes: int
+    sample_seconds: float
+    gather_seconds: float
+    remote_bytes_by_partition: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReadyMinibatch:
+    """One minibatch ready for training: blocks, input features and seed labels."""
+
+    job_seed: int
+    epoch: int
+    step: int
+    steps_per_epoch: int
+    blocks: SampledBlocks
+    features: Any  # [len(blocks.input_nodes), *row_shape]: np.ndarray, or a device array (stream ``on_device``)
+    labels: np.ndarray  # [len(blocks.output_nodes), *label_shape]; empty without label_name
+    stats: MinibatchStats
+    features_segment: str | None = None  # the shared-memory segment holding ``features`` at offset 0
+    features_recycle: bool = False  # that segment is a pool's file (handed back, not unlinked)

@@ -1,0 +1,102 @@
+"""One cache policy shared by every stream that reads the same feature, behind one lock."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from graphfeed.graph_store.types import PartitionSet
+from graphfeed.loader.cache import CachePolicy, DeviceCachePolicy
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, node_data_fetcher
+
+
+class SharedCache:
+    """A cache policy shared by the streams that read one feature, behind one lock (which its
+    background prefetches take too), and the streams it may hear future accesses from."""
+
+    def __init__(self, policy: CachePolicy, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> None:
+        self.policy = policy
+        self.lock = threading.Lock()
+        self.max_ids_per_request = max_ids_per_request
+        self._warm = False
+        self._next_stream = 0
+        self._gathered: dict[int, int] = {}  # live stream -> last step gathered (-1: none)
+        self._announced: set[tuple[int, int]] = set()  # (stream, step) announced, not gathered yet
+
+    @property
+    def device_policy(self) -> DeviceCachePolicy | None:
+        """The policy, where it can gather rows into device memory (a GPU tier); else None."""
+        return self.policy if isinstance(self.policy, DeviceCachePolicy) else None
+
+    def ensure_warm(self, partitions: PartitionSet, feature_name: str) -> None:
+        """Gives the policy its prefetcher and warms it up, once."""
+        with self.lock:
+            if not self._warm:
+                fetch = node_data_fetcher(partitions, feature_name, self.max_ids_per_request)
+                self.policy.attach(Prefetcher(fetch, self.lock))
+                self.policy.warm_up(partitions, feature_name)
+                self._warm = True
+
+    def open_stream(self) -> int:
+        """A new stream id; its announcements count until :meth:`close_stream`."""
+        with self.lock:
+            self._next_stream += 1
+            self._gathered[self._next_stream] = -1
+            return self._next_stream
+
+    def announce(self, stream: int, step: int, fut: Future) -> None:
+        """Tells the policy which ids ``step`` will look up, once: the sampling future's
+        done-callback calls it, and the producer again just before gathering (a callback may
+        run after the waiter wakes). Late calls for a gathered step or a closed stream are ignored."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        ids = fut.result()[0].input_nodes
+        with self.lock:
+            if step > self._gathered.get(stream, step) and (stream, step) not in self._announced:
+                self._announced.add((stream, step))
+                self.policy.on_sampled((stream, step), ids)
+
+    def access(self, stream: int, step: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Looks ``ids`` up for ``step`` of ``stream``: ``(hit_mask, rows of ids[hit_mask])``."""
+        with self.lock:
+            hit, rows = self.policy.lookup(ids)
+            self._accessed(stream, step, ids, hit)
+            return hit, rows
+
+    def access_device(self, stream: int, step: int, ids: np.ndarray) -> tuple[Any, np.ndarray]:
+        """Like :meth:`access` into device memory: ``(rows of all ids on the device, positions of
+        the misses)``; the misses' rows are to be filled (:meth:`DeviceCachePolicy.fill`).
+
+        Raises:
+            TypeError: the policy has no device lookup (see :attr:`device_policy`).
+        """
+        policy = self.device_policy
+        if policy is None:
+            raise TypeError(f"cache policy {self.policy.name!r} has no device lookup")
+        with self.lock:
+            out, miss_pos = policy.lookup_device(ids)
+            hit = np.ones(len(ids), dtype=bool)
+            hit[miss_pos] = False
+            self._accessed(stream, step, ids, hit)
+            return out, miss_pos
+
+    def _accessed(self, stream: int, step: int, ids: np.ndarray, hit: np.ndarray) -> None:
+        """Bookkeeping of a lookup, under the lock: the policy hears of it, the step counts as gathered."""
+        self.policy.on_access(ids, hit, (stream, step))
+        self._gathered[stream] = step
+        self._announced.discard((stream, step))
+
+    def close_stream(self, stream: int) -> None:
+        """``stream`` ended: its announced steps will not be gathered; the policy forgets them."""
+        with self.lock:
+            self._gathered.pop(stream, None)
+            self._announced = {k for k in self._announced if k[0] != stream}
+            self.policy.forget(stream)
+
+    def close(self) -> None:
+        """Stops the policy's background prefetches."""
+        with self.lock:
+            self.policy.close()

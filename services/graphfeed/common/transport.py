@@ -6,6 +6,11 @@ the call's metadata (:class:`ClientTransport`); a server that verifies it
 message and sends only references. Everything else — another host, another pod without a
 shared volume, ``shm_dir=""`` on either side — falls back to inline bytes in the same message
 types, so correctness never depends on the fast path.
+
+A servicer never branches on it: it opens a :class:`Response` per message
+(:meth:`ServerTransport.response`, or :meth:`StreamCall.response` within a stream), lets the
+core write into :meth:`Response.empty` arrays and encodes the results with
+:meth:`Response.encode`; the response decides, lays out, writes, unmaps and counts.
 """
 
 from __future__ import annotations

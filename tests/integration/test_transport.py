@@ -11,7 +11,9 @@ import gc
 import os
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import dgl
 import numpy as np
@@ -21,6 +23,7 @@ import torch
 from graphfeed.common import shm
 from graphfeed.trainer import RemoteDataLoader
 
+T = TypeVar("T")
 SHM = shm.DEFAULT_DIR
 POOL_FILES = 16  # handed-back files a server's pool keeps (ServerTransport's default)
 pytestmark = pytest.mark.skipif(not os.access(SHM, os.W_OK), reason="needs a writable /dev/shm")
@@ -125,16 +128,36 @@ def test_shared_memory_and_inline_minibatches_are_identical(process_cluster) -> 
     _assert_all_claimed(pids, earlier, process_cluster.loader.proc.pid)
 
 
+def _wait_for(condition: Callable[[], T], what: str, timeout_s: float = 10.0) -> T:
+    """Polls ``condition`` until it returns something truthy (returned); fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return value
+
+
+def _open_streams(cluster) -> float:  # noqa: ANN001
+    return sum(_counters(cluster, "graphfeed_loader_open_streams ").values())
+
+
 def test_a_stream_cancelled_mid_epoch_leaves_no_segments(process_cluster) -> None:  # noqa: ANN001
+    loader_pid = process_cluster.loader.proc.pid
     pids = {s.proc.pid for s in process_cluster.services}
     earlier = _outstanding(pids)
+    streams = _open_streams(process_cluster)
     with RemoteDataLoader(process_cluster.loader.address, "train", fanouts=[10, 5], batch_size=16, seed=3,
                           job_id="cancel", shm_dir=str(SHM)) as dl:  # fmt: skip
         it = iter(dl)
         next(it)
-        time.sleep(0.5)  # the loader has more minibatches assembled and sent ahead
+        # The loader assembles and sends minibatches ahead in its segments; nobody claims them.
+        ahead = _wait_for(lambda: set(_segments_of({loader_pid})) - earlier, "minibatches sent ahead")
+        assert _open_streams(process_cluster) == streams + 1
         it.close()  # cancels the stream
-    _assert_all_claimed(pids, earlier, process_cluster.loader.proc.pid)
+    # The producer stops, and what it had sent or assembled goes at once, not after the TTL.
+    _wait_for(lambda: _open_streams(process_cluster) == streams, "the loader to close the stream")
+    _wait_for(lambda: not ahead & _outstanding({loader_pid}), "the unclaimed segments to be dropped")
+    _assert_all_claimed(pids, earlier, loader_pid)
 
 
 def test_a_directory_the_server_cannot_see_falls_back_to_inline(process_cluster, tmp_path: Path) -> None:  # noqa: ANN001

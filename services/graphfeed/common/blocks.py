@@ -7,7 +7,7 @@ nodes are ``input_nodes[:blocks[l].num_src]`` and its dst nodes the prefix
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,9 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.v1 import tensor_pb2
 
 if TYPE_CHECKING:
-    from graphfeed.common.shm import Arena, SegmentReader
+    from graphfeed.common.shm import SegmentReader
+
+Encode = Callable[[np.ndarray, tensor_pb2.Tensor], tensor_pb2.Tensor]  # fills a Tensor field with an array
 
 
 @dataclass(frozen=True)
@@ -50,31 +52,19 @@ class SampledBlocks:
 
 
 def to_proto(
-    sb: SampledBlocks, out: tensor_pb2.SampledBlocks | None = None, arena: Arena | None = None,
-    placed: Mapping[int, tuple[str, int, bool]] | None = None,
-) -> tensor_pb2.SampledBlocks:  # fmt: skip
-    """Encodes blocks; with an ``arena`` the arrays go to shared memory (see :func:`codec.encode`).
-
-    ``placed`` maps the data address of arrays that already lie in a finished segment to
-    ``(segment name, byte offset, recycle)``: those are referenced where they are, not copied
-    (a prefix view of a placed array counts too).
-    """
+    sb: SampledBlocks, out: tensor_pb2.SampledBlocks | None = None, encode: Encode = codec.encode
+) -> tensor_pb2.SampledBlocks:
+    """Encodes blocks; ``encode(array, field)`` fills each tensor field (default: inline bytes;
+    a server passes its response's :meth:`~graphfeed.common.transport.Response.encode`, which
+    may put the arrays in shared memory or refer to them where they already lie)."""
     msg = tensor_pb2.SampledBlocks() if out is None else out
-
-    def enc(arr: np.ndarray, field: tensor_pb2.Tensor) -> None:
-        ref = placed.get(arr.ctypes.data) if placed and arr.flags.c_contiguous else None
-        if ref is None:
-            codec.encode(arr, field, arena)
-        else:
-            codec.encode_ref(arr.shape, arr.dtype, ref[0], ref[1], field, ref[2])
-
-    enc(sb.input_nodes, msg.input_nodes)
-    enc(sb.output_nodes, msg.output_nodes)
+    encode(sb.input_nodes, msg.input_nodes)
+    encode(sb.output_nodes, msg.output_nodes)
     for b in sb.blocks:
         pb = msg.blocks.add(num_src=b.num_src, num_dst=b.num_dst)
-        enc(b.edge_src, pb.edge_src)
-        enc(b.edge_dst, pb.edge_dst)
-        enc(b.edge_ids, pb.edge_ids)
+        encode(b.edge_src, pb.edge_src)
+        encode(b.edge_dst, pb.edge_dst)
+        encode(b.edge_ids, pb.edge_ids)
     msg.num_sampled_edges = sb.num_sampled_edges
     return msg
 

@@ -2,7 +2,9 @@
 
 The bytes travel inline, or, when the receiver offered a shared directory, in a shared-memory
 segment (:mod:`graphfeed.common.shm`): ``encode(..., arena=...)`` places the array in the
-response's segment and ``decode(..., segments=...)`` maps it without a copy. Inline decoding
+response's segment, :func:`encode_ref` refers to one already there (a server decides which
+through :class:`graphfeed.common.transport.Response`), and ``decode(..., segments=...)`` maps
+it without a copy. Inline decoding
 reads the message's bytes once and wraps them (``np.frombuffer``, read-only). Nothing here
 pickles.
 """
@@ -95,14 +97,6 @@ def encode_ref(
     out.shm.offset = offset
     out.shm.recycle = recycle
     return out
-
-
-def encode_reserved(shape: tuple[int, ...], dtype: np.dtype, out: tensor_pb2.Tensor, arena: Arena) -> int:
-    """Describes an array the caller will write into ``arena`` after it is finished; returns
-    its byte offset (fill it through ``segment.array(offset, shape, dtype)``)."""
-    offset = arena.reserve(shape, dtype)
-    encode_ref(shape, dtype, arena.name, offset, out, arena.recycle)
-    return offset
 
 
 def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader | None = None) -> np.ndarray:

@@ -6,19 +6,34 @@ the call's metadata (:class:`ClientTransport`); a server that verifies it
 message and sends only references. Everything else — another host, another pod without a
 shared volume, ``shm_dir=""`` on either side — falls back to inline bytes in the same message
 types, so correctness never depends on the fast path.
+
+A servicer never branches on it: it opens a :class:`Response` per message
+(:meth:`ServerTransport.response`, or :meth:`StreamCall.response` within a stream), lets the
+core write into :meth:`Response.empty` arrays and encodes the results with
+:meth:`Response.encode`; the response decides, lays out, writes, unmaps and counts.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import TracebackType
 
 import grpc
+import numpy as np
+from numpy.typing import DTypeLike
 from prometheus_client import CollectorRegistry, Counter
 
-from graphfeed.common.shm import Arena, OfferVerifier, SegmentPool, SegmentReader, SegmentRegistry, shared_offer
-from graphfeed.common.shm import Backpressure  # noqa: F401 - re-exported: graphfeed.loader.servicer imports it here
+from graphfeed.common import codec
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument
+from graphfeed.common.shm import (
+    Arena, OfferVerifier, PeerSegments, Segment, SegmentPool, SegmentReader, SegmentRegistry, shared_offer,
+)
+from graphfeed.common.v1 import tensor_pb2
+
+Allocator = Callable[[Sequence[int], DTypeLike], np.ndarray]  # (shape, dtype) -> a writable array
 
 
 class ServerTransport:
@@ -45,6 +60,7 @@ class ServerTransport:
         self.registry = SegmentRegistry(ttl_s)
         self._pools: dict[Path, SegmentPool] = {}
         self._pools_lock = threading.Lock()
+        self.peers = PeerSegments()  # callers' own segments this server writes into, mapped once per file
         self._bytes = None
         if metrics is not None:
             self._bytes = Counter(
@@ -61,20 +77,15 @@ class ServerTransport:
             return None
         return self._verifier.accept(context.invocation_metadata())
 
-    def arena(self, context: grpc.ServicerContext) -> Arena | None:
-        """A new arena for one response when the caller's offer checks out, else None (inline)."""
-        directory = self.directory(context)
-        return None if directory is None else Arena(directory, self.registry, pool=self.pool(directory))
+    def response(self, context: grpc.ServicerContext, method: str) -> Response:
+        """The tensors of one response message of ``method`` (a unary call's answer): in
+        shared memory when the caller's offer checks out, else inline (decided here, once)."""
+        return Response(self, method, self.directory(context))
 
-    def finish(self, arena: Arena | None, method: str) -> None:
-        """Writes the arena's segment (if anything was put in it), drops the writer's mapping
-        and counts the bytes for ``method``."""
-        if arena is None:
-            return
-        segment = arena.finish()
-        if segment is not None:
-            segment.close()
-            self.count(method, arena.nbytes)  # what was laid out, not the (recycled) file's capacity
+    def stream(self, context: grpc.ServicerContext, method: str) -> StreamCall:
+        """One server-streaming call of ``method``: shared memory or inline, decided here for
+        every message; its segments belong to the call (see :class:`StreamCall`)."""
+        return StreamCall(self, context, method)
 
     def pool(self, directory: Path) -> SegmentPool:
         """The server's reusable segment files in ``directory`` (shared by its calls, closed
@@ -86,11 +97,13 @@ class ServerTransport:
             return self._pools[key]
 
     def count(self, method: str, nbytes: int) -> None:
+        """Adds ``nbytes`` sent through shared memory by ``method`` to the byte counter."""
         if self._bytes is not None:
             self._bytes.labels(self.service, method).inc(nbytes)
 
     def close(self) -> None:
         """Removes every segment no client has claimed and every pooled file (server shutdown)."""
+        self.peers.close()
         self.registry.close()
         with self._pools_lock:
             pools, self._pools = list(self._pools.values()), {}
@@ -113,3 +126,178 @@ class ClientTransport:
     def reader(self) -> SegmentReader | None:
         """A reader for one response (maps and claims the segments it names)."""
         return SegmentReader(self.offer.directory) if self.offer is not None else None
+
+
+class Response:
+    """The tensors of one response message, in shared memory or inline as its call decided.
+
+    Get one from :meth:`ServerTransport.response` (a unary answer) or
+    :meth:`StreamCall.response` (one message of a stream) and use it as a context manager. A
+    core writes into :meth:`empty` arrays (in the segment: zero-copy), the servicer encodes the
+    results with :meth:`encode`: an array that already lives in a segment becomes a reference
+    where it lies, any other is put in the response's segment, or inline. On exit the arrays
+    :meth:`encode` put there are copied into a segment, the writer's mappings dropped and the
+    bytes counted. Send the message after the ``with`` block; only a message whose tensors
+    were all written in place or inline may go earlier (GetNodeData's one shared-memory chunk).
+
+    Layout, as the reader expects it: arrays encoded before an :meth:`empty_many` share its
+    segment (in front); later ones go into one more segment, written on exit.
+    """
+
+    def __init__(self, transport: ServerTransport, method: str, directory: Path | None, owner: object = None) -> None:
+        self.directory = directory
+        self.paths: list[Path] = []  # the segments this message refers to (a stream's back-pressure watches them)
+        self._transport = transport
+        self._method = method
+        self._owner = owner
+        self._arena: Arena | None = None  # where :meth:`encode` puts arrays, copied when finished
+        self._segments: list[Segment] = []  # written (and peers' segments), mapped until exit
+        self._placed: dict[int, tuple[str, int, bool, int]] = {}  # data address -> (segment, offset, recycle, nbytes)
+        self._nbytes = 0
+
+    @property
+    def shared(self) -> bool:
+        """Whether this message's tensors travel in shared memory."""
+        return self.directory is not None
+
+    @property
+    def alloc(self) -> Allocator | None:
+        """:meth:`empty` when arrays can live in the response's segment; None inline (a core
+        then makes ordinary arrays itself and may cut its answer into messages of bounded size)."""
+        return self.empty if self.shared else None
+
+    def empty(self, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
+        """A writable array for the core to fill: in the response's segment (encoded in
+        place), or an ordinary one inline."""
+        return self.empty_many([shape], dtype)[0]
+
+    def empty_many(self, shapes: Sequence[Sequence[int]], dtype: DTypeLike) -> list[np.ndarray]:
+        """Several arrays like :meth:`empty`, laid out in one segment after whatever was
+        encoded before (which that segment then carries too)."""
+        if self.directory is None:
+            return [np.empty(tuple(shape), dtype) for shape in shapes]
+        arena = self._open_arena()
+        self._nbytes += arena.nbytes  # what was encoded before; the new arrays count as encoded
+        offsets = [arena.reserve(shape, dtype) for shape in shapes]
+        segment = self._finish_arena()
+        out = [segment.array(at, tuple(shape), dtype) for at, shape in zip(offsets, shapes)]
+        for arr, at in zip(out, offsets):
+            self._place(arr, segment.name, at, segment.recycle)
+        return out
+
+    def adopt(self, array: np.ndarray, segment: str, offset: int = 0, recycle: bool = False) -> None:
+        """Says that ``array`` already lives in ``segment`` (of this server, e.g. a stream's
+        feature segment) at byte ``offset``: :meth:`encode` refers to it there. Inline: ignored."""
+        if self.directory is not None:
+            self._place(array, segment, offset, recycle)
+            self.paths.append(self.directory / segment)
+
+    def encode(self, array: np.ndarray, field: tensor_pb2.Tensor) -> tensor_pb2.Tensor:
+        """Fills ``field`` with ``array``: a reference where it lies in a segment (a prefix of
+        an :meth:`empty` array counts), else put in the response's segment, or inline bytes."""
+        if self.directory is None:
+            return codec.encode(array, field)
+        arr = np.asarray(array)
+        ref = self._placed.get(arr.ctypes.data) if arr.flags.c_contiguous else None
+        if ref is None or arr.nbytes > ref[3]:
+            return codec.encode(arr, field, self._open_arena())
+        self._nbytes += arr.nbytes
+        return codec.encode_ref(arr.shape, arr.dtype, ref[0], ref[1], field, ref[2])
+
+    def peer_array(self, segment: str, offset: int, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
+        """A writable view of the caller's own segment (a loader's minibatch features that a
+        graph-store writes rows into); count what is written with :meth:`count`.
+
+        Raises:
+            FailedPrecondition: no verified shared-memory offer with this call.
+            InvalidArgument: not a segment name, or the array does not fit in it.
+            Unavailable: no such segment.
+        """
+        if self.directory is None:
+            raise FailedPrecondition(f"{self._method} with a target needs a shared-memory offer this server can verify")
+        peer = self._transport.peers.open(self.directory, segment)
+        self._segments.append(peer)
+        try:
+            return peer.array(offset, tuple(shape), dtype)
+        except ValueError as exc:
+            raise InvalidArgument(f"target {segment}: {exc}") from None
+
+    def count(self, nbytes: int) -> None:
+        """Counts bytes delivered through shared memory that no encoded tensor carries (rows
+        written into a :meth:`peer_array`)."""
+        self._nbytes += nbytes
+
+    def __enter__(self) -> Response:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Writes the put arrays' segment (unless the response failed), unmaps, counts."""
+        try:
+            if self._arena is not None and exc_type is None:
+                self._nbytes += self._arena.nbytes  # laid out, not the (recycled) file's capacity
+                self._finish_arena()
+        finally:
+            self._arena = None
+            for segment in self._segments:
+                segment.close()  # arrays over it keep their mapping until they are gone
+            self._segments = []
+        if self.directory is not None and exc_type is None:
+            self._transport.count(self._method, self._nbytes)
+
+    def _open_arena(self) -> Arena:
+        if self._arena is None:
+            assert self.directory is not None
+            pool = self._transport.pool(self.directory)
+            self._arena = Arena(self.directory, self._transport.registry, self._owner, pool)
+        return self._arena
+
+    def _finish_arena(self) -> Segment:
+        assert self._arena is not None and self.directory is not None
+        arena, self._arena = self._arena, None
+        segment = arena.finish()
+        assert segment is not None  # only called with something placed
+        self._segments.append(segment)
+        self.paths.append(self.directory / segment.name)
+        return segment
+
+    def _place(self, array: np.ndarray, segment: str, offset: int, recycle: bool) -> None:
+        self._placed[array.ctypes.data] = (segment, offset, recycle, array.nbytes)
+
+
+class StreamCall:
+    """A server-streaming call's side of the transport: shared memory or inline for all its
+    messages, decided once. Its segments (messages' and those the producer makes, see
+    :attr:`owner`) belong to it: when the call ends they go to the client, or, if it was
+    cancelled, are removed at once. Use as a context manager around the whole stream."""
+
+    def __init__(self, transport: ServerTransport, context: grpc.ServicerContext, method: str) -> None:
+        self.directory = transport.directory(context)
+        self.owner = object()  # the registry owner of every segment of this call
+        self._transport = transport
+        self._context = context
+        self._method = method
+
+    @property
+    def registry(self) -> SegmentRegistry:
+        """Where segments of this call are recorded (under :attr:`owner`)."""
+        return self._transport.registry
+
+    @property
+    def pool(self) -> SegmentPool | None:
+        """The server's reusable segment files in :attr:`directory` (None inline)."""
+        return None if self.directory is None else self._transport.pool(self.directory)
+
+    def response(self) -> Response:
+        """The tensors of the stream's next message."""
+        return Response(self._transport, self._method, self.directory, self.owner)
+
+    def __enter__(self) -> StreamCall:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.directory is None:
+            return
+        if self._context.is_active():  # ended normally: the client may still read buffered messages
+            self.registry.release(self.owner)  # what it never claims goes after the TTL
+        else:  # cancelled: nobody will claim what is left
+            self.registry.drop(self.owner)

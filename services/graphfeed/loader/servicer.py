@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import grpc
 
 from graphfeed.common import blocks, codec
-from graphfeed.common.shm import Arena
-from graphfeed.common.transport import Backpressure, ServerTransport
+from graphfeed.common.shm import Backpressure
+from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
 from graphfeed.loader.gather import ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
@@ -46,22 +46,27 @@ def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
     )
 
 
-def minibatch_to_proto(mb: ReadyMinibatch, arena: Arena | None = None) -> pb.Minibatch:
-    """The message for one minibatch; with an ``arena`` its arrays go to shared memory (the
-    features are already in their own segment when the stream assembled them there)."""
+def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
+    """The message for one minibatch, its arrays encoded by ``r`` (the features are referenced
+    where the stream assembled them when that was in a shared-memory segment)."""
     msg = pb.Minibatch(steps_per_epoch=mb.steps_per_epoch)
     msg.step_key.job_seed, msg.step_key.epoch, msg.step_key.step = mb.job_seed, mb.epoch, mb.step
-    blocks.to_proto(mb.blocks, msg.blocks, arena)
-    if mb.features_segment is not None and arena is not None:
-        codec.encode_ref(mb.features.shape, mb.features.dtype, mb.features_segment, 0, msg.input_features, mb.features_recycle)
-    else:
-        codec.encode(mb.features, msg.input_features, arena)
-    codec.encode(mb.labels, msg.labels, arena)
+    blocks.to_proto(mb.blocks, msg.blocks, r.encode)
+    if mb.features_segment is not None:
+        r.adopt(mb.features, mb.features_segment, 0, mb.features_recycle)
+    r.encode(mb.features, msg.input_features)
+    r.encode(mb.labels, msg.labels)
     s = mb.stats
     msg.stats.cache_hits, msg.stats.cache_misses = s.cache_hits, s.cache_misses
     msg.stats.remote_feature_bytes = s.remote_feature_bytes
     msg.stats.sample_seconds, msg.stats.gather_seconds = s.sample_seconds, s.gather_seconds
     return msg
+
+
+def shm_sink(call: StreamCall) -> ShmSink | None:
+    """Where a stream assembles its features: a segment per minibatch in the call's shared
+    directory, owned by the call (None inline)."""
+    return None if call.directory is None else ShmSink(call.directory, call.registry, call.owner, call.pool)
 
 
 class LoaderServicer(pb_grpc.LoaderServiceServicer):
@@ -75,36 +80,15 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
         return info_to_proto(self._loader.describe(job_from_proto(request.job)))
 
     def StreamMinibatches(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Minibatch]:
-        directory = self._transport.directory(context)
-        if directory is None:
-            stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step)
+        with self._transport.stream(context, "StreamMinibatches") as call:
+            stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, shm_sink(call))
             context.add_callback(stream.close)  # a cancelled RPC stops the producer
+            pressure = Backpressure(context, self._loader.max_inflight)  # sent through shared memory, not yet claimed
             with stream:
                 for mb in stream:
-                    yield minibatch_to_proto(mb)
-            return
-        # Shared memory: features assembled in a segment per minibatch, the rest in an arena;
-        # at most max_inflight minibatches sent and not yet claimed by the trainer.
-        owner = object()
-        pool = self._transport.pool(directory)
-        sink = ShmSink(directory, self._transport.registry, owner, pool)
-        stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, sink)
-        context.add_callback(stream.close)
-        pressure = Backpressure(context, self._loader.max_inflight)
-        try:
-            with stream:
-                for mb in stream:
-                    arena = Arena(directory, self._transport.registry, owner, pool)
-                    msg = minibatch_to_proto(mb, arena)
-                    self._transport.finish(arena, "StreamMinibatches")
-                    self._transport.count("StreamMinibatches", mb.features.nbytes)
-                    sent = [directory / arena.name, directory / mb.features_segment]
+                    with call.response() as r:
+                        msg = minibatch_to_proto(mb, r)
                     if not pressure.wait():
                         return
-                    pressure.sent(sent)
+                    pressure.sent(r.paths)
                     yield msg
-        finally:
-            if context.is_active():  # ended normally: the client may still read buffered messages
-                self._transport.registry.release(owner)  # what it never claims goes after the TTL
-            else:  # cancelled: nobody will claim what is left
-                self._transport.registry.drop(owner)

@@ -1,19 +1,23 @@
 """Domain metrics of a sampler (RPC counts and latencies come from ``RpcMetrics``).
 
-Per-partition request counts are recorded by :class:`MeteredPartitionSet`, a wrapper around
-the partition set, so that :class:`~graphfeed.sampler.core.MultiHopSampler` stays free of
-Prometheus.
+Per-minibatch values are recorded by :class:`MeteredSampler` and per-partition request counts
+by :class:`MeteredPartitionSet`, wrappers around the sampler and the partition set, so that
+:class:`~graphfeed.sampler.core.MultiHopSampler` stays free of Prometheus.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from graphfeed.common.blocks import SampledBlocks
 from graphfeed.graph_store.types import PartitionInfo, PartitionSet, SampledNeighbors
+from graphfeed.sampler.core import MultiHopSampler
 
 # A multi-hop minibatch: a millisecond (tiny graph, one hop) to tens of seconds (huge fanouts).
 SAMPLING_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -59,6 +63,27 @@ class SamplerMetrics:
                 "graphfeed_sampler_minibatches_total", "Minibatches sampled successfully.", registry=registry
             ),
         )
+
+
+class MeteredSampler:
+    """A :class:`MultiHopSampler` whose successful calls are timed and counted (latency,
+    sampled edges, minibatches); arguments and errors are the sampler's."""
+
+    def __init__(self, sampler: MultiHopSampler, metrics: SamplerMetrics) -> None:
+        self.sampler = sampler
+        self._m = metrics
+
+    def sample(
+        self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int,
+        alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    ) -> SampledBlocks:  # fmt: skip
+        """:meth:`MultiHopSampler.sample`, recorded."""
+        start = time.perf_counter()
+        sb = self.sampler.sample(seeds, fanouts, replace, job_seed, epoch, step, alloc)
+        self._m.sampling_latency.observe(time.perf_counter() - start)
+        self._m.sampled_edges.inc(sb.num_sampled_edges)
+        self._m.minibatches.inc()
+        return sb
 
 
 class MeteredPartitionSet:

@@ -84,7 +84,7 @@ class LocalCluster:
     @classmethod
     def start(
         cls, data_dir: Path, log_dir: Path, loader_args: list[str] | None = None, shm_dir: str | None = None
-    ) -> "LocalCluster":
+    ) -> LocalCluster:
         """Starts one graph-store per partition of ``data_dir``, a sampler and a loader.
 
         ``shm_dir`` overrides every service's shared-memory directory ("" disables shared

@@ -54,7 +54,7 @@ def server(arith_root: Path) -> Iterator[Server]:
         store.close()
 
 
-def _ids(values: list[int] | np.ndarray, dtype: type = np.int64) -> "codec.tensor_pb2.Tensor":
+def _ids(values: list[int] | np.ndarray, dtype: type = np.int64) -> codec.tensor_pb2.Tensor:
     return codec.encode(np.asarray(values, dtype=dtype))
 
 

@@ -134,9 +134,8 @@ def test_non_idempotent_methods_are_not_retried() -> None:
     servicer.failures["GetSplit"] = [Unavailable("restarting")]
     running = _serve(servicer)
     try:
-        with client_channel(running.address, SERVICE, ["GetPartitionInfo"]) as channel:
-            with pytest.raises(grpc.RpcError) as info:
-                pb_grpc.GraphStoreServiceStub(channel).GetSplit(pb.GetSplitRequest(name="train"), timeout=20.0)
+        with client_channel(running.address, SERVICE, ["GetPartitionInfo"]) as channel, pytest.raises(grpc.RpcError) as info:
+            pb_grpc.GraphStoreServiceStub(channel).GetSplit(pb.GetSplitRequest(name="train"), timeout=20.0)
     finally:
         running.stop(0)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE

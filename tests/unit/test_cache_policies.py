@@ -15,10 +15,11 @@ import pytest
 from graphfeed.common.errors import Unavailable
 from graphfeed.graph_store.types import NodeDataInfo
 from graphfeed.loader.belady import NEVER, belady, next_use
-from graphfeed.loader.cache import CacheOptions, CachePolicy, make_cache
+from graphfeed.loader.cache import CacheOptions, CachePolicy
 from graphfeed.loader.fetch import Prefetcher
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
+from graphfeed.loader.policies import make_cache
 
 N = 10  # nodes of the hand-built graphs
 ROW = 2  # float32 values per row

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import Unavailable
-from graphfeed.common.fanout import Chunk, fan_out, fan_out_requests
+from graphfeed.graph_store.fanout import Chunk, fan_out, fan_out_requests
 
 IDS = np.array([7, 1, 9, 2, 6, 3], dtype=np.int64)  # partition 0 owns [0, 5), partition 1 [5, 10)
 

@@ -157,7 +157,7 @@ class FlakyPartitions(LocalPartitionSet):
         self.ok_calls = ok_calls
         self.calls = 0
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         if p == 1:
             self.calls += 1
             if self.calls > self.ok_calls:
@@ -187,7 +187,7 @@ class LoggedPartitions(LocalPartitionSet):
         super().__init__(stores)
         self.log: list[tuple[str, str]] = []
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         self.log.append(("start", name))
         inner, log = super().get_node_data(p, name, ids), self.log
 

@@ -101,7 +101,7 @@ def test_pool_forgets_files_removed_behind_its_back(tmp_path: Path) -> None:
 
 
 def _only(pool: shm.SegmentPool) -> tuple:
-    (name, (mm, cap, _)), = pool._files.items()  # noqa: SLF001 - the lease handed out last
+    (name, (mm, cap, _)), = pool._files.items()
     return name, pool.directory / name, cap, mm
 
 
@@ -156,14 +156,14 @@ def test_peer_segments_keep_one_mapping_per_live_file(tmp_path: Path) -> None:
     lease.array(0, (4,), np.int32)[...] = [1, 2, 3, 4]
     seg = peers.open(tmp_path, lease.name)
     seg.array(16, (2,), np.int32)[...] = [7, 8]  # a graph-store writes rows
-    mapping = seg._mm  # noqa: SLF001
+    mapping = seg._mm
     seg.close()
     assert lease.array(0, (6,), np.int32).tolist() == [1, 2, 3, 4, 7, 8]  # shared with the writer
     assert len(peers) == 1
     # The same file under its next lease name: the cached mapping is reused.
     lend(tmp_path, lease, np.zeros(1, dtype=np.int64))
     again = pool.acquire(4096)
-    assert peers.open(tmp_path, again.name)._mm is mapping  # noqa: SLF001
+    assert peers.open(tmp_path, again.name)._mm is mapping
     assert len(peers) == 1
     # A deleted file's mapping goes at the next open; the least recently used beyond max_maps too.
     others = [pool.acquire(4096) for _ in range(3)]

@@ -22,9 +22,10 @@ import numpy as np
 
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.belady import belady
-from graphfeed.loader.cache import CacheOptions, make_cache
+from graphfeed.loader.cache import CacheOptions
 from graphfeed.loader.fetch import Prefetcher
 from graphfeed.loader.plan import EpochPlan
+from graphfeed.loader.policies import make_cache
 from graphfeed.sampler.core import MultiHopSampler
 
 

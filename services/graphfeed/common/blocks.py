@@ -35,7 +35,7 @@ class Block:
 
     @property
     def num_edges(self) -> int:
-        return int(len(self.edge_src))
+        return len(self.edge_src)
 
 
 @dataclass(frozen=True)

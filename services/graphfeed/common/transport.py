@@ -29,7 +29,14 @@ from prometheus_client import CollectorRegistry, Counter
 from graphfeed.common import codec
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.shm import (
-    Arena, OfferVerifier, PeerSegments, Segment, SegmentPool, SegmentReader, SegmentRegistry, shared_offer,
+    Arena,
+    OfferVerifier,
+    PeerSegments,
+    Segment,
+    SegmentPool,
+    SegmentReader,
+    SegmentRegistry,
+    shared_offer,
 )
 from graphfeed.common.v1 import tensor_pb2
 

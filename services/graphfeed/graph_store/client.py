@@ -73,7 +73,7 @@ class GraphStoreClient:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         return info_from_proto(resp)
 
-    def _unary_future(self, method, request) -> "Future":  # noqa: ANN001
+    def _unary_future(self, method, request) -> Future:  # noqa: ANN001
         """Starts a unary call; the returned future raises GraphfeedError on failure.
 
         Cancelling the future does not cancel the call: its answer may sit in a shared-memory
@@ -94,7 +94,7 @@ class GraphStoreClient:
 
     def sample_neighbors_future(
         self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> "Future[SampledNeighbors]":
+    ) -> Future[SampledNeighbors]:
         req = pb.SampleNeighborsRequest(fanout=fanout, replace=replace, rng_seed=rng_seed, first_position=first_position)
         codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
         raw = self._unary_future(self._stub.SampleNeighbors, req)
@@ -139,7 +139,7 @@ class GraphStoreClient:
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
 
-    def get_degrees_future(self, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_degrees_future(self, ids: np.ndarray) -> Future[np.ndarray]:
         req = pb.GetDegreesRequest()
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         return _then(self._unary_future(self._stub.GetDegrees, req), lambda r: codec.decode(r.degrees))
@@ -216,20 +216,20 @@ class RemotePartitionSet(_PartitionSetBase):
 
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> "Future[SampledNeighbors]":
+    ) -> Future[SampledNeighbors]:
         return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position)
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return self._pool.submit(self.clients[p].get_node_data, name, ids)
 
-    def scatter_node_data(self, p: int, name: str, ids: np.ndarray, target: NodeDataTarget) -> "Future[int] | None":
+    def scatter_node_data(self, p: int, name: str, ids: np.ndarray, target: NodeDataTarget) -> Future[int] | None:
         """Partition ``p`` writes the rows into ``target``; None when this set offers no shared
         memory (the caller then fetches the rows)."""
         if not self.clients[p].shares_memory:
             return None
         return self._pool.submit(self.clients[p].scatter_node_data, name, ids, target)
 
-    def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
         return self.clients[p].get_degrees_future(ids)
 
     def get_split(self, p: int, name: str) -> np.ndarray:
@@ -259,13 +259,13 @@ class LocalPartitionSet(_PartitionSetBase):
 
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> "Future[SampledNeighbors]":
+    ) -> Future[SampledNeighbors]:
         return _done(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed, None, first_position)
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return _done(self.stores[p].get_node_data, name, ids)
 
-    def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
         return _done(self.stores[p].get_degrees, ids)
 
     def get_split(self, p: int, name: str) -> np.ndarray:

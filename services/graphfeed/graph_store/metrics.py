@@ -33,7 +33,7 @@ class GraphStoreMetrics:
     partition_info: Gauge
 
     @classmethod
-    def create(cls, registry: CollectorRegistry) -> "GraphStoreMetrics":
+    def create(cls, registry: CollectorRegistry) -> GraphStoreMetrics:
         return cls(
             sampled_edges=Counter(
                 "graphfeed_graph_store_sampled_edges_total", "Edges returned by SampleNeighbors.", registry=registry

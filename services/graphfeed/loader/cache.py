@@ -21,12 +21,11 @@ prefetch callbacks take the same lock).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from graphfeed.common.errors import InvalidArgument
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache_options import POLICIES, CacheOptions
 from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, fetch_rows
@@ -34,7 +33,7 @@ from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
 __all__ = [
     "DEFAULT_MAX_IDS_PER_REQUEST", "POLICIES", "AccessKey", "CacheOptions", "CachePolicy", "CacheTier",
-    "DeviceCachePolicy", "HostTier", "LruCache", "NoCache", "StaticDegreeCache", "TierStats", "make_cache",
+    "DeviceCachePolicy", "HostTier", "LruCache", "NoCache", "StaticDegreeCache", "TierStats",
 ]  # fmt: skip
 
 AccessKey = tuple[int, int]
@@ -197,38 +196,3 @@ def in_degrees(partitions: PartitionSet, num_nodes: int, max_ids_per_request: in
 def top_by_degree(degrees: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` highest-degree gids, highest first; ties: lower gid first."""
     return np.argsort(-np.asarray(degrees), kind="stable")[:k]
-
-
-def make_cache(
-    policy: str,
-    capacity_bytes: int,
-    *,
-    row_shape: Sequence[int],
-    dtype: np.dtype | type,
-    num_nodes: int,
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-    options: CacheOptions | None = None,
-) -> CachePolicy:
-    """A cache of ``policy`` (one of :data:`POLICIES`) over a host tier of ``capacity_bytes``.
-
-    Raises:
-        InvalidArgument: unknown policy or bad options.
-    """
-    if policy not in POLICIES:
-        raise InvalidArgument(f"unknown cache policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    options = (options or CacheOptions()).validate()
-    tier = HostTier(0 if policy == "none" else capacity_bytes, row_shape, dtype, num_nodes)
-    if policy == "none":
-        return NoCache(tier)
-    if policy == "static_degree":
-        return StaticDegreeCache(tier, max_ids_per_request)
-    if policy == "lru":
-        return LruCache(tier)
-    # Imported here: those modules build on this one.
-    if policy == "massivegnn":
-        from graphfeed.loader.massivegnn import MassiveGnnCache
-
-        return MassiveGnnCache(tier, options, max_ids_per_request)
-    from graphfeed.loader.lookahead import LookaheadCache
-
-    return LookaheadCache(tier, options)

@@ -18,11 +18,12 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, CacheOptions, TierStats, make_cache
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, CacheOptions, TierStats
 from graphfeed.loader.gather import Gatherer, ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.plan import EpochPlan
+from graphfeed.loader.policies import make_cache
 from graphfeed.loader.shared_cache import SharedCache
 from graphfeed.loader.stream import Channel, MinibatchStream, StreamWork
 from graphfeed.sampler.types import BlockSampler

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from graphfeed.common.fanout import PendingRows, fan_out  # noqa: F401 - PendingRows: re-exported
+from graphfeed.graph_store.fanout import PendingRows, fan_out  # noqa: F401 - PendingRows: re-exported
 from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def node_data_fetcher(
     Raises:
         KeyError: ``name`` is not a node-data name (now, rather than in every prefetch).
     """
-    partitions.info.node_data[name]  # noqa: B018 - fails here, not later in a background prefetch
+    partitions.info.node_data[name]
     return lambda ids: fetch_rows(partitions, name, ids, max_ids_per_request)[0]
 
 
@@ -178,7 +178,7 @@ class Prefetcher:
                 return
             with self._lock:
                 on_rows(ids, rows)
-        except Exception:  # noqa: BLE001 - a policy bug must not kill the worker silently
+        except Exception:
             log.exception("prefetch callback failed")
         finally:
             with self._cond:

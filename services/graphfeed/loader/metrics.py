@@ -92,7 +92,7 @@ class LoaderMetrics:
     _state: _StateCollector = field(repr=False)
 
     @classmethod
-    def create(cls, registry: CollectorRegistry) -> "LoaderMetrics":
+    def create(cls, registry: CollectorRegistry) -> LoaderMetrics:
         state = _StateCollector()
         registry.register(state)
         return cls(
@@ -120,7 +120,7 @@ class LoaderMetrics:
         """Exports ``loader``'s cache counters and queue depth from now on."""
         self._state.source = loader
 
-    def record_minibatch(self, mb: "ReadyMinibatch") -> None:
+    def record_minibatch(self, mb: ReadyMinibatch) -> None:
         """The loader's ``on_minibatch`` hook: one streamed minibatch."""
         self.minibatches.inc()
         self.sampled_edges.inc(mb.blocks.num_sampled_edges)

@@ -49,7 +49,7 @@ class EpochPlan:
         batch_size: int,
         shuffle: bool,
         drop_last: bool,
-    ) -> "EpochPlan":
+    ) -> EpochPlan:
         """Plans one epoch for one rank.
 
         Args:

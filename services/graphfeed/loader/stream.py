@@ -178,7 +178,7 @@ class MinibatchStream(Iterator[ReadyMinibatch]):
         self._thread = threading.Thread(target=_produce, args=(work,), name=name, daemon=True)
         self._thread.start()
 
-    def __iter__(self) -> "MinibatchStream":
+    def __iter__(self) -> MinibatchStream:
         return self
 
     def __next__(self) -> ReadyMinibatch:
@@ -207,7 +207,7 @@ class MinibatchStream(Iterator[ReadyMinibatch]):
         Thread-safe: the gRPC layer may call it from another thread when a stream is cancelled."""
         self._channel.close()
 
-    def __enter__(self) -> "MinibatchStream":
+    def __enter__(self) -> MinibatchStream:
         return self
 
     def __exit__(self, *exc: object) -> None:

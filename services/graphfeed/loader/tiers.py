@@ -38,7 +38,7 @@ class TierStats:
     prefetch_failed: int = 0
     prefetch_bytes: int = 0
 
-    def __add__(self, other: "TierStats") -> "TierStats":
+    def __add__(self, other: TierStats) -> TierStats:
         """Field-wise sum (caches of several feature names on the same tier)."""
         return replace(self, **{k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__ if k != "tier"})
 

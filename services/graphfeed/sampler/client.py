@@ -64,7 +64,7 @@ class SamplerClient:
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> "SamplerClient":
+    def __enter__(self) -> SamplerClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

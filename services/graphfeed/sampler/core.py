@@ -1,7 +1,7 @@
 """Multi-hop neighbor sampling across graph-store partitions into DGL blocks.
 
 Each hop fans out over the owners of the frontier
-(:func:`graphfeed.common.fanout.fan_out_requests`: one ``sample_neighbors`` call per partition
+(:func:`graphfeed.graph_store.fanout.fan_out_requests`: one ``sample_neighbors`` call per partition
 and chunk, all started before any is waited on) and merges the answers back into frontier
 order while compacting them (:func:`graphfeed.sampler.compact.compact_hop`, one compiled pass). The block's src nodes are
 the next hop's frontier.
@@ -20,8 +20,8 @@ import numpy as np
 
 from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound, ResourceExhausted
-from graphfeed.common.fanout import Chunk, fan_out_requests
 from graphfeed.common.seeds import derive_seed
+from graphfeed.graph_store.fanout import Chunk, fan_out_requests
 from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
 from graphfeed.sampler.compact import SlotTables, compact_hop
 
@@ -145,7 +145,7 @@ class MultiHopSampler:
         ``answers[q]`` = (offsets, src, edge ids) covers grouped positions ``bounds[q]:bounds[q+1]``)."""
         parts = self.partitions
 
-        def sample(c: Chunk) -> "Future[SampledNeighbors]":
+        def sample(c: Chunk) -> Future[SampledNeighbors]:
             return parts.sample_neighbors(c.partition, c.ids, fanout, replace, derive_seed(*key, c.partition), c.first_position)
 
         pending = fan_out_requests(parts, frontier, sample, self.max_ids_per_request)

@@ -35,7 +35,7 @@ class SamplerMetrics:
     minibatches: Counter
 
     @classmethod
-    def create(cls, registry: CollectorRegistry) -> "SamplerMetrics":
+    def create(cls, registry: CollectorRegistry) -> SamplerMetrics:
         return cls(
             sampled_edges=Counter(
                 "graphfeed_sampler_sampled_edges_total", "Edges in the blocks returned, over all layers.",
@@ -100,7 +100,7 @@ class MeteredPartitionSet:
 
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> "Future[SampledNeighbors]":
+    ) -> Future[SampledNeighbors]:
         self._m.partition_requests.labels(str(p)).inc()
         self._m.partition_request_seeds.labels(str(p)).inc(len(seeds))
         fut = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
@@ -114,10 +114,10 @@ class MeteredPartitionSet:
         fut.add_done_callback(count)
         return fut
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return self.inner.get_node_data(p, name, ids)
 
-    def get_degrees(self, p: int, ids: np.ndarray) -> "Future[np.ndarray]":
+    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
         return self.inner.get_degrees(p, ids)
 
     def get_split(self, p: int, name: str) -> np.ndarray:

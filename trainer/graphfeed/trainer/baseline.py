@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from graphfeed.ingest.graph import GraphData
-from graphfeed.trainer.models import GraphSAGE
 from graphfeed.trainer.config import TrainConfig
+from graphfeed.trainer.models import GraphSAGE
 
 
 def to_dgl(g: GraphData) -> dgl.DGLGraph:

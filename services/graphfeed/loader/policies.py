@@ -1,0 +1,48 @@
+"""Builds a cache policy by name: the one place that knows every policy.
+
+Kept apart from :mod:`graphfeed.loader.cache` (the interface and the simple policies) because
+:mod:`~graphfeed.loader.massivegnn` and :mod:`~graphfeed.loader.lookahead` build on that module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CachePolicy, LruCache, NoCache, StaticDegreeCache
+from graphfeed.loader.cache_options import POLICIES, CacheOptions
+from graphfeed.loader.lookahead import LookaheadCache
+from graphfeed.loader.massivegnn import MassiveGnnCache
+from graphfeed.loader.tiers import HostTier
+
+
+def make_cache(
+    policy: str,
+    capacity_bytes: int,
+    *,
+    row_shape: Sequence[int],
+    dtype: np.dtype | type,
+    num_nodes: int,
+    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    options: CacheOptions | None = None,
+) -> CachePolicy:
+    """A cache of ``policy`` (one of :data:`POLICIES`) over a host tier of ``capacity_bytes``.
+
+    Raises:
+        InvalidArgument: unknown policy or bad options.
+    """
+    if policy not in POLICIES:
+        raise InvalidArgument(f"unknown cache policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    options = (options or CacheOptions()).validate()
+    tier = HostTier(0 if policy == "none" else capacity_bytes, row_shape, dtype, num_nodes)
+    if policy == "none":
+        return NoCache(tier)
+    if policy == "static_degree":
+        return StaticDegreeCache(tier, max_ids_per_request)
+    if policy == "lru":
+        return LruCache(tier)
+    if policy == "massivegnn":
+        return MassiveGnnCache(tier, options, max_ids_per_request)
+    return LookaheadCache(tier, options)

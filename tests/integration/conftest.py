@@ -36,6 +36,7 @@ def cora_root(cora: GraphData, tmp_path_factory: pytest.TempPathFactory) -> Path
 @pytest.fixture(scope="session")
 def cora_input_index(cora: GraphData, cora_root: Path) -> np.ndarray:
     """gid -> row of the GraphData tables (via the paper ids kept in orig_ids.npy)."""
+    assert cora.orig_ids is not None, "load_cora keeps Cora's paper ids"
     paper_of_gid = np.load(cora_root / "orig_ids.npy")
     order = np.argsort(cora.orig_ids)
     return order[np.searchsorted(cora.orig_ids, paper_of_gid, sorter=order)]

@@ -23,6 +23,7 @@ def _free_port() -> int:
 
 
 def test_two_ranks_train_one_model(process_cluster: LocalCluster, tmp_path: Path) -> None:
+    assert process_cluster.loader is not None, "LocalCluster.start starts a loader"
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     procs = []
     for rank in range(2):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import pytest
 
@@ -83,13 +85,22 @@ def _batches(loader, n: int | None = None) -> list[tuple[bytes, ...]]:  # noqa: 
     return out
 
 
+class _Job(TypedDict):
+    """Keyword arguments both loader kinds take, so each sees the same job."""
+
+    fanouts: list[int]
+    batch_size: int
+    seed: int
+    job_id: str
+
+
 def test_embedded_loader_gives_the_service_s_minibatches_and_resumes(cora_cluster) -> None:  # noqa: ANN001
     """A trainer running the loader in its own process (over the same graph-stores and
     sampler) sees exactly the minibatches the loader service streams, and resumes mid-epoch."""
     from graphfeed.trainer import EmbeddedDataLoader
     from graphfeed.trainer.train import TrainConfig, Trainer
 
-    job = dict(fanouts=[4, 3], batch_size=128, seed=5, job_id="embedded")
+    job = _Job(fanouts=[4, 3], batch_size=128, seed=5, job_id="embedded")
     remote = RemoteDataLoader(cora_cluster.loader.address, "train", **job)
     remote.set_epoch(1)
     want = _batches(remote)
@@ -97,6 +108,7 @@ def test_embedded_loader_gives_the_service_s_minibatches_and_resumes(cora_cluste
                       epochs=1, batch_size=128, fanouts=[4, 3], cache_policy="lru", cache_bytes=1 << 20)  # fmt: skip
     trainer = Trainer(cfg)  # builds its loader from the addresses, as `graphfeed train --graph-stores` does
     try:
+        assert trainer.embedded is not None, "graph_stores and sampler_address give an embedded loader"
         assert trainer.embedded.gpu_cache_bytes == 0, "the automatic GPU tier is for CUDA devices only"
         embedded = EmbeddedDataLoader(trainer.embedded, "train", **job)
         assert len(embedded) == len(remote) and embedded.num_classes == remote.num_classes

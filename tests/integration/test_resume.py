@@ -48,6 +48,7 @@ def _applied(ckpt: Path) -> list:
 
 def test_killed_trainer_resumes_without_lost_or_repeated_steps(process_cluster: LocalCluster, tmp_path: Path) -> None:
     cluster = process_cluster
+    assert cluster.loader is not None, "LocalCluster.start starts a loader"
     reference = tmp_path / "reference.pt"
     _run(_train_cmd(cluster.loader.address, reference))
     ref = torch.load(reference)
@@ -56,6 +57,7 @@ def test_killed_trainer_resumes_without_lost_or_repeated_steps(process_cluster: 
 
     ckpt = tmp_path / "crashy.pt"
     proc = subprocess.Popen(_train_cmd(cluster.loader.address, ckpt), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None  # stderr=PIPE
     deadline = time.monotonic() + 240
     while len(_applied(ckpt)) < 3:  # mid-epoch 0: 3 of ~26 steps applied
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]

@@ -26,7 +26,7 @@ def test_cora_shapes_and_classes(cora: GraphData) -> None:
     assert cora.node_data["feat"].shape == (2708, 1433) and cora.node_data["feat"].dtype == np.float32
     assert cora.num_classes == 7
     assert set(np.unique(cora.node_data["label"]).tolist()) == set(range(7))
-    assert len(np.unique(cora.orig_ids)) == 2708  # paper ids, one per node
+    assert cora.orig_ids is not None and len(np.unique(cora.orig_ids)) == 2708  # paper ids, one per node
     # Cora's features are binary bag-of-words, every paper has some words
     assert set(np.unique(cora.node_data["feat"]).tolist()) == {0.0, 1.0}
     assert (cora.node_data["feat"].sum(1) > 0).all()
@@ -51,7 +51,7 @@ def test_cora_split(cora: GraphData) -> None:
 
 
 def write_npy_dir(d: Path, with_ts: bool = True) -> dict[str, np.ndarray]:
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "src": np.array([0, 1, 2, 3, 3], dtype=np.int64),
         "dst": np.array([1, 2, 0, 0, 4], dtype=np.int32),
         "feat": np.arange(10, dtype=np.float32).reshape(5, 2),
@@ -73,7 +73,7 @@ def test_numpy_dir_round_trip(tmp_path: Path) -> None:
     g = load_source("numpy", path=tmp_path / "g")
     assert g.num_nodes == 5 and g.num_classes == 3
     assert np.array_equal(g.src, a["src"]) and np.array_equal(g.dst, a["dst"]) and g.src.dtype == np.int64
-    assert np.array_equal(g.edge_ts, a["ts"])
+    assert g.edge_ts is not None and np.array_equal(g.edge_ts, a["ts"])
     assert np.array_equal(g.node_data["feat"], a["feat"]) and np.array_equal(g.node_data["label"], a["label"])
     assert {k: v.tolist() for k, v in g.splits.items()} == {"train": [0, 1, 2], "val": [3], "test": [4]}
 
@@ -81,6 +81,7 @@ def test_numpy_dir_round_trip(tmp_path: Path) -> None:
 def test_numpy_dir_undirected_keeps_timestamps(tmp_path: Path) -> None:
     a = write_npy_dir(tmp_path / "g")
     g = load_numpy_dir(tmp_path / "g", undirected=True)
+    assert g.edge_ts is not None
     got = set(zip(g.src.tolist(), g.dst.tolist(), g.edge_ts.tolist()))
     want = {(u, v, t) for u, v, t in zip(a["src"].tolist(), a["dst"].tolist(), a["ts"].tolist())}
     assert got == want | {(v, u, t) for u, v, t in want}
@@ -123,8 +124,9 @@ def test_csv_with_header_remaps_ids(tmp_path: Path) -> None:
     f = tmp_path / "edges.csv"
     f.write_text("ts,src,dst\n5,100,7\n6,7,42\n7,42,100\n8,100,42\n")
     g = load_edge_csv(f, num_features=3, seed=1)
-    assert g.num_nodes == 3 and g.orig_ids.tolist() == [7, 42, 100]
     orig = g.orig_ids
+    assert orig is not None and g.edge_ts is not None
+    assert g.num_nodes == 3 and orig.tolist() == [7, 42, 100]
     assert list(zip(orig[g.src].tolist(), orig[g.dst].tolist(), g.edge_ts.tolist())) == [
         (100, 7, 5), (7, 42, 6), (42, 100, 7), (100, 42, 8)
     ]
@@ -139,6 +141,7 @@ def test_csv_headerless_tabs_undirected(tmp_path: Path) -> None:
     f.write_text("-5\t3\n3\t-5\n3\t9\n9\t9\n")
     g = load_edge_csv(f, undirected=True)
     orig = g.orig_ids
+    assert orig is not None
     got = edge_set(orig[g.src], orig[g.dst])
     assert got == {(-5, 3), (3, -5), (3, 9), (9, 3), (9, 9)}
     assert g.num_edges == 5 and g.edge_ts is None and g.node_data == {}

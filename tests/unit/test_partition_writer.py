@@ -47,7 +47,9 @@ def check_round_trip(g: GraphData, root: Path, num_partitions: int) -> float:
     assert m.num_partitions == num_partitions and m.num_edges == g.num_edges and m.num_classes == g.num_classes
     row_of_gid = input_rows(g, np.load(root / "orig_ids.npy"))
     assert len(np.unique(row_of_gid)) == g.num_nodes
-    seen_eids, seen_splits, cut = [], {k: [] for k in g.splits}, 0
+    seen_eids: list[np.ndarray] = []
+    seen_splits: dict[str, list[np.ndarray]] = {k: [] for k in g.splits}
+    cut = 0
     for p in range(num_partitions):
         r = PartitionReader(root / part_dir_name(p))
         try:
@@ -59,7 +61,7 @@ def check_round_trip(g: GraphData, root: Path, num_partitions: int) -> float:
             # every stored edge is the input edge with that id, in input rows
             assert np.array_equal(row_of_gid[src], g.src[eids]) and np.array_equal(row_of_gid[dst], g.dst[eids])
             if g.edge_ts is not None:
-                assert np.array_equal(r.edge_ts, g.edge_ts[eids])
+                assert r.edge_ts is not None and np.array_equal(r.edge_ts, g.edge_ts[eids])
             remote = (src < r.start) | (src >= r.stop)
             assert np.array_equal(r.halo, np.unique(src[remote]))
             cut += int(remote.sum())
@@ -69,6 +71,7 @@ def check_round_trip(g: GraphData, root: Path, num_partitions: int) -> float:
                 assert np.array_equal(r.node_data(name), table[rows]), name
             for name in g.splits:
                 gids = r.split(name)
+                assert gids is not None, f"split {name} missing from partition {p}"
                 assert ((gids >= r.start) & (gids < r.stop)).all()
                 seen_splits[name].append(row_of_gid[gids])
         finally:
@@ -105,11 +108,12 @@ def test_edge_timestamps_round_trip(tmp_path: Path) -> None:
     d.mkdir()
     rng = np.random.default_rng(0)
     n, e = 50, 300
-    for name, arr in {
+    arrays: dict[str, np.ndarray] = {
         "src": rng.integers(0, n, e), "dst": rng.integers(0, n, e), "ts": rng.integers(0, 10**12, e),
         "feat": rng.standard_normal((n, 3)).astype(np.float32), "label": rng.integers(0, 4, n),
         "train_idx": np.arange(30), "val_idx": np.arange(30, 40), "test_idx": np.arange(40, 50),
-    }.items():
+    }
+    for name, arr in arrays.items():
         np.save(d / f"{name}.npy", arr)
     g = load_numpy_dir(d)
     write_partitioned(g, tmp_path / "out", 3, "random", seed=2)
@@ -176,9 +180,9 @@ def test_cli_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> No
     for flag in ["--source", "--path", "--preset", "--num-nodes", "--num-edges", "--feat-dim", "--num-classes",
                  "--out", "--num-partitions", "--method", "--seed", "--split-seed", "--force"]:
         assert flag in text
-    parser = argparse.ArgumentParser()
-    cli.register(parser.add_subparsers())
-    sub = parser._subparsers._group_actions[0].choices["ingest"]
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    cli.register(subparsers)
+    sub = subparsers.choices["ingest"]
     assert all(a.help for a in sub._actions), [a.dest for a in sub._actions if not a.help]
 
 

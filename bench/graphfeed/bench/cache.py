@@ -157,6 +157,7 @@ def e2e_all(args: argparse.Namespace, data: Path) -> list[dict]:
     out: list[dict] = []
     cluster = LocalCluster.start(data, log_dir, _loader_args(order[0], cap_bytes, args))
     try:
+        assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
         stores = [s.address for s in cluster.graph_stores]
         for i, policy in enumerate(order):
             if i:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
 from graphfeed.loader.belady import belady
 from graphfeed.loader.cache import CacheOptions
 from graphfeed.loader.fetch import Prefetcher
@@ -75,25 +75,44 @@ def record_trace(
 
 
 class CountingZeros:
-    """A PartitionSet view that serves topology as is and node data as 1-byte zeros, counting rows."""
+    """A PartitionSet that serves topology from ``inner`` and node data as 1-byte zeros, counting rows."""
 
     def __init__(self, inner: PartitionSet) -> None:
         self.inner = inner
+        self.info = inner.info
         self.rows_read = 0
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
+    @property
+    def num_partitions(self) -> int:
+        return self.inner.num_partitions
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future:
+    def owner(self, gids: np.ndarray) -> np.ndarray:
+        return self.inner.owner(gids)
+
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> Future[SampledNeighbors]:
+        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return _done(self.read(ids))
+
+    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
+        return self.inner.get_degrees(p, ids)
+
+    def get_split(self, p: int, name: str) -> np.ndarray:
+        return self.inner.get_split(p, name)
+
+    def close(self) -> None:
+        self.inner.close()
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         self.rows_read += len(ids)
         return np.zeros(len(ids), dtype=np.uint8)
 
 
-def _done(value: object) -> Future:
-    fut: Future = Future()
+def _done(value: np.ndarray) -> Future[np.ndarray]:
+    fut: Future[np.ndarray] = Future()
     fut.set_result(value)
     return fut
 
@@ -160,10 +179,10 @@ def replay_policy(
             cache.admit(ids[~hit], np.zeros(int(np.count_nonzero(~hit)), dtype=np.uint8))
             prefetcher.run_pending()
         cache.forget(epoch)
-    t = cache.tier
+    tier = cache.tier
     return PolicyResult(
-        policy, capacity_fraction, cap_rows, t.hits + t.misses, t.hits, t.misses, t.misses + parts.rows_read,
-        t.prefetch_issued, t.prefetch_used, time.perf_counter() - t0,
+        policy, capacity_fraction, cap_rows, tier.hits + tier.misses, tier.hits, tier.misses, tier.misses + parts.rows_read,
+        tier.prefetch_issued, tier.prefetch_used, time.perf_counter() - t0,
     )  # fmt: skip
 
 

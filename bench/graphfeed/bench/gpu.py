@@ -58,25 +58,31 @@ FULL = Sizes([1_000_000, 10_000_000], [10_000, 100_000, 1_000_000], 2_000_000, 2
 QUICK = Sizes([1_000_000], [10_000, 100_000], 200_000, 5)
 
 
+def _hash_below(seed: int, i: np.ndarray, j: int, m: int) -> np.ndarray:
+    """Integers in ``[0, m)`` hashed from (seed, i, j), as the GPU kernels draw them."""
+    # 0-d arrays: the reference functions take arrays and broadcast them (np.asarray inside).
+    return reference.bounded(reference.rand_u64(seed, i, np.asarray(j)), np.asarray(m))
+
+
 def synthetic_csr(num_nodes: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """A CSR from integer hashes only (identical on every machine and NumPy version): degrees
     uniform in [1, 20], plus 1 % hubs with up to 1000 more; neighbors uniform over all nodes."""
     v = np.arange(num_nodes, dtype=np.int64)
-    deg = 1 + reference.bounded(reference.rand_u64(seed, v, 0), 20)
-    hub = reference.bounded(reference.rand_u64(seed, v, 1), 100) == 0
-    deg += np.where(hub, reference.bounded(reference.rand_u64(seed, v, 2), 1001), 0)
+    deg = 1 + _hash_below(seed, v, 0, 20)
+    hub = _hash_below(seed, v, 1, 100) == 0
+    deg += np.where(hub, _hash_below(seed, v, 2, 1001), 0)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr[1:])
     indices = np.empty(int(indptr[-1]), dtype=np.int64)
     chunk = 1 << 24
     for lo in range(0, len(indices), chunk):
         pos = np.arange(lo, min(lo + chunk, len(indices)), dtype=np.int64)
-        indices[lo : lo + len(pos)] = reference.bounded(reference.rand_u64(seed + 1, pos, 0), num_nodes)
+        indices[lo : lo + len(pos)] = _hash_below(seed + 1, pos, 0, num_nodes)
     return indptr, indices
 
 
 def sampling_seeds(num_nodes: int, batch: int, seed: int = 2) -> np.ndarray:
-    return reference.bounded(reference.rand_u64(seed, np.arange(batch, dtype=np.int64), 0), num_nodes)
+    return _hash_below(seed, np.arange(batch, dtype=np.int64), 0, num_nodes)
 
 
 def _median_s(fn: Callable[[], Any], repeat: int, sync: Callable[[], None], warmup: int = 2) -> float:
@@ -237,8 +243,7 @@ def run_cpu(sizes: Sizes) -> dict[str, Any]:
         for fanout, replace in [(10, False), (25, False), (10, True), (100, False)]:
             edges = g.in_degrees(seeds_t).clamp(max=fanout).sum().item() if not replace else int((g.in_degrees(seeds_t) > 0).sum()) * fanout
             t_dgl = _median_s(partial(dgl.sampling.sample_neighbors, g, seeds_t, fanout, replace=replace), repeat, lambda: None, 1)
-            rng = np.random.default_rng(0)
-            t_np = _median_s(partial(sample_csr, indptr, indices, eids, seeds, fanout, replace, rng), repeat, lambda: None, 1)
+            t_np = _median_s(partial(sample_csr, indptr, indices, eids, seeds, fanout, replace, 0), repeat, lambda: None, 1)
             rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
                          "replace": replace, "edges": edges, "dgl_edges_per_s": edges / t_dgl,
                          "numpy_edges_per_s": edges / t_np})  # fmt: skip

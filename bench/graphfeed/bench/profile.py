@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none", "--cache-bytes", "0"])
     spies = []
     try:
+        assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
         if args.system == "gf_sampler":
             _g, _f, train = load_global(root)
             drive = _gf_sampler_runner(cluster.sampler.address, train.numpy(), list(args.fanouts), args.batch_size, 4, "/dev/shm")

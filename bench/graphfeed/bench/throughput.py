@@ -23,6 +23,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -181,14 +182,14 @@ def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batc
         epoch[0] += 1
         perm = np.random.default_rng(epoch[0]).permutation(train)
         seeds = lambda s: perm[s * batch_size : (s + 1) * batch_size]  # noqa: E731
-        calls = [pool.submit(client.sample, seeds(s), fanouts, False, 0, epoch[0], s) for s in range(min(inflight, steps))]
+        # step -> its call; a step's entry is dropped once taken, releasing its blocks
+        calls = {s: pool.submit(client.sample, seeds(s), fanouts, False, 0, epoch[0], s) for s in range(min(inflight, steps))}
         edges = 0
         for step in range(steps):
-            sb = calls[step].result()
+            sb = calls.pop(step).result()
             if step + inflight < steps:
-                calls.append(pool.submit(client.sample, seeds(step + inflight), fanouts, False, 0, epoch[0], step + inflight))
+                calls[step + inflight] = pool.submit(client.sample, seeds(step + inflight), fanouts, False, 0, epoch[0], step + inflight)
             edges += sb.num_sampled_edges
-            calls[step] = None  # release the blocks
         return edges
 
     return run
@@ -235,6 +236,7 @@ def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
     gather = 3 * out.nbytes / (time.perf_counter() - t0) / 1e9
     proc = subprocess.Popen([sys.executable, "-m", "graphfeed.bench.loopback"], stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         line = proc.stdout.readline()
         address = line.split("grpc=")[1].strip()
         grpc_gbps = statistics.median(measure(address) for _ in range(3))
@@ -254,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
     shm_dir = "/dev/shm" if args.transport == "shm" else ""
     cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir)
     try:
+        assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
         runners = {
             "dgl_sample": _dgl_runner(g, feat, train, fanouts, bs, gather=False),
             "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
@@ -285,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespace) -> dict:
-    systems = {}
+    systems: dict[str, dict[str, Any]] = {}
     for name in SYSTEMS:
         rs = [r for r in runs if r.system == name]
         if not rs:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
+from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet
 from graphfeed.loader.belady import belady
 from graphfeed.loader.cache import CacheOptions
 from graphfeed.loader.fetch import Prefetcher
@@ -74,37 +74,15 @@ def record_trace(
     return Trace(out, int(partitions.info.num_nodes), time.perf_counter() - t0)
 
 
-class CountingZeros:
+class CountingZeros(ForwardingPartitionSet):
     """A PartitionSet that serves topology from ``inner`` and node data as 1-byte zeros, counting rows."""
 
     def __init__(self, inner: PartitionSet) -> None:
-        self.inner = inner
-        self.info = inner.info
+        super().__init__(inner)
         self.rows_read = 0
-
-    @property
-    def num_partitions(self) -> int:
-        return self.inner.num_partitions
-
-    def owner(self, gids: np.ndarray) -> np.ndarray:
-        return self.inner.owner(gids)
-
-    def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> Future[SampledNeighbors]:
-        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
 
     def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return _done(self.read(ids))
-
-    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
-        return self.inner.get_degrees(p, ids)
-
-    def get_split(self, p: int, name: str) -> np.ndarray:
-        return self.inner.get_split(p, name)
-
-    def close(self) -> None:
-        self.inner.close()
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         self.rows_read += len(ids)

@@ -79,3 +79,33 @@ class PartitionSet(Protocol):
     def get_split(self, p: int, name: str) -> np.ndarray: ...
 
     def close(self) -> None: ...
+
+
+class ForwardingPartitionSet:
+    """A :class:`PartitionSet` that forwards every call to ``inner``: subclass it and override
+    only the calls you observe or replace (metrics, benchmarks)."""
+
+    def __init__(self, inner: PartitionSet) -> None:
+        self.inner = inner
+        self.info: PartitionInfo = inner.info
+
+    @property
+    def num_partitions(self) -> int:
+        return self.inner.num_partitions
+
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> Future[SampledNeighbors]:
+        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
+        return self.inner.get_node_data(p, name, ids)
+
+    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
+        return self.inner.get_degrees(p, ids)
+
+    def get_split(self, p: int, name: str) -> np.ndarray:
+        return self.inner.get_split(p, name)
+
+    def close(self) -> None:
+        self.inner.close()

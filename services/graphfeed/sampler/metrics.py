@@ -16,7 +16,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.graph_store.types import PartitionInfo, PartitionSet, SampledNeighbors
+from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet, SampledNeighbors
 from graphfeed.sampler.core import MultiHopSampler
 
 # A multi-hop minibatch: a millisecond (tiny graph, one hop) to tens of seconds (huge fanouts).
@@ -86,17 +86,12 @@ class MeteredSampler:
         return sb
 
 
-class MeteredPartitionSet:
+class MeteredPartitionSet(ForwardingPartitionSet):
     """A :class:`PartitionSet` that counts the ``sample_neighbors`` calls it forwards."""
 
     def __init__(self, inner: PartitionSet, metrics: SamplerMetrics) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._m = metrics
-        self.info: PartitionInfo = inner.info
-
-    @property
-    def num_partitions(self) -> int:
-        return self.inner.num_partitions
 
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
@@ -113,15 +108,3 @@ class MeteredPartitionSet:
 
         fut.add_done_callback(count)
         return fut
-
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
-        return self.inner.get_node_data(p, name, ids)
-
-    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
-        return self.inner.get_degrees(p, ids)
-
-    def get_split(self, p: int, name: str) -> np.ndarray:
-        return self.inner.get_split(p, name)
-
-    def close(self) -> None:
-        self.inner.close()

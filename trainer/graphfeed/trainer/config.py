@@ -65,7 +65,9 @@ class TrainConfig(BaseSettings):
     epochs: int = Field(default=10, description="Epochs to train (counting resumed ones).")
     batch_size: int = Field(default=256, description="Seeds per minibatch.")
     fanouts: list[int] = Field(default_factory=lambda: [10, 10], description="Neighbors per layer, input layer first (default 10 10).")
-    eval_fanouts: list[int] = Field(default_factory=lambda: [-1, -1], description="Neighbors per layer when evaluating (default -1 -1: all).")
+    eval_fanouts: list[int] = Field(
+        default_factory=lambda: [-1, -1], description="Neighbors per layer when evaluating (default -1 -1: all)."
+    )
     hidden: int = Field(default=64, description="Hidden units.")
     lr: float = Field(default=0.01, description="Adam learning rate.")
     weight_decay: float = Field(default=5e-4, description="Adam weight decay.")

@@ -7,7 +7,7 @@ import importlib
 import logging
 import sys
 
-from graphfeed.common.config import add_settings_argument, add_settings_arguments, settings_from_args
+from graphfeed.common.config import ServiceSettings, add_settings_argument, add_settings_arguments, settings_from_args
 
 # service name -> (settings class, module with main(settings))
 SERVICES = {
@@ -22,9 +22,12 @@ SERVICE_HELP = {
 }
 
 
-def _load(ref: str):  # noqa: ANN202
+def _load(ref: str) -> type[ServiceSettings]:
     module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, ServiceSettings)):
+        raise TypeError(f"{ref} is not a ServiceSettings class")
+    return cls
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +38,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         cls = _load(settings_ref)
         add_settings_arguments(p, cls)
 
-        def run(args: argparse.Namespace, cls=cls, module=module) -> int:
+        def run(args: argparse.Namespace, cls: type[ServiceSettings] = cls, module: str = module) -> int:
             settings = settings_from_args(cls, args)
             importlib.import_module(module).main(settings)
             return 0
@@ -44,7 +47,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    from graphfeed.trainer.config import TrainConfig
+    from graphfeed.trainer.config import TrainConfig  # noqa: PLC0415 - imported with the parser, not with graphfeed
 
     p = sub.add_parser(
         "train", help="example GraphSAGE job through RemoteDataLoader",
@@ -62,14 +65,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from graphfeed.trainer.config import TrainConfig
-    from graphfeed.trainer.train import Trainer, format_report
+    from graphfeed.trainer.config import TrainConfig  # noqa: PLC0415 - imported with the parser, not with graphfeed
+    from graphfeed.trainer.train import Trainer, format_report  # noqa: PLC0415 - torch and DGL, for `train` only
 
     if args.graph_stores is not None and not args.sampler_address:
         raise SystemExit("graphfeed train: --graph-stores needs --sampler")
     cfg = settings_from_args(TrainConfig, args)
     if cfg.world_size > 1:
-        import torch.distributed as dist
+        import torch.distributed as dist  # noqa: PLC0415 - multi-rank training only
 
         dist.init_process_group("gloo", rank=cfg.rank, world_size=cfg.world_size)
     trainer = Trainer(cfg)
@@ -85,9 +88,10 @@ def _run_train(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphfeed", description="graphfeed: gRPC services that feed GNN training.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from graphfeed.bench.cli import register as register_bench
-    from graphfeed.demo import register as register_demo
-    from graphfeed.ingest.cli import register as register_ingest
+    # Each command's module is imported when the parser is built, not when graphfeed is.
+    from graphfeed.bench.cli import register as register_bench  # noqa: PLC0415
+    from graphfeed.demo import register as register_demo  # noqa: PLC0415
+    from graphfeed.ingest.cli import register as register_ingest  # noqa: PLC0415
 
     register_ingest(sub)
     _add_serve(sub)

@@ -56,8 +56,12 @@ def start_service(name: str, args: list[str], log_dir: Path, timeout_s: float = 
     ready: dict[str, str] = {}
     got = threading.Event()
 
+    stdout = proc.stdout
+    if stdout is None:  # cannot happen with stdout=PIPE; says so to the type checker
+        raise RuntimeError(f"{name}: the child's stdout is not a pipe")
+
     def read_stdout() -> None:
-        for line in proc.stdout:  # keeps draining so the child never blocks on a full pipe
+        for line in stdout:  # keeps draining so the child never blocks on a full pipe
             parsed = parse_ready_line(line.strip())
             if parsed and not got.is_set():
                 ready.update(parsed)

@@ -16,6 +16,7 @@ Imports nothing but NumPy, so it runs on any machine, including the GPU image.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 # Above this fanout Floyd's O(k^2) per seed loses to the reservoir (same constant as sample.cu).
 SMALL_FANOUT = 64
@@ -31,7 +32,7 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def rand_u64(seed: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+def rand_u64(seed: int, i: np.ndarray, j: ArrayLike) -> np.ndarray:
     """The 64-bit draw for (seed, batch position i, counter j); broadcasts ``i`` against ``j``."""
     with np.errstate(over="ignore"):
         i1 = np.asarray(i, dtype=np.int64).astype(np.uint64) + np.uint64(1)

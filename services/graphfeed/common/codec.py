@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 DType = tensor_pb2.DType
 
-_TO_PROTO: dict[np.dtype, int] = {
+_TO_PROTO: dict[np.dtype, tensor_pb2.DType] = {
     np.dtype(np.bool_): DType.DTYPE_BOOL,
     np.dtype(np.int8): DType.DTYPE_INT8,
     np.dtype(np.uint8): DType.DTYPE_UINT8,
@@ -44,7 +44,7 @@ if sys.byteorder != "little":  # pragma: no cover - every supported platform is 
     raise ImportError("graphfeed's wire format assumes a little-endian host")
 
 
-def dtype_to_proto(dtype: np.dtype | type) -> int:
+def dtype_to_proto(dtype: np.dtype | type) -> tensor_pb2.DType:
     """The proto enum value of a numpy dtype; :class:`InvalidArgument` if unsupported."""
     dt = np.dtype(dtype)
     try:

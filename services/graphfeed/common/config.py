@@ -24,15 +24,15 @@ class ServiceSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="forbid", strict=False)
 
-    host: str = Field("127.0.0.1", description="Address the gRPC server binds to.")
-    port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one (printed in the READY line).")
-    metrics_host: str = Field("127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
-    metrics_port: int = Field(0, ge=-1, le=65535, description="Prometheus port; 0 picks a free one, -1 disables it.")
-    max_workers: int = Field(16, ge=1, description="gRPC handler threads.")
-    grace_s: float = Field(5.0, ge=0, description="Seconds in-flight calls get to finish on SIGTERM.")
-    log_level: str = Field("INFO", description="Python logging level.")
+    host: str = Field(default="127.0.0.1", description="Address the gRPC server binds to.")
+    port: int = Field(default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one (printed in the READY line).")
+    metrics_host: str = Field(default="127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
+    metrics_port: int = Field(default=0, ge=-1, le=65535, description="Prometheus port; 0 picks a free one, -1 disables it.")
+    max_workers: int = Field(default=16, ge=1, description="gRPC handler threads.")
+    grace_s: float = Field(default=5.0, ge=0, description="Seconds in-flight calls get to finish on SIGTERM.")
+    log_level: str = Field(default="INFO", description="Python logging level.")
     shm_dir: str = Field(
-        "/dev/shm",
+        default="/dev/shm",
         description="Shared-memory directory for bulk tensors with same-host peers that offer it "
         "(this server's responses, and what its own clients offer); empty disables.",
     )

@@ -12,10 +12,10 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError
-from graphfeed.common.metrics import RpcMetrics
+from graphfeed.common.metrics import RpcMetrics, serve_metrics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -94,7 +94,7 @@ def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> No
     if isinstance(exc, GraphfeedError):
         log.info("%s -> %s: %s", method, exc.code.name, exc)
         context.abort(exc.code, str(exc))
-    log.exception("%s failed unexpectedly", method)
+    log.error("%s failed unexpectedly", method, exc_info=exc)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}: {exc}")
 
 
@@ -104,7 +104,11 @@ class ServerInterceptor(grpc.ServerInterceptor):
     def __init__(self, metrics: RpcMetrics) -> None:
         self._m = metrics
 
-    def intercept_service(self, continuation, handler_call_details):  # noqa: ANN001
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
@@ -121,11 +125,11 @@ class ServerInterceptor(grpc.ServerInterceptor):
         deserialize = _counting_deserializer(handler.request_deserializer, m.request_bytes.labels(*labels))
         serialize = _counting_serializer(handler.response_serializer, m.response_bytes.labels(*labels))
 
-        def record(start: float, code: grpc.StatusCode, req: object) -> None:
+        def record(start: float, code: grpc.StatusCode) -> None:
             m.requests.labels(*labels, code.name).inc()
             latency.observe(time.perf_counter() - start)
 
-        def sent(resp: object) -> None:
+        def sent() -> None:
             messages_out.inc()
 
         def code_of(context: grpc.ServicerContext, exc: BaseException | None) -> grpc.StatusCode:
@@ -138,15 +142,15 @@ class ServerInterceptor(grpc.ServerInterceptor):
         if handler.unary_unary:
             inner = handler.unary_unary
 
-            def unary_unary(request, context):  # noqa: ANN001
+            def unary_unary(request: object, context: grpc.ServicerContext) -> object:
                 start = time.perf_counter()
                 try:
                     resp = inner(request, context)
                 except Exception as exc:  # noqa: BLE001 - mapped to a status right here
-                    record(start, code_of(context, exc), request)
+                    record(start, code_of(context, exc))
                     _abort(context, exc, full)
-                record(start, grpc.StatusCode.OK, request)
-                sent(resp)
+                record(start, grpc.StatusCode.OK)
+                sent()
                 return resp
 
             return grpc.unary_unary_rpc_method_handler(unary_unary, deserialize, serialize)
@@ -154,18 +158,18 @@ class ServerInterceptor(grpc.ServerInterceptor):
         if handler.unary_stream:
             inner_stream = handler.unary_stream
 
-            def unary_stream(request, context):  # noqa: ANN001
+            def unary_stream(request: object, context: grpc.ServicerContext) -> Iterator[object]:
                 start = time.perf_counter()
                 try:
                     for resp in inner_stream(request, context):
-                        sent(resp)
+                        sent()
                         yield resp
                 except Exception as exc:  # noqa: BLE001 - mapped to a status right here
-                    record(start, code_of(context, exc), request)
+                    record(start, code_of(context, exc))
                     _abort(context, exc, full)
                 else:
                     code = grpc.StatusCode.OK if context.is_active() else grpc.StatusCode.CANCELLED
-                    record(start, code, request)
+                    record(start, code)
 
             return grpc.unary_stream_rpc_method_handler(unary_stream, deserialize, serialize)
         return handler  # client/bidi streaming: none in graphfeed yet
@@ -307,8 +311,6 @@ def start_service_server(
         )
         try:
             if settings.metrics_port != -1:
-                from graphfeed.common.metrics import serve_metrics
-
                 running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
         except BaseException:
             running.stop(0)
@@ -319,7 +321,16 @@ def start_service_server(
     return running
 
 
-def run_service(name: str, settings: ServiceSettings, serve: Callable, on_stop: Callable[[object], None]) -> None:
+SettingsT = TypeVar("SettingsT", bound="ServiceSettings")
+CoreT = TypeVar("CoreT")
+
+
+def run_service(
+    name: str,
+    settings: SettingsT,
+    serve: Callable[[SettingsT], tuple[RunningServer, CoreT]],
+    on_stop: Callable[[CoreT], None],
+) -> None:
     """The body of every service's ``main``: log setup, serve, READY line, graceful stop.
 
     Args:

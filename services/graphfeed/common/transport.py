@@ -253,16 +253,19 @@ class Response:
 
     def _open_arena(self) -> Arena:
         if self._arena is None:
-            assert self.directory is not None
+            if self.directory is None:
+                raise RuntimeError(f"{self._method}: no shared directory was accepted, so no arena can be opened")
             pool = self._transport.pool(self.directory)
             self._arena = Arena(self.directory, self._transport.registry, self._owner, pool)
         return self._arena
 
     def _finish_arena(self) -> Segment:
-        assert self._arena is not None and self.directory is not None
+        if self._arena is None or self.directory is None:
+            raise RuntimeError(f"{self._method}: no arena is open to finish")
         arena, self._arena = self._arena, None
         segment = arena.finish()
-        assert segment is not None  # only called with something placed
+        if segment is None:
+            raise RuntimeError(f"{self._method}: finished an arena with nothing placed in it")
         self._segments.append(segment)
         self.paths.append(self.directory / segment.name)
         return segment

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import numpy as np
@@ -101,7 +101,9 @@ class GraphStoreClient:
 
         def decoded(r: pb.SampleNeighborsResponse) -> SampledNeighbors:
             seg = self._transport.reader()
-            return SampledNeighbors(codec.decode(r.offsets, "offsets", seg), codec.decode(r.src, "src", seg), codec.decode(r.edge_ids, "edge_ids", seg))
+            return SampledNeighbors(
+                codec.decode(r.offsets, "offsets", seg), codec.decode(r.src, "src", seg), codec.decode(r.edge_ids, "edge_ids", seg)
+            )
 
         return _then(raw, decoded)
 
@@ -241,8 +243,11 @@ class RemotePartitionSet(_PartitionSetBase):
             c.close()
 
 
-def _done(fn, *args) -> Future:  # noqa: ANN001
-    fut: Future = Future()
+_R = TypeVar("_R")
+
+
+def _done(fn: Callable[..., _R], *args: object) -> Future[_R]:
+    fut: Future[_R] = Future()
     try:
         fut.set_result(fn(*args))
     except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer

@@ -17,9 +17,9 @@ class GraphStoreSettings(ServiceSettings):
 
     part_dir: Path = Field(..., description="Partition directory to serve, e.g. <graph root>/part-00000.")
     max_ids_per_request: int = Field(
-        4_000_000, ge=1, description="Most seeds or ids accepted in one request (RESOURCE_EXHAUSTED beyond)."
+        default=4_000_000, ge=1, description="Most seeds or ids accepted in one request (RESOURCE_EXHAUSTED beyond)."
     )
-    max_fanout: int = Field(1000, ge=0, description="Largest fanout accepted by SampleNeighbors besides -1 (all).")
+    max_fanout: int = Field(default=1000, ge=0, description="Largest fanout accepted by SampleNeighbors besides -1 (all).")
     chunk_bytes: int = Field(
-        4 << 20, ge=1, description="Most bytes of rows per GetNodeData response message (at least one row is sent)."
+        default=4 << 20, ge=1, description="Most bytes of rows per GetNodeData response message (at least one row is sent)."
     )

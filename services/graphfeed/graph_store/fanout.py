@@ -45,10 +45,11 @@ class Pending(Generic[T]):
     """Requests in flight, one per :class:`Chunk`, in grouped order (partition by partition).
 
     ``parts[k]`` is ``(partition, positions in ids, future)``; concatenating the positions gives
-    ``order`` and ``bounds[k]:bounds[k + 1]`` are chunk ``k``'s grouped positions.
+    ``order`` and ``bounds[k]:bounds[k + 1]`` are chunk ``k``'s grouped positions. A future is
+    None where the call declined the chunk (:func:`fan_out`'s callers check before waiting).
     """
 
-    def __init__(self, num_ids: int, parts: list[tuple[int, np.ndarray, Future[T]]]) -> None:
+    def __init__(self, num_ids: int, parts: list[tuple[int, np.ndarray, Future[T] | None]]) -> None:
         self.num_ids = num_ids
         self.parts = parts
 
@@ -67,7 +68,7 @@ class Pending(Generic[T]):
     def results(self) -> list[T]:
         """Every answer in ``parts`` order; on the first failure cancels the rest and re-raises."""
         try:
-            return [fut.result() for _, _, fut in self.parts]
+            return [_answer(p, fut) for p, _, fut in self.parts]
         finally:
             self.cancel()
 
@@ -88,7 +89,7 @@ class PendingRows(Pending[np.ndarray]):
         received: dict[int, int] = {}
         try:
             for p, pos, fut in self.parts:
-                rows = np.asarray(fut.result())
+                rows = np.asarray(_answer(p, fut))
                 out[pos] = rows.reshape((len(pos), *row_shape))
                 received[p] = received.get(p, 0) + int(rows.nbytes)
         finally:
@@ -96,8 +97,15 @@ class PendingRows(Pending[np.ndarray]):
         return out, received
 
 
+def _answer(partition: int, fut: Future[T] | None) -> T:
+    """The request's answer; RuntimeError for a chunk whose call declined it (returned None)."""
+    if fut is None:
+        raise RuntimeError(f"the request to partition {partition} was declined (no future): nothing to wait for")
+    return fut.result()
+
+
 def _start(
-    partitions: PartitionSet, ids: np.ndarray, call: Callable[[Chunk], Future[T]], max_ids_per_request: int,
+    partitions: PartitionSet, ids: np.ndarray, call: Callable[[Chunk], Future[T] | None], max_ids_per_request: int,
     pending: Pending[T],
 ) -> None:  # fmt: skip
     """Appends one started request per chunk to ``pending``; cancels them all if one fails to start."""
@@ -135,7 +143,7 @@ def fan_out_requests(
 def fan_out(
     partitions: PartitionSet,
     ids: np.ndarray,
-    call: Callable[..., Future],
+    call: Callable[..., Future | None],
     max_ids_per_request: int,
     with_positions: bool = False,
 ) -> PendingRows:
@@ -144,7 +152,7 @@ def fan_out(
     None (the caller then falls back), else they give rows in chunk order."""
     ids = np.asarray(ids, dtype=np.int64)
 
-    def start(c: Chunk) -> Future:
+    def start(c: Chunk) -> Future | None:
         return call(c.partition, c.ids, c.positions) if with_positions else call(c.partition, c.ids)
 
     pending = PendingRows(len(ids), [])

@@ -41,19 +41,19 @@ class LoaderSettings(ServiceSettings):
     )
     sampler_address: str = Field(..., description="host:port of the sampler service.")
     cache_policy: CachePolicyName = Field(
-        "static_degree",
+        default="static_degree",
         description="Feature cache policy: none, static_degree (PaGraph), lru, massivegnn (score-decay eviction + "
         "periodic prefetch) or lookahead (Belady's rule over the sampled look-ahead window).",
     )
-    cache_bytes: int = Field(64 << 20, ge=0, description="Host feature-cache budget per feature name, in bytes.")
+    cache_bytes: int = Field(default=64 << 20, ge=0, description="Host feature-cache budget per feature name, in bytes.")
     gpu_cache_bytes: int = Field(
-        0,
+        default=0,
         ge=0,
         description="GPU feature-cache tier per feature name, in bytes, in front of the host cache "
         "(0: none; ignored without a usable CUDA GPU and CuPy).",
     )
     lookahead_steps: int = Field(
-        8,
+        default=8,
         ge=1,
         description="Sampler calls kept in flight ahead of gathering, per stream; also the window the lookahead "
         "policy sees. Each sampled step waiting in the window holds its blocks (about 24 bytes per sampled edge).",
@@ -63,9 +63,9 @@ class LoaderSettings(ServiceSettings):
     massivegnn_period_steps: int = _option("massivegnn_period_steps")
     massivegnn_alpha: float = _option("massivegnn_alpha")
     massivegnn_initial_fill: InitialFill = _option("massivegnn_initial_fill")
-    max_inflight: int = Field(2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond).")
-    sample_workers: int = Field(2, ge=1, description="Threads issuing sampler calls, shared by all streams.")
-    rpc_timeout_s: float = Field(30.0, gt=0, description="Deadline of each call to a graph-store or the sampler, in seconds.")
+    max_inflight: int = Field(default=2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond).")
+    sample_workers: int = Field(default=2, ge=1, description="Threads issuing sampler calls, shared by all streams.")
+    rpc_timeout_s: float = Field(default=30.0, gt=0, description="Deadline of each call to a graph-store or the sampler, in seconds.")
 
     def cache_options(self) -> CacheOptions:
         """The policy tuning these settings carry."""

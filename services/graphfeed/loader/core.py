@@ -146,7 +146,7 @@ class Loader:
                     options=self.cache_options,
                 )
                 if self.gpu_cache_bytes > 0:  # imported only when asked for: CPU-only loaders never load it
-                    from graphfeed.loader.gpu_tier import with_gpu_tier
+                    from graphfeed.loader.gpu_tier import with_gpu_tier  # noqa: PLC0415 - the GPU kernels, for GPU tiers only
 
                     policy = with_gpu_tier(policy, self.gpu_cache_bytes, max_ids_per_request=self.max_ids_per_request)
                 self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request)
@@ -175,7 +175,9 @@ class Loader:
             self.partitions, self._cache(job.feature_name), job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device
         )
         work = StreamWork(self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight))
-        log.info("stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps)
+        log.info(
+            "stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps
+        )
         stream = MinibatchStream(work, self.on_minibatch)
         self._streams.add(stream)
         return stream

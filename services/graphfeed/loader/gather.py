@@ -112,7 +112,8 @@ class HostBuffer(FeatureBuffer):
             arena = Arena(self._sink.directory, self._sink.registry, self._sink.owner, self._sink.pool)
             arena.reserve(shape, self._dtype)  # at offset 0
             self.segment = arena.finish()
-            assert self.segment is not None  # something was reserved
+            if self.segment is None:
+                raise RuntimeError(f"arena {arena.name} with a reserved {shape} array finished without a segment")
             self._features = self.segment.array(0, shape, self._dtype)
         return self._features, self._miss_pos
 
@@ -243,9 +244,10 @@ class Gatherer:
 
         pending = fan_out(self.partitions, miss_ids, call, self.max_ids_per_request, with_positions=True)
         try:
-            if all(fut is not None for _, _, fut in pending.parts):
+            started = [(p, fut) for p, _, fut in pending.parts if fut is not None]
+            if len(started) == len(pending.parts):
                 got: dict[int, int] = {}
-                for p, _pos, fut in pending.parts:
+                for p, fut in started:
                     got[p] = got.get(p, 0) + int(fut.result()) * row_bytes
                 return got
         except FailedPrecondition as exc:  # a graph-store does not see our directory

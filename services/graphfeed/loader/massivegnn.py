@@ -78,7 +78,7 @@ class MassiveGnnCache(CachePolicy):
     def warm_up(self, partitions: PartitionSet, feature_name: str) -> None:
         """Starts the initial fill in the background (the degree scan itself is one short RPC round)."""
         cap = self.tier.capacity_rows
-        k = min(cap, int(round(self.options.prefetch_fraction * self.tier.num_nodes)))
+        k = min(cap, round(self.options.prefetch_fraction * self.tier.num_nodes))
         if not k:
             return
         if self.options.initial_fill == "random":

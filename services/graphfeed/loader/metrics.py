@@ -71,7 +71,9 @@ class _StateCollector:
         for t in tiers:
             size.add_metric([t.tier], t.nbytes)
         yield size
-        cap = GaugeMetricFamily("graphfeed_loader_cache_capacity_bytes", "Bytes of feature rows the cache can hold, by tier.", labels=["tier"])
+        cap = GaugeMetricFamily(
+            "graphfeed_loader_cache_capacity_bytes", "Bytes of feature rows the cache can hold, by tier.", labels=["tier"]
+        )
         for t in tiers:
             cap.add_metric([t.tier], t.capacity_bytes)
         yield cap
@@ -109,7 +111,8 @@ class LoaderMetrics:
                 buckets=LATENCY_BUCKETS, registry=registry,
             ),
             remote_feature_bytes=Counter(
-                "graphfeed_loader_remote_feature_bytes_total", "Node-data bytes (features and labels) received for minibatches, by partition "
+                "graphfeed_loader_remote_feature_bytes_total",
+                "Node-data bytes (features and labels) received for minibatches, by partition "
                 "(prefetches: graphfeed_loader_prefetch_bytes_total).",
                 ("partition",), registry=registry,
             ),

@@ -25,7 +25,10 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["LoaderService"].full_name
 def close_all(loader: Loader) -> None:
     """Stops the loader's streams, then closes the sampler and graph-store channels ``serve`` opened."""
     loader.close()
-    loader.sampler.close()  # type: ignore[attr-defined] - a SamplerClient when built by serve()
+    sampler = loader.sampler
+    if not isinstance(sampler, SamplerClient):
+        raise TypeError(f"close_all() closes a loader built by serve(), over a SamplerClient, not over a {type(sampler).__name__}")
+    sampler.close()
     loader.partitions.close()
 
 
@@ -64,7 +67,9 @@ def serve(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
     metrics.watch(loader)
     running = start_service_server(
         settings,
-        register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(LoaderServicer(loader, ServerTransport(settings.shm_dir, "LoaderService", registry)), server),
+        register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(
+            LoaderServicer(loader, ServerTransport(settings.shm_dir, "LoaderService", registry)), server
+        ),
         service_names=[SERVICE_NAME],
         registry=registry,
         on_error=lambda: close_all(loader),

@@ -48,40 +48,42 @@ class TrainConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GRAPHFEED_TRAIN_", extra="forbid")
 
-    loader_address: str = Field("", description="host:port of the loader service.")
+    loader_address: str = Field(default="", description="host:port of the loader service.")
     graph_stores: Annotated[list[str], BeforeValidator(_split_commas)] = Field(
         default_factory=list,
         description="Comma-separated host:port of every graph-store: run the loader inside this process "
         "(needs --sampler; with --device cuda, features are gathered on the GPU).",
     )
-    sampler_address: str = Field("", description="host:port of the sampler service (with --graph-stores).")
+    sampler_address: str = Field(default="", description="host:port of the sampler service (with --graph-stores).")
     cache_policy: CachePolicyName = _loader_field("cache_policy")
     cache_bytes: int = _loader_field("cache_bytes")
     gpu_cache_bytes: int = Field(
-        -1,
+        default=-1,
         description="Embedded loader's GPU cache tier, in bytes; 0 for none, -1: a quarter of the GPU's free memory "
         "with a CUDA --device, else none.",
     )
-    epochs: int = Field(10, description="Epochs to train (counting resumed ones).")
-    batch_size: int = Field(256, description="Seeds per minibatch.")
+    epochs: int = Field(default=10, description="Epochs to train (counting resumed ones).")
+    batch_size: int = Field(default=256, description="Seeds per minibatch.")
     fanouts: list[int] = Field(default_factory=lambda: [10, 10], description="Neighbors per layer, input layer first (default 10 10).")
-    eval_fanouts: list[int] = Field(default_factory=lambda: [-1, -1], description="Neighbors per layer when evaluating (default -1 -1: all).")
-    hidden: int = Field(64, description="Hidden units.")
-    lr: float = Field(0.01, description="Adam learning rate.")
-    weight_decay: float = Field(5e-4, description="Adam weight decay.")
-    dropout: float = Field(0.5, description="Dropout between layers.")
-    seed: int = Field(0, description="Job seed: model init and every sampling choice derive from it.")
+    eval_fanouts: list[int] = Field(
+        default_factory=lambda: [-1, -1], description="Neighbors per layer when evaluating (default -1 -1: all)."
+    )
+    hidden: int = Field(default=64, description="Hidden units.")
+    lr: float = Field(default=0.01, description="Adam learning rate.")
+    weight_decay: float = Field(default=5e-4, description="Adam weight decay.")
+    dropout: float = Field(default=0.5, description="Dropout between layers.")
+    seed: int = Field(default=0, description="Job seed: model init and every sampling choice derive from it.")
     rank: int = Field(
         default_factory=_job_completion_index, description="Trainer rank (default: $JOB_COMPLETION_INDEX or 0)."
     )
-    world_size: int = Field(1, description="Number of trainers.")
-    job_id: str = Field("graphsage", description="Job name (loader logs and shared cache state).")
-    checkpoint: Path | None = Field(None, description="Checkpoint file; resumed from when it exists.")
-    checkpoint_every: int = Field(1, description="Steps between checkpoints.")
-    device: str = Field("cpu", description="Torch device of the model and minibatches, e.g. cuda:0.")
+    world_size: int = Field(default=1, description="Number of trainers.")
+    job_id: str = Field(default="graphsage", description="Job name (loader logs and shared cache state).")
+    checkpoint: Path | None = Field(default=None, description="Checkpoint file; resumed from when it exists.")
+    checkpoint_every: int = Field(default=1, description="Steps between checkpoints.")
+    device: str = Field(default="cpu", description="Torch device of the model and minibatches, e.g. cuda:0.")
     shm_dir: str = Field(
-        "/dev/shm",
+        default="/dev/shm",
         description="Directory offered to the loader for minibatch tensors when it shares it (same host, same "
         'mount); "" for inline gRPC only.',
     )
-    stop_after_steps: int | None = Field(None, description="Testing aid: exit after this many steps in this process.")
+    stop_after_steps: int | None = Field(default=None, description="Testing aid: exit after this many steps in this process.")

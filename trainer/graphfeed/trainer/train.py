@@ -15,13 +15,20 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
+from graphfeed.trainer.job import JobArgs
 from graphfeed.trainer.models import GraphSAGE
+
+if TYPE_CHECKING:  # imported at run time only in embedded mode (see _embedded_loader)
+    from graphfeed.loader.core import Loader
+    from graphfeed.sampler.client import SamplerClient
 
 __all__ = ["EpochReport", "TrainConfig", "Trainer", "format_report"]
 
@@ -67,15 +74,16 @@ class Trainer:
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         torch.manual_seed(cfg.seed)
-        self.embedded = _embedded_loader(cfg) if not cfg.loader_address else None
+        self.embedded: Loader | None = None
+        self._sampler: SamplerClient | None = None  # the embedded loader's, closed with it
+        if not cfg.loader_address:
+            self.embedded, self._sampler = _embedded_loader(cfg)
         self.train_loader = self._data_loader("train", cfg.fanouts, cfg.batch_size, shuffle=True, job_id=cfg.job_id)
         in_feats = int(torch.tensor(self.train_loader.feature_shape).prod())
         self.model = GraphSAGE(in_feats, cfg.hidden, self.train_loader.num_classes, len(cfg.fanouts), cfg.dropout)
         self.model.to(self.device)
         self.ddp = None
         if cfg.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
             ids = [self.device] if self.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=ids)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -87,11 +95,11 @@ class Trainer:
         self, split: str, fanouts: list[int], batch_size: int, *, shuffle: bool, job_id: str
     ) -> RemoteDataLoader | EmbeddedDataLoader:
         cfg = self.cfg
-        kw = dict(fanouts=fanouts, batch_size=batch_size, shuffle=shuffle, seed=cfg.seed, rank=cfg.rank,
-                  world_size=cfg.world_size, job_id=job_id, device=self.device)  # fmt: skip
+        job = JobArgs(fanouts=fanouts, batch_size=batch_size, shuffle=shuffle, seed=cfg.seed, rank=cfg.rank,
+                      world_size=cfg.world_size, job_id=job_id)  # fmt: skip
         if self.embedded is not None:
-            return EmbeddedDataLoader(self.embedded, split, **kw)
-        return RemoteDataLoader(cfg.loader_address, split, shm_dir=cfg.shm_dir, **kw)
+            return EmbeddedDataLoader(self.embedded, split, device=self.device, **job)
+        return RemoteDataLoader(cfg.loader_address, split, shm_dir=cfg.shm_dir, device=self.device, **job)
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -178,12 +186,13 @@ class Trainer:
         self.train_loader.close()
         if self.embedded is not None:
             self.embedded.close()
-            self.embedded.sampler.close()  # type: ignore[attr-defined] - the SamplerClient built here
+            if self._sampler is not None:
+                self._sampler.close()
             self.embedded.partitions.close()
 
 
-def _embedded_loader(cfg: TrainConfig):  # noqa: ANN202 - graphfeed.loader.core.Loader, imported here
-    """A loader in this process over the graph-stores and sampler of ``cfg``."""
+def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:
+    """A loader in this process over the graph-stores and sampler of ``cfg``, and that sampler's client."""
     from graphfeed.graph_store.client import RemotePartitionSet  # noqa: PLC0415 - embedded mode only
     from graphfeed.loader.core import Loader  # noqa: PLC0415
     from graphfeed.sampler.client import SamplerClient  # noqa: PLC0415
@@ -201,7 +210,8 @@ def _embedded_loader(cfg: TrainConfig):  # noqa: ANN202 - graphfeed.loader.core.
     partitions = RemotePartitionSet(cfg.graph_stores, shm_dir=shm_dir)
     sampler = SamplerClient(cfg.sampler_address, shm_dir=shm_dir)
     log.info("embedded loader: %s cache %d bytes, GPU cache tier %d bytes", cfg.cache_policy, cfg.cache_bytes, gpu_bytes)
-    return Loader(partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes, gpu_cache_bytes=gpu_bytes)
+    loader = Loader(partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes, gpu_cache_bytes=gpu_bytes)
+    return loader, sampler
 
 
 def format_report(r: EpochReport) -> str:

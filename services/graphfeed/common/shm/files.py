@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from graphfeed.common.errors import FailedPrecondition, Unavailable
 
@@ -65,7 +66,7 @@ def aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def layout(shape: Sequence[int], dtype: object) -> tuple[tuple[int, ...], np.dtype, int]:
+def layout(shape: Sequence[int], dtype: DTypeLike) -> tuple[tuple[int, ...], np.dtype, int]:
     """Checked (shape, dtype, byte count); ValueError/TypeError on nonsense."""
     dt = np.dtype(dtype)
     if dt.hasobject:
@@ -76,7 +77,7 @@ def layout(shape: Sequence[int], dtype: object) -> tuple[tuple[int, ...], np.dty
     return shp, dt, math.prod(shp) * dt.itemsize
 
 
-def view(buf: mmap.mmap | None, size: int, offset: int, shape: Sequence[int], dtype: object) -> np.ndarray:
+def view(buf: mmap.mmap | None, size: int, offset: int, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
     """An array over ``buf[offset:]``; ValueError/TypeError when it does not fit."""
     shp, dt, nbytes = layout(shape, dtype)
     offset = int(offset)

@@ -12,6 +12,7 @@ import stat
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from graphfeed.common.errors import FailedPrecondition
 from graphfeed.common.shm.files import DEFAULT_DIR, METADATA_KEY, PROBE_PREFIX, PROBE_RE, try_unlink
@@ -80,6 +81,24 @@ def shared_offer(directory: Path = DEFAULT_DIR) -> ShmOffer | None:
         return _offers[key]
 
 
+@runtime_checkable
+class _Metadatum(Protocol):
+    """One entry of ``ServicerContext.invocation_metadata()``: gRPC's objects carry these attributes."""
+
+    key: object
+    value: object
+
+
+def _key_value(item: object) -> tuple[object, object]:
+    """(key, value) of one metadata entry: a gRPC metadatum or a plain pair; TypeError for anything else."""
+    if isinstance(item, _Metadatum):
+        return item.key, item.value
+    if not isinstance(item, Iterable):
+        raise TypeError(f"metadata entry {item!r} is neither a (key, value) pair nor a gRPC metadatum")
+    key, val = item
+    return key, val
+
+
 class OfferVerifier:
     """Server side: accepts a client's offer only for an allowed directory whose probe it can read."""
 
@@ -103,7 +122,7 @@ class OfferVerifier:
         try:
             value = None
             for item in metadata:
-                key, val = (item.key, item.value) if hasattr(item, "key") else item
+                key, val = _key_value(item)
                 if key == METADATA_KEY:
                     value = val.decode() if isinstance(val, bytes) else str(val)
                     break

@@ -81,10 +81,13 @@ class SegmentPool:
             if free:  # grow the largest free file rather than own one more
                 return self._lease(max(free)[1], name, self._capacity(nbytes))
             seg = Segment.create(self.directory, self._capacity(nbytes), name=name)
-            self._files[name] = (seg._mm, seg.nbytes, None)
+            mm = seg.mapping
+            if mm is None:  # a capacity is a positive multiple of _ROUND, so create() maps it
+                raise FailedPrecondition(f"pool segment {seg.path} of {seg.nbytes} bytes has no mapping")
+            self._files[name] = (mm, seg.nbytes, None)
             if self._trimmer is None:
                 self._trimmer = start_trimmer("segment-pool-trim", max(0.1, self.idle_s / 2), self._trim)
-            return Segment(name, seg.path, seg.nbytes, seg._mm, recycle=True)
+            return Segment(name, seg.path, seg.nbytes, mm, recycle=True)
 
     def _capacity(self, nbytes: int) -> int:
         want = max(1, int(nbytes * (1 + self.headroom)))

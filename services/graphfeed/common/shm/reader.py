@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, Unavailable
 from graphfeed.common.shm.files import (
@@ -64,7 +65,7 @@ class SegmentReader:
             weakref.finalize(mm, try_rename, lent, suffixed(path, FREE_SUFFIX))
         return mm, size
 
-    def array(self, name: str, offset: int, shape: tuple[int, ...], dtype: object, recycle: bool = False) -> np.ndarray:
+    def array(self, name: str, offset: int, shape: tuple[int, ...], dtype: DTypeLike, recycle: bool = False) -> np.ndarray:
         """The array stored at ``offset`` of segment ``name`` (mapped and claimed on first use;
         ``recycle``: the writer's pool gets the file back once every array over it is gone).
 
@@ -131,6 +132,7 @@ class PeerSegments:
                 key, now = (st.st_dev, st.st_ino), self._clock()
                 self._expire(now, keep=key)
                 hit = self._maps.pop(key, None)
+                mm: mmap.mmap | None  # None: an empty file, which cannot be mapped
                 if hit is not None and hit[2] == st.st_size:
                     os.close(fd)
                     fd, mm = hit[0], hit[1]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from graphfeed.common.shm.files import aligned, layout, view
@@ -90,7 +91,12 @@ class Segment:
             registry.add(path, owner)
         return cls(name, path, nbytes, mm)
 
-    def array(self, offset: int, shape: tuple[int, ...], dtype: object) -> np.ndarray:
+    @property
+    def mapping(self) -> mmap.mmap | None:
+        """The writer's read-write mapping; None for an empty segment or once closed."""
+        return self._mm
+
+    def array(self, offset: int, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
         """A writable view of ``shape``/``dtype`` at byte ``offset``; ValueError if it does not fit."""
         if self._closed:
             raise ValueError(f"segment {self.name} is closed")
@@ -145,7 +151,7 @@ class Arena:
         self._items.append((offset, arr))
         return offset
 
-    def reserve(self, shape: Sequence[int], dtype: object) -> int:
+    def reserve(self, shape: Sequence[int], dtype: DTypeLike) -> int:
         """Places space for an array the caller fills via ``segment.array`` after :meth:`finish`."""
         _, _, nbytes = layout(shape, dtype)
         offset = self._place(nbytes)

@@ -45,6 +45,7 @@ def server(arith_root: Path) -> Iterator[Server]:
         chunk_bytes=CHUNK_BYTES,
     )
     running, store = serve(settings, registry=CollectorRegistry())
+    assert running.metrics_port is not None, "metrics_port=0 serves /metrics on a free port"
     channel = grpc.insecure_channel(running.address)
     try:
         yield Server(running.port, running.metrics_port, store, channel)
@@ -143,7 +144,7 @@ BAD_CALLS: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], gr
     "first_position >= 2^63": (
         lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=_ids(np.array([0])), fanout=2, first_position=1 << 63), timeout=10),
         grpc.StatusCode.INVALID_ARGUMENT, "first_position",
-    ),  # fmt: skip
+    ),
     "too many seeds": (lambda s: s.SampleNeighbors(_sample(_too_many(), 2), timeout=10), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
     "too many node-data ids": (lambda s: _node_data(s, "label", _too_many()), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
 }
@@ -228,6 +229,7 @@ def _target_request(ids: np.ndarray, segment: str, num_rows: int, positions: np.
 @needs_shm
 def test_node_data_written_into_the_callers_segment(server: Server, orig: np.ndarray) -> None:
     offer = shm.shared_offer()
+    assert offer is not None, "needs_shm: the offer directory is usable"
     ids = np.arange(10, dtype=np.int64)
     positions = np.arange(19, -1, -2, dtype=np.int64)  # rows 19, 17, .., 1 of a 20-row array
     seg = shm.Segment.create(shm.DEFAULT_DIR, 20 * F * 4)  # feat rows: F float32
@@ -251,8 +253,10 @@ def test_node_data_written_into_the_callers_segment(server: Server, orig: np.nda
 @pytest.mark.parametrize("case", ["no offer", "position out of range", "bad segment name", "segment gone", "too small"])
 def test_bad_node_data_targets_get_a_clear_status(server: Server, case: str) -> None:
     offer = shm.shared_offer()
+    assert offer is not None, "needs_shm: the offer directory is usable"
     seg = shm.Segment.create(shm.DEFAULT_DIR, 4 * F * 4)  # room for 4 float32 feat rows
-    ids, name, rows, pos, metadata = np.arange(2), seg.name, 4, np.array([0, 1]), offer.metadata()
+    ids, name, rows, pos = np.arange(2), seg.name, 4, np.array([0, 1])
+    metadata: tuple[tuple[str, str], ...] | None = offer.metadata()
     expected = grpc.StatusCode.INVALID_ARGUMENT
     if case == "no offer":
         metadata, expected = None, grpc.StatusCode.FAILED_PRECONDITION

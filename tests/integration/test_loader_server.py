@@ -9,6 +9,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -73,10 +74,11 @@ def cluster(arith_root: Path) -> Iterator[Cluster]:
         store.close()
 
 
-def job(**kw: object) -> pb.JobSpec:
-    args = dict(job_id="it", job_seed=3, split="train", batch_size=8, fanouts=[3, 2], shuffle=True, rank=0, world_size=1,
+def job(**changes: Any) -> pb.JobSpec:
+    """A valid JobSpec with ``changes`` applied; protobuf checks their names and types."""
+    args: dict[str, Any] = dict(job_id="it", job_seed=3, split="train", batch_size=8, fanouts=[3, 2], shuffle=True, rank=0, world_size=1,
                 feature_name="feat", label_name="label")  # fmt: skip
-    args.update(kw)
+    args.update(changes)
     return pb.JobSpec(**args)
 
 
@@ -123,7 +125,9 @@ def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
         (dict(feature_name="nope"), grpc.StatusCode.NOT_FOUND, "feature_name"),
     ],
 )
-def test_bad_jobs_get_documented_codes_and_the_server_keeps_serving(cluster: Cluster, changes: dict, code: grpc.StatusCode, words: str) -> None:
+def test_bad_jobs_get_documented_codes_and_the_server_keeps_serving(
+    cluster: Cluster, changes: dict[str, Any], code: grpc.StatusCode, words: str
+) -> None:
     bad = job(**changes)
     err = rpc_error(lambda: cluster.stub.DescribeJob(pb.DescribeJobRequest(job=bad), timeout=30))
     assert err.code() == code and words in err.details()

@@ -45,15 +45,15 @@ class FlakyGraphStore(pb_grpc.GraphStoreServiceServicer):
         if err is not None:
             raise err
 
-    def GetPartitionInfo(self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext) -> pb.GetPartitionInfoResponse:
+    def GetPartitionInfo(self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext) -> pb.GetPartitionInfoResponse:  # noqa: N802 (the proto's RPC name)
         self._attempt("GetPartitionInfo")
         return pb.GetPartitionInfoResponse(partition_id=0, num_partitions=1, num_nodes=4, node_offsets=[0, 4], dataset="tiny")
 
-    def GetSplit(self, request: pb.GetSplitRequest, context: grpc.ServicerContext) -> pb.GetSplitResponse:
+    def GetSplit(self, request: pb.GetSplitRequest, context: grpc.ServicerContext) -> pb.GetSplitResponse:  # noqa: N802 (the proto's RPC name)
         self._attempt("GetSplit")
         return pb.GetSplitResponse(ids=codec.encode(np.arange(4, dtype=np.int64)))
 
-    def GetNodeData(self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext) -> Iterator[pb.GetNodeDataResponse]:
+    def GetNodeData(self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext) -> Iterator[pb.GetNodeDataResponse]:  # noqa: N802 (the proto's RPC name)
         self._attempt("GetNodeData")
         ids = codec.decode(request.ids)
         yield pb.GetNodeDataResponse(start=0, rows=codec.encode(ROWS[ids[:1]]))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from graphfeed.common import blocks as blocks_codec
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 MAX_SEEDS, MAX_FANOUT = 8, 20
 SEEDS = [3, 0, 42, 8, 99, 5, 61]
-GOOD = dict(seeds=SEEDS, fanouts=[3, 2], job_seed=5, epoch=1, step=4)
+FANOUTS = [3, 2]
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +78,17 @@ def local_sampler(arith_root: Path) -> Iterator[MultiHopSampler]:
         s.close()
 
 
-def request(seeds=None, fanouts=None, replace=False, job_seed=5, epoch=1, step=4, dtype=np.int64) -> pb.SampleBlocksRequest:  # noqa: ANN001
+def request(
+    seeds: list[int] | None = None,
+    fanouts: list[int] | None = None,
+    replace: bool = False,
+    job_seed: int = 5,
+    epoch: int = 1,
+    step: int = 4,
+    dtype: npt.DTypeLike = np.int64,
+) -> pb.SampleBlocksRequest:
     req = pb.SampleBlocksRequest(
-        fanouts=GOOD["fanouts"] if fanouts is None else fanouts,
+        fanouts=FANOUTS if fanouts is None else fanouts,
         replace=replace,
         step_key=tensor_pb2.StepKey(job_seed=job_seed, epoch=epoch, step=step),
     )

@@ -36,6 +36,13 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
     return True
 
 
+def finished(arena: shm.Arena) -> shm.Segment:
+    """``arena.finish()`` for an arena that holds data, so its segment exists (never None)."""
+    seg = arena.finish()
+    assert seg is not None, "finish() returns None only for an empty arena"
+    return seg
+
+
 def lend(directory: Path, seg: shm.Segment, values: np.ndarray) -> np.ndarray:
     """Writer fills a lease; a reader claims it as a recycled segment and returns its array."""
     seg.array(0, values.shape, values.dtype)[...] = values

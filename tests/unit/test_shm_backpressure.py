@@ -156,7 +156,7 @@ def test_the_call_s_end_closes_the_watch_of_an_idle_stream(tmp_path: Path, ctx: 
 def test_without_inotify_it_polls(
     tmp_path: Path, ctx: _Context, waiter: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(DirectoryWatch, "open", classmethod(lambda cls: None))
+    monkeypatch.setattr(DirectoryWatch, "open", classmethod(lambda _cls: None))
     pressure = shm.Backpressure(ctx, limit=1)
     segs = [_segment(tmp_path) for _ in range(2)]
     pressure.sent([segs[0].path])

@@ -3,6 +3,7 @@ a peer's files (PeerSegments)."""
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from graphfeed.common import shm
 from graphfeed.common.errors import InvalidArgument, Unavailable
-from tests.unit.shm_support import FakeClock, lend, segments, wait_for
+from tests.unit.shm_support import FakeClock, finished, lend, segments, wait_for
 
 
 def test_pool_reuses_a_file_once_its_reader_lets_go(tmp_path: Path) -> None:
@@ -100,7 +101,7 @@ def test_pool_forgets_files_removed_behind_its_back(tmp_path: Path) -> None:
     assert segments(tmp_path) == []
 
 
-def _only(pool: shm.SegmentPool) -> tuple:
+def _only(pool: shm.SegmentPool) -> tuple[str, Path, int, mmap.mmap]:
     (name, (mm, cap, _)), = pool._files.items()
     return name, pool.directory / name, cap, mm
 
@@ -140,7 +141,7 @@ def test_pooled_arena_marks_its_references_recycled(tmp_path: Path) -> None:
     pool, registry = shm.SegmentPool(tmp_path), shm.SegmentRegistry()
     arena = shm.Arena(tmp_path, registry, pool=pool)
     msg = codec.encode(np.arange(5, dtype=np.int32), tensor_pb2.Tensor(), arena)
-    arena.finish().close()
+    finished(arena).close()
     assert msg.shm.recycle and msg.shm.segment == arena.name
     got = codec.decode(msg, segments=shm.SegmentReader(tmp_path))
     assert got.tolist() == [0, 1, 2, 3, 4]

@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common import shm
-from tests.unit.shm_support import FakeClock, segments
+from tests.unit.shm_support import FakeClock, finished, segments
 
 
 def test_registry_outstanding_counts_unclaimed(tmp_path: Path) -> None:
     reg = shm.SegmentRegistry()
     owner = object()
-    segs = []
+    segs: list[shm.Segment] = []
     for _ in range(3):
         arena = shm.Arena(tmp_path, reg, owner)
         arena.put(np.arange(4))
-        segs.append(arena.finish())
+        segs.append(finished(arena))
     assert reg.outstanding(owner) == 3
     assert reg.outstanding(object()) == 0
     shm.SegmentReader(tmp_path).array(segs[0].name, 0, (4,), np.int64)

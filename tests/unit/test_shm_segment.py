@@ -14,12 +14,12 @@ import pytest
 from graphfeed.common import shm
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from graphfeed.common.shm.files import SEGMENT_RE
-from tests.unit.shm_support import segments
+from tests.unit.shm_support import finished, segments
 
 
 def test_arena_round_trip_through_reader(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    arrays = [
+    arrays: list[np.ndarray] = [
         rng.random((7, 5), dtype=np.float32),
         rng.integers(-(1 << 40), 1 << 40, size=13, dtype=np.int64),
         np.empty((0, 4), dtype=np.float32),
@@ -165,7 +165,7 @@ def test_reader_errors(tmp_path: Path) -> None:
 
     arena = shm.Arena(tmp_path)
     arena.put(np.arange(4, dtype=np.int64))
-    arena.finish().close()
+    finished(arena).close()
     with pytest.raises(InvalidArgument, match="offset 8"):
         reader.array(arena.name, 8, (4,), np.int64)
     with pytest.raises(InvalidArgument):
@@ -192,7 +192,7 @@ def test_default_dir_round_trip() -> None:
     offer.close()
     arena = shm.Arena(directory)
     off = arena.put(np.arange(1000, dtype=np.float32))
-    arena.finish().close()
+    finished(arena).close()
     got = shm.SegmentReader(offer.directory).array(arena.name, off, (1000,), np.float32)
     assert np.array_equal(got, np.arange(1000))
     assert not (shm.DEFAULT_DIR / arena.name).exists()

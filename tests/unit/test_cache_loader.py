@@ -5,6 +5,7 @@ while every prefetch fails. (The policies on hand-built traces: test_cache_polic
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -91,7 +92,7 @@ class GatedSampler:
     def __init__(self, inner: MultiHopSampler, gate: threading.Event) -> None:
         self.inner, self.gate = inner, gate
 
-    def sample(self, seeds: np.ndarray, fanouts: list[int], replace: bool, job_seed: int, epoch: int, step: int) -> SampledBlocks:
+    def sample(self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int) -> SampledBlocks:
         if step == 0:
             assert self.gate.wait(30), "the later steps were never announced"
         return self.inner.sample(seeds, fanouts, replace, job_seed, epoch, step)
@@ -112,6 +113,7 @@ def test_the_pipeline_announces_each_step_to_the_policy_before_gathering_it(
         on_sampled(self, key, ids)
 
     def spy_access(self: LookaheadCache, ids: np.ndarray, hit: np.ndarray, key: tuple[int, int] | None = None) -> None:
+        assert key is not None, "the loader names the step it gathers"
         events.append(("access", key[1], np.array(ids), [s for _, s in self.window]))
         on_access(self, ids, hit, key)
 
@@ -158,7 +160,8 @@ def test_prefetch_failures_degrade_to_misses_and_minibatches_stay_exact(
             assert [mb.step for mb in mbs] == list(range(8))
             for mb in mbs:
                 assert_exact(mb, orig)
-        assert loader._cache("feat").policy.prefetcher.wait_idle()
+        prefetcher = loader._cache("feat").policy.prefetcher
+        assert prefetcher is not None and prefetcher.wait_idle()
         (host,) = loader.cache_stats()
     finally:
         loader.close()

@@ -8,15 +8,16 @@ from __future__ import annotations
 import itertools
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from graphfeed.common.errors import Unavailable
-from graphfeed.graph_store.types import NodeDataInfo
+from graphfeed.graph_store.types import NodeDataInfo, PartitionSet
 from graphfeed.loader.belady import NEVER, belady, next_use
 from graphfeed.loader.cache import CacheOptions, CachePolicy
-from graphfeed.loader.fetch import Prefetcher
+from graphfeed.loader.fetch import Prefetcher, RowsFetcher
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
 from graphfeed.loader.policies import make_cache
@@ -65,7 +66,13 @@ class TinyPartitions:
         return done(rows(ids))
 
 
-def policy(name: str, capacity_rows: int, fetch=rows, **options: object) -> tuple[CachePolicy, Prefetcher]:  # noqa: ANN001
+def tiny_partitions(degrees: list[int]) -> PartitionSet:
+    """A :class:`TinyPartitions` where a policy's ``warm_up`` wants a partition set: it has just
+    what warm-up reads (ownership, degrees, rows), not the whole protocol."""
+    return cast(PartitionSet, TinyPartitions(degrees))
+
+
+def policy(name: str, capacity_rows: int, fetch: RowsFetcher = rows, **options: Any) -> tuple[CachePolicy, Prefetcher]:
     cache = make_cache(name, capacity_rows * ROW * 4, row_shape=(ROW,), dtype=np.float32, num_nodes=N, options=CacheOptions(**options))
     prefetcher = Prefetcher(fetch, manual=True, max_pending=100)
     cache.attach(prefetcher)
@@ -112,7 +119,7 @@ def test_belady_keeps_the_soonest_needed_rows_of_a_batch() -> None:
 
 def brute_force_min_misses(trace: list[np.ndarray], capacity: int) -> int:
     """Exhaustive search over every cache content after every step (tiny traces only)."""
-    best = {frozenset(): 0}
+    best: dict[frozenset, int] = {frozenset(): 0}
     for step in trace:
         ids = set(step.tolist())
         nxt: dict[frozenset, int] = {}
@@ -149,7 +156,7 @@ def test_massivegnn_fill_decay_eviction_and_prefetch_rounds() -> None:
     # decay 0.5, period 2: threshold 0.25; a node is evicted after more than 2 minibatches without a hit.
     cache, pf = policy("massivegnn", 3, prefetch_fraction=0.2, alpha=0.5, period_steps=2)
     assert isinstance(cache, MassiveGnnCache)
-    cache.warm_up(TinyPartitions([1, 1, 1, 1, 1, 9, 1, 8, 1, 1]), "feat")
+    cache.warm_up(tiny_partitions([1, 1, 1, 1, 1, 9, 1, 8, 1, 1]), "feat")
     assert cached(cache) == [] and pf.run_pending() == 1  # the fill runs in the background
     assert cached(cache) == [5, 7]
     assert access(cache, [5, 1]) == [True, False]
@@ -173,7 +180,7 @@ def test_massivegnn_fill_decay_eviction_and_prefetch_rounds() -> None:
 def test_massivegnn_random_fill_is_seeded() -> None:
     def fill(seed: int) -> list[int]:
         cache, pf = policy("massivegnn", 4, prefetch_fraction=0.4, initial_fill="random", seed=seed)
-        cache.warm_up(TinyPartitions([1] * N), "feat")
+        cache.warm_up(tiny_partitions([1] * N), "feat")
         pf.run_pending()
         return cached(cache)
 
@@ -187,7 +194,7 @@ def failing_fetch(ids: np.ndarray) -> np.ndarray:
 
 def test_a_failed_prefetch_leaves_misses_and_is_retried_next_round() -> None:
     cache, pf = policy("massivegnn", 3, fetch=failing_fetch, prefetch_fraction=0.2, period_steps=1)
-    cache.warm_up(TinyPartitions([1, 1, 1, 1, 1, 9, 1, 8, 1, 1]), "feat")
+    cache.warm_up(tiny_partitions([1, 1, 1, 1, 1, 9, 1, 8, 1, 1]), "feat")
     pf.run_pending()
     assert cached(cache) == [] and cache.tier.prefetch_failed == 2
     assert access(cache, [5, 7]) == [False, False]  # served as misses, rows exact (checked in access)
@@ -267,6 +274,7 @@ def test_lookahead_prefetch_never_evicts_a_row_with_a_nearer_use() -> None:
 
 def test_lookahead_prefetch_displaces_only_colder_rows_needed_nowhere_in_the_window() -> None:
     cache, pf = policy("lookahead", 3, lookahead_prefetch_steps=1)
+    assert isinstance(cache, LookaheadCache)
     cache.tier.insert(np.array([1, 2, 3]), rows([1, 2, 3]))
     cache._freq[[1, 2, 3, 7, 8]] = [5, 1, 1, 3, 1]  # access counts of earlier epochs (set directly for brevity)
     cache.on_sampled((0, 0), np.array([1]))
@@ -283,6 +291,7 @@ def test_lookahead_prefetch_displaces_only_colder_rows_needed_nowhere_in_the_win
 
 def test_lookahead_forgets_a_closed_stream() -> None:
     cache, _ = policy("lookahead", 2, lookahead_prefetch_steps=0)
+    assert isinstance(cache, LookaheadCache)
     cache.on_sampled((7, 0), np.array([1, 2]))
     cache.on_sampled((7, 1), np.array([2, 3]))
     cache.forget(7)
@@ -295,7 +304,7 @@ def test_replays_are_deterministic() -> None:
 
     def run(name: str) -> tuple:
         cache, pf = policy(name, 4, period_steps=3, alpha=0.2, initial_fill="random", seed=3)
-        cache.warm_up(TinyPartitions(list(range(N))), "feat")
+        cache.warm_up(tiny_partitions(list(range(N))), "feat")
         pf.run_pending()
         seq = []
         for s, ids in enumerate(trace):

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pytest
 
 from graphfeed.common.errors import Unavailable
 from graphfeed.graph_store.fanout import Chunk, fan_out, fan_out_requests
+from graphfeed.graph_store.types import PartitionSet
 
 IDS = np.array([7, 1, 9, 2, 6, 3], dtype=np.int64)  # partition 0 owns [0, 5), partition 1 [5, 10)
 
@@ -26,6 +28,11 @@ class _Partitions:
 
     info: _Info = field(default_factory=_Info)
     num_partitions: int = 2
+
+
+def _partitions() -> PartitionSet:
+    """A :class:`_Partitions` where a fan-out wants a partition set (it reads no more than that)."""
+    return cast(PartitionSet, _Partitions())
 
 
 class _Recorder:
@@ -44,7 +51,7 @@ class _Recorder:
 
 def test_chunks_grouped_by_owner_all_started_then_merged() -> None:
     call = _Recorder()
-    pending = fan_out_requests(_Partitions(), IDS, call, max_ids_per_request=2)
+    pending = fan_out_requests(_partitions(), IDS, call, max_ids_per_request=2)
     got = [(c.partition, c.ids.tolist(), c.positions.tolist(), c.first_position) for c in call.chunks]
     assert got == [(0, [1, 2], [1, 3], 0), (0, [3], [5], 2), (1, [7, 9], [0, 2], 0), (1, [6], [4], 2)]
     assert pending.order.tolist() == [1, 3, 5, 0, 2, 4]
@@ -55,18 +62,25 @@ def test_chunks_grouped_by_owner_all_started_then_merged() -> None:
 
 
 def test_rows_come_back_in_id_order_with_bytes_per_partition() -> None:
-    rows_of = lambda p, ids: _done(np.stack([ids * 10, ids * 10 + 1], axis=1).astype(np.float32))  # noqa: E731
-    rows, received = fan_out(_Partitions(), IDS, rows_of, max_ids_per_request=2).wait((2,), np.float32)
+    def rows_of(_p: int, ids: np.ndarray) -> Future:
+        return _done(np.stack([ids * 10, ids * 10 + 1], axis=1).astype(np.float32))
+
+    rows, received = fan_out(_partitions(), IDS, rows_of, max_ids_per_request=2).wait((2,), np.float32)
     np.testing.assert_array_equal(rows, np.stack([IDS * 10, IDS * 10 + 1], axis=1))
     assert received == {0: 3 * 8, 1: 3 * 8}
     seen: list[list[int]] = []
-    fan_out(_Partitions(), IDS, lambda p, ids, pos: seen.append(pos.tolist()), 4, with_positions=True)
+
+    def record_positions(_p: int, _ids: np.ndarray, positions: np.ndarray) -> Future:
+        seen.append(positions.tolist())
+        return _done(None)
+
+    fan_out(_partitions(), IDS, record_positions, 4, with_positions=True)
     assert seen == [[1, 3, 5], [0, 2, 4]]
 
 
 def test_a_failed_request_cancels_the_rest_and_is_reraised() -> None:
     call = _Recorder()
-    pending = fan_out_requests(_Partitions(), IDS, call, max_ids_per_request=2)
+    pending = fan_out_requests(_partitions(), IDS, call, max_ids_per_request=2)
     err = Unavailable("graph-store 0 is down")
     call.futures[0].set_exception(err)
     with pytest.raises(Unavailable) as info:
@@ -84,13 +98,13 @@ def test_a_request_that_fails_to_start_cancels_those_started() -> None:
         return call(chunk)
 
     with pytest.raises(Unavailable, match="graph-store 1"):
-        fan_out_requests(_Partitions(), IDS, start, max_ids_per_request=2)
+        fan_out_requests(_partitions(), IDS, start, max_ids_per_request=2)
     assert len(call.futures) == 2 and all(f.cancelled() for f in call.futures)
 
 
 def test_max_ids_per_request_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_ids_per_request"):
-        fan_out_requests(_Partitions(), IDS, _Recorder(), max_ids_per_request=0)
+        fan_out_requests(_partitions(), IDS, _Recorder(), max_ids_per_request=0)
 
 
 def _done(value: object) -> Future:

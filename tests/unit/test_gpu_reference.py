@@ -67,10 +67,10 @@ def test_rand_and_bounded_match_exact_integer_arithmetic() -> None:
 
 @pytest.mark.parametrize(("dtype", "width"), [(np.float32, 128), (np.float16, 7), (np.float32, 3), (np.float16, 64)])
 def test_reference_gather_is_fancy_indexing(dtype: type, width: int) -> None:
-    table = np.random.default_rng(0).standard_normal((50, width)).astype(dtype)
+    table: np.ndarray = np.random.default_rng(0).standard_normal((50, width)).astype(dtype)
     ids = np.array([3, 3, 49, 0, 17])
     assert np.array_equal(reference.gather_rows(table, ids), table[ids])
-    out = np.empty((5, width), dtype=dtype)
+    out: np.ndarray = np.empty((5, width), dtype=dtype)
     assert reference.gather_rows(table, ids, out=out) is out and np.array_equal(out, table[ids])
     with pytest.raises(ValueError, match=r"\[0, 50\)"):
         reference.gather_rows(table, np.array([50]))
@@ -182,7 +182,7 @@ def emu() -> EmulatorBackend:
     (np.float16, 7, 0, 2), (np.uint8, 5, 0, 1), (np.float32, 128, 1, 4),  # offset: base pointer 4 B off
 ])  # fmt: skip
 def test_emulated_gather_is_bit_identical(emu: EmulatorBackend, dtype: type, width: int, offset: int, unit: int) -> None:
-    base = np.random.default_rng(1).standard_normal((41, width)).astype(dtype)
+    base: np.ndarray = np.random.default_rng(1).standard_normal((41, width)).astype(dtype)
     if np.dtype(dtype).kind == "f":
         base[5, 0] = np.nan  # NaN payloads must survive: the kernels move bytes, not floats
     table = base[offset:]
@@ -247,6 +247,7 @@ def _nvrtc() -> ctypes.CDLL | None:
 def test_kernels_compile_with_nvrtc_as_cupy_does(cu: Path) -> None:
     """The exact text and options ``cupy.RawModule`` gets (header inlined, no include path)."""
     lib = _nvrtc()
+    assert lib is not None
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels._module_source(cu).encode(), cu.name.encode(), 0, None, None) == 0
     opts = [b"-std=c++17", b"--gpu-architecture=compute_90"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -145,7 +146,7 @@ def test_a_lookahead_policy_behind_the_gpu_tier_hears_every_hook(
     opts = CacheOptions(lookahead_prefetch_steps=1)
     inner = make_cache("lookahead", 10 * ROW_BYTES, row_shape=(F,), dtype=np.float32, num_nodes=N, options=opts)
     c = with_gpu_tier(inner, 14 * ROW_BYTES, backend=emu)
-    assert isinstance(c, GpuTieredCache) and isinstance(c.inner, LookaheadCache)
+    assert isinstance(c, GpuTieredCache) and isinstance(c.inner, LookaheadCache) and isinstance(inner, LookaheadCache)
     pf = Prefetcher(node_data_fetcher(parts, "feat"), manual=True, max_pending=100)
     c.attach(pf)
     c.warm_up(parts, "feat")
@@ -206,7 +207,7 @@ def test_loader_default_path_has_no_gpu_tier(parts: LocalPartitionSet) -> None:
 def test_loader_with_an_emulated_gpu_tier_streams_the_same_features(
     parts: LocalPartitionSet, emu: EmulatorBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kw = {"cache_policy": "lru", "cache_bytes": 20 * ROW_BYTES}
+    kw: dict[str, Any] = {"cache_policy": "lru", "cache_bytes": 20 * ROW_BYTES}
     plain = Loader(parts, MultiHopSampler(parts), **kw)
     monkeypatch.setattr(tier_mod, "gpu_available", lambda: True)
     monkeypatch.setattr(tier_mod, "cuda_backend", lambda: emu)
@@ -231,14 +232,14 @@ def test_embedded_data_loader_hands_device_features_to_torch(
     pytest.importorskip("dgl")
     from graphfeed.trainer.dataloader import EmbeddedDataLoader
 
-    kw = {"cache_policy": "lru", "cache_bytes": 20 * ROW_BYTES}
+    kw: dict[str, Any] = {"cache_policy": "lru", "cache_bytes": 20 * ROW_BYTES}
     plain = Loader(parts, MultiHopSampler(parts), **kw)
     monkeypatch.setattr(tier_mod, "gpu_available", lambda: True)
     monkeypatch.setattr(tier_mod, "cuda_backend", lambda: emu)
     gpu = Loader(parts, MultiHopSampler(parts), gpu_cache_bytes=14 * ROW_BYTES, **kw)
     lookups = []
     monkeypatch.setattr(GpuTieredCache, "lookup", lambda *a: lookups.append(a))  # the host path must not run
-    job = dict(fanouts=[3, 2], batch_size=8, seed=3, job_id="g")
+    job: dict[str, Any] = dict(fanouts=[3, 2], batch_size=8, seed=3, job_id="g")
     try:
         want = [(i.numpy().copy(), b[0].srcdata["feat"].numpy().copy(), b[-1].dstdata["label"].numpy().copy())
                 for i, _o, b in EmbeddedDataLoader(plain, **job)]  # fmt: skip

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.sampler.core import MultiHopSampler
+from graphfeed.sampler.types import BlockSampler
 from tests.graphs import arithmetic_features, arithmetic_labels
 
 F = 4  # feat_dim of the arith_root fixture
@@ -29,7 +31,7 @@ JOB = JobSpec(job_id="t", job_seed=11, split="train", batch_size=8, fanouts=(3, 
 def make_loader(parts: LocalPartitionSet) -> Iterator[Callable[..., Loader]]:
     made: list[Loader] = []
 
-    def make(partitions: LocalPartitionSet | None = None, sampler: object = None, **kw: object) -> Loader:
+    def make(partitions: LocalPartitionSet | None = None, sampler: BlockSampler | None = None, **kw: Any) -> Loader:
         p = parts if partitions is None else partitions
         loader = Loader(p, sampler or MultiHopSampler(p), **kw)
         made.append(loader)
@@ -241,7 +243,7 @@ def test_closing_the_consumer_generator_stops_the_producer(make_loader: Callable
     loader = make_loader(parts, sampler, lookahead_steps=2, max_inflight=1)
     job = JobSpec(**{**JOB.__dict__, "batch_size": 2})  # 30 steps
 
-    def servicer_like() -> Iterator[ReadyMinibatch]:
+    def servicer_like() -> Generator[ReadyMinibatch, None, None]:
         with loader.stream(job, 0, 0) as stream:
             yield from stream
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -11,8 +13,8 @@ from graphfeed.loader.plan import EpochPlan
 IDS = np.arange(10, 110, dtype=np.int64)  # 100 sorted gids
 
 
-def plan(ids: np.ndarray = IDS, **kw: object) -> EpochPlan:
-    args = dict(job_seed=7, epoch=0, rank=0, world_size=1, batch_size=8, shuffle=True, drop_last=False)
+def plan(ids: np.ndarray = IDS, **kw: Any) -> EpochPlan:
+    args: dict[str, Any] = dict(job_seed=7, epoch=0, rank=0, world_size=1, batch_size=8, shuffle=True, drop_last=False)
     args.update(kw)
     return EpochPlan.build(ids, **args)
 

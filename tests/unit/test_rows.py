@@ -14,10 +14,10 @@ from graphfeed.common.rows import scatter_rows, take_rows
 )
 def test_take_and_scatter_equal_numpy(dtype: type, row_shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(0)
-    table = (rng.random((1000, *row_shape)) * 100).astype(dtype)
+    table: np.ndarray = (rng.random((1000, *row_shape)) * 100).astype(dtype)
     rows = rng.integers(0, len(table), 300)
     assert take_rows(table, rows).tobytes() == table[rows].tobytes()
-    out = np.zeros((500, *row_shape), dtype=dtype)
+    out: np.ndarray = np.zeros((500, *row_shape), dtype=dtype)
     positions = rng.permutation(500)[:300]
     scatter_rows(table, rows, out, positions)
     expected = np.zeros_like(out)

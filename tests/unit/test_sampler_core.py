@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.types import PartitionSet
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_degree, arithmetic_graph, expected_in_neighbors
 
@@ -21,7 +24,7 @@ SEEDS_IN = [3, 0, 42, 8, 99, 5, 61]  # input ids; owners interleave across the t
 
 
 @pytest.fixture(scope="module")
-def partitions(arith_root: Path) -> LocalPartitionSet:
+def partitions(arith_root: Path) -> Iterator[LocalPartitionSet]:
     stores = [GraphStore.open(arith_root / f"part-0000{p}") for p in (0, 1)]
     yield LocalPartitionSet(stores)
     for s in stores:
@@ -166,10 +169,13 @@ def test_full_fanout_matches_dgl(sampler: MultiHopSampler, orig: np.ndarray, gid
 
 
 class _RecordingPartitions:
-    """Wraps a partition set: logs when requests start and when their results are awaited."""
+    """Wraps a partition set: logs when requests start and when their results are awaited.
+
+    It has just what a sampler reads of a partition set, so a test casts it to ``PartitionSet``."""
 
     def __init__(self, inner: LocalPartitionSet, fail: dict[int, Exception] | None = None) -> None:
-        self.inner, self.info, self.fail, self.log = inner, inner.info, fail or {}, []
+        self.log: list[tuple[str, int]] = []
+        self.inner, self.info, self.fail = inner, inner.info, fail or {}
         self.num_partitions = inner.num_partitions
 
     def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0) -> Future:
@@ -189,7 +195,7 @@ class _RecordingPartitions:
 
 def test_partitions_requested_in_parallel_each_hop(partitions: LocalPartitionSet, gid_of: np.ndarray) -> None:
     rec = _RecordingPartitions(partitions)
-    MultiHopSampler(rec).sample(seeds_gid(gid_of), [2, 2], False, 0, 0, 0)
+    MultiHopSampler(cast(PartitionSet, rec)).sample(seeds_gid(gid_of), [2, 2], False, 0, 0, 0)
     assert rec.log == [("start", 0), ("start", 1), ("wait", 0), ("wait", 1)] * 2
 
 
@@ -199,7 +205,7 @@ def test_large_shares_go_out_in_chunks_with_the_same_sample(partitions: LocalPar
     seeds = seeds_gid(gid_of)
     whole = MultiHopSampler(partitions).sample(seeds, [3, 2], False, 11, 2, 5)
     rec = _RecordingPartitions(partitions)
-    chunked = MultiHopSampler(rec, max_ids_per_request=2).sample(seeds, [3, 2], False, 11, 2, 5)
+    chunked = MultiHopSampler(cast(PartitionSet, rec), max_ids_per_request=2).sample(seeds, [3, 2], False, 11, 2, 5)
     assert as_bytes(chunked) == as_bytes(whole)
     first_wait = next(i for i, e in enumerate(rec.log) if e[0] == "wait")
     assert first_wait > 2 and all(e[0] == "start" for e in rec.log[:first_wait]), "a hop's chunks all start before any is awaited"
@@ -211,7 +217,7 @@ def test_large_shares_go_out_in_chunks_with_the_same_sample(partitions: LocalPar
 def test_partition_errors_propagate_unchanged(partitions: LocalPartitionSet, gid_of: np.ndarray) -> None:
     err = Unavailable("graph-store 1 is down")
     with pytest.raises(Unavailable) as info:
-        MultiHopSampler(_RecordingPartitions(partitions, fail={1: err})).sample(seeds_gid(gid_of), [2], False, 0, 0, 0)
+        MultiHopSampler(cast(PartitionSet, _RecordingPartitions(partitions, fail={1: err}))).sample(seeds_gid(gid_of), [2], False, 0, 0, 0)
     assert info.value is err
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from pydantic.dataclasses import is_pydantic_dataclass
+from pydantic.fields import FieldInfo
 
 from graphfeed.cli import build_parser
 from graphfeed.common.config import add_settings_arguments
@@ -13,9 +15,15 @@ from graphfeed.loader.config import CACHE_OPTION_SETTINGS, LoaderSettings
 from graphfeed.trainer.config import TrainConfig
 
 
+def _cache_option_fields() -> dict[str, FieldInfo]:
+    options: type = CacheOptions
+    assert is_pydantic_dataclass(options)  # narrows to a type that declares __pydantic_fields__
+    return options.__pydantic_fields__
+
+
 @pytest.mark.parametrize(("setting", "option"), CACHE_OPTION_SETTINGS.items())
 def test_loader_cache_settings_are_the_cache_options(setting: str, option: str) -> None:
-    ours, theirs = LoaderSettings.model_fields[setting], CacheOptions.__pydantic_fields__[option]
+    ours, theirs = LoaderSettings.model_fields[setting], _cache_option_fields()[option]
     assert (ours.annotation, ours.default, ours.metadata, ours.description) == (
         theirs.annotation, theirs.default, theirs.metadata, theirs.description,
     )  # fmt: skip

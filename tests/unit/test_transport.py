@@ -135,6 +135,8 @@ def test_a_cancelled_stream_drops_its_unclaimed_segments(shared, tmp_path: Path)
 
 def test_writing_into_a_callers_segment_needs_a_verified_offer(shared) -> None:  # noqa: ANN001
     transport, _, _ = shared
-    with pytest.raises(FailedPrecondition, match="M with a target needs a shared-memory offer"):
-        with transport.response(_Context(None), "M") as r:
-            r.peer_array("graphfeed-seg-1o00000000-0-00000000", 0, (1,), np.float32)
+    with (
+        pytest.raises(FailedPrecondition, match="M with a target needs a shared-memory offer"),
+        transport.response(_Context(None), "M") as r,
+    ):
+        r.peer_array("graphfeed-seg-1o00000000-0-00000000", 0, (1,), np.float32)

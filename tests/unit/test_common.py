@@ -48,7 +48,7 @@ def test_generated_proto_code_is_up_to_date() -> None:
     [[], ["ingest"], ["serve"], ["serve", "graph-store"], ["serve", "sampler"], ["serve", "loader"], ["train"], ["demo"]],
 )
 def test_every_subcommand_has_help(argv: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-m", "graphfeed", *argv, "--help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "graphfeed", *argv, "--help"], capture_output=True, text=True, encoding="utf-8", timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage: graphfeed" in out.stdout
 
@@ -62,5 +62,5 @@ def test_every_subcommand_has_help(argv: list[str]) -> None:
     ],
 )
 def test_train_needs_a_loader_or_graph_stores_and_a_sampler(argv: list[str], message: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "graphfeed", "train", *argv], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "graphfeed", "train", *argv], capture_output=True, text=True, encoding="utf-8", timeout=120)
     assert out.returncode != 0 and message in out.stderr, out.stderr

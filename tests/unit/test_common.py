@@ -48,7 +48,8 @@ def test_generated_proto_code_is_up_to_date() -> None:
     [[], ["ingest"], ["serve"], ["serve", "graph-store"], ["serve", "sampler"], ["serve", "loader"], ["train"], ["demo"]],
 )
 def test_every_subcommand_has_help(argv: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-m", "graphfeed", *argv, "--help"], capture_output=True, text=True, encoding="utf-8", timeout=120)
+    argv = [sys.executable, "-m", "graphfeed", *argv, "--help"]
+    out = subprocess.run(argv, capture_output=True, text=True, encoding="utf-8", timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage: graphfeed" in out.stdout
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs the checks, then the test suite: ruff (lint), mypy (types), pytest (unit + integration +
-# fidelity). Extra arguments go to pytest. Every step runs even when an earlier one fails, so
+# Installs what the tests need, runs the checks, then the test suite: the project venv
+# (scripts/bootstrap.sh), the deployment tools the deploy tests run (scripts/install_ci_tools.sh:
+# promtool, kubectl, kubernetes-validate, checkov, hadolint, grpcurl, buf, tsc; about a second
+# once installed), then ruff (lint), mypy (types), pytest (unit + integration + deploy). Extra arguments go to pytest. Every step runs even when an earlier one fails, so
 # one run shows every problem; the script fails when any step failed. pytest's exit code 5 (no
 # test collected) counts as a failure, so an empty run never passes.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$("$repo/scripts/bootstrap.sh")" || exit 1
+"$repo/scripts/install_ci_tools.sh" >/dev/null || { echo "test.sh: installing the deployment tools failed" >&2; exit 1; }
 cd "$repo"
 status=0
 

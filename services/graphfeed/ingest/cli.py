@@ -10,7 +10,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import GraphfeedError, InvalidArgument
-from graphfeed.common.partition import MANIFEST, GraphManifest, PartitionReader, part_dir_name
+from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
 from graphfeed.ingest.graph import GraphData
+from graphfeed.ingest.outdir import staged_out
 from graphfeed.ingest.partition import METHODS, write_partitioned
 from graphfeed.ingest.sources import SOURCES, load_source
 from graphfeed.ingest.synthetic import PRESETS
@@ -66,13 +66,13 @@ def _describe(spec: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``graphfeed ingest``; returns the exit status (2 on a user error)."""
     try:
-        _prepare_out(args.out, args.force)
-        t0 = time.perf_counter()
-        g = load_source(args.source, **source_kwargs(args))
-        t_load = time.perf_counter() - t0
-        print(f"loaded {g.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, node data {_node_data(g)} in {t_load:.1f}s", flush=True)
-        manifest = write_partitioned(g, args.out, args.num_partitions, args.method, args.seed, progress=not args.no_progress)
-        del g
+        with staged_out(args.out, args.force) as stage:  # --out is replaced only once all is written
+            t0 = time.perf_counter()
+            g = load_source(args.source, **source_kwargs(args))
+            t_load = time.perf_counter() - t0
+            print(f"loaded {g.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, node data {_node_data(g)} in {t_load:.1f}s", flush=True)
+            manifest = write_partitioned(g, stage, args.num_partitions, args.method, args.seed, progress=not args.no_progress)
+            del g
         summarize(args.out, manifest, t_load, time.perf_counter() - t0 - t_load)
     except GraphfeedError as e:
         print(f"graphfeed ingest: error: {e}", file=sys.stderr)
@@ -103,21 +103,6 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         }  # fmt: skip
     extra = {} if args.homophily is None else {"homophily": args.homophily}
     return {"preset": args.preset, **sizes, **extra, "seed": args.seed, "split_seed": args.split_seed, "progress": not args.no_progress}
-
-
-def _prepare_out(out: Path, force: bool) -> None:
-    """Refuses a non-empty ``out`` unless ``force``; then removes only what an ingest writes."""
-    if out.exists() and not out.is_dir():
-        raise InvalidArgument(f"--out {out} exists and is not a directory")
-    if not out.exists() or not any(out.iterdir()):
-        return
-    if not force:
-        raise InvalidArgument(f"--out {out} is not empty; pass --force to replace an earlier ingest there")
-    for child in out.iterdir():
-        if child.is_dir() and child.name.startswith("part-"):
-            shutil.rmtree(child)
-        elif child.name in (MANIFEST, "orig_ids.npy"):
-            child.unlink()
 
 
 def _node_data(g: GraphData) -> str:

@@ -121,6 +121,11 @@ def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
         (dict(fanouts=[]), grpc.StatusCode.INVALID_ARGUMENT, "fanouts"),
         (dict(fanouts=[2, -3]), grpc.StatusCode.INVALID_ARGUMENT, "fanout"),
         (dict(rank=2, world_size=2), grpc.StatusCode.INVALID_ARGUMENT, "rank"),
+        # Sizes are bounded before anything is sized by them (issue 15: these were INTERNAL).
+        (dict(world_size=2**28), grpc.StatusCode.INVALID_ARGUMENT, "world_size must be <= 65536, got 268435456"),
+        (dict(world_size=2**31), grpc.StatusCode.INVALID_ARGUMENT, "world_size must be <= 65536, got 2147483648"),
+        (dict(batch_size=2**32 - 1), grpc.StatusCode.INVALID_ARGUMENT, "batch_size must be <= 1048576, got 4294967295"),
+        (dict(fanouts=[2] * 17), grpc.StatusCode.INVALID_ARGUMENT, "fanouts has 17 layers, more than the limit of 16"),
         (dict(split="nope"), grpc.StatusCode.NOT_FOUND, "nope"),
         (dict(feature_name="nope"), grpc.StatusCode.NOT_FOUND, "feature_name"),
     ],

@@ -54,6 +54,15 @@ def test_encode_into_existing_field() -> None:
         (tensor_pb2.Tensor(dtype=cast(tensor_pb2.DType, 99), shape=[1], data=b"\0" * 8), "not a valid element type"),
         (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[2], data=b"\0" * 8), "needs 16 bytes, got 8"),
         (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[-1], data=b""), "negative dimension"),
+        (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[1] * 33, data=b"\0" * 8), "33 dimensions, more than the limit of 32"),
+        # 2**64 elements wrap to 0 in an int64 product, which the empty payload would match.
+        (
+            tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT8, shape=[2**32, 2**32], data=b""),
+            f"18446744073709551616 bytes, more than the limit of {2**63 - 1}",
+        ),
+        # numpy refuses these extents even though the 0 makes the array empty.
+        (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[0, 2**31, 2**31], data=b""), "more than the limit"),
+        (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[2**62], data=b""), "more than the limit"),
     ],
 )
 def test_malformed_tensors_are_invalid_arguments(msg: tensor_pb2.Tensor, match: str) -> None:
@@ -74,3 +83,10 @@ def test_decode_ids_checks_dtype_rank_and_emptiness() -> None:
 def test_unsupported_dtype_is_rejected_on_encode() -> None:
     with pytest.raises(InvalidArgument, match="cannot travel"):
         codec.encode(np.zeros(2, dtype=np.complex64))
+
+
+def test_shapes_at_the_limits_decode() -> None:
+    deep = codec.decode(tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[1] * 32, data=b"\0" * 8))
+    assert deep.shape == (1,) * 32
+    empty = codec.decode(tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT8, shape=[0, 2**31, 2**31], data=b""))
+    assert empty.shape == (0, 2**31, 2**31) and empty.size == 0

@@ -135,6 +135,7 @@ def test_start_step_bounds_and_labels_off(make_loader: Callable[..., Loader]) ->
         (dict(fanouts=(2, -3)), InvalidArgument, "fanout"),
         (dict(rank=2, world_size=2), InvalidArgument, "rank"),
         (dict(world_size=0), InvalidArgument, "world_size"),
+        (dict(world_size=2**31), InvalidArgument, "world_size must be <= 65536, got 2147483648"),
         (dict(split="nope"), NotFound, "nope"),
         (dict(feature_name="nope"), NotFound, "feature_name"),
         (dict(label_name="nope"), NotFound, "label_name"),

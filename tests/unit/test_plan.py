@@ -66,6 +66,14 @@ def test_fewer_ids_than_ranks_gives_every_rank_one_seed() -> None:
     assert set(np.concatenate([all_seeds(p) for p in plans]).tolist()) == {3, 5}
 
 
+def test_memory_does_not_grow_with_world_size() -> None:
+    # Padding every rank's share would hold 2**31 ids (16 GiB); one rank's share is one id,
+    # position rank % 100 of the order (2_147_483_600 is a multiple of 100).
+    plans = [plan(rank=r, world_size=2**31) for r in (0, 99, 100, 2_147_483_600)]
+    assert [len(p.rank_seeds) for p in plans] == [1, 1, 1, 1]
+    assert plans[0].rank_seeds[0] == plans[2].rank_seeds[0] == plans[3].rank_seeds[0] != plans[1].rank_seeds[0]
+
+
 def test_batches_are_full_except_the_last() -> None:
     p = plan(batch_size=30)
     assert p.num_steps == 4

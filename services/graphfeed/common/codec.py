@@ -11,6 +11,7 @@ pickles.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,10 @@ _TO_PROTO: dict[np.dtype, tensor_pb2.DType] = {
     np.dtype(np.float64): DType.DTYPE_FLOAT64,
 }
 _FROM_PROTO: dict[int, np.dtype] = {v: k.newbyteorder("<") for k, v in _TO_PROTO.items()}
+
+MAX_DIMS = 32
+"""Most dimensions a decoded tensor may have (numpy's own limit in 1.x)."""
+_MAX_BYTES = 2**63 - 1  # largest byte count a numpy array (an int64 size) can describe
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
     raise ImportError("graphfeed's wire format assumes a little-endian host")
@@ -109,18 +114,17 @@ def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader
             writable private mappings); None when this side offered no shared directory.
 
     Raises:
-        InvalidArgument: unknown dtype, negative dims, a byte count that does not match, or a
-            shared-memory reference this side did not ask for.
+        InvalidArgument: unknown dtype, more than :data:`MAX_DIMS` dims, negative dims, a size
+            beyond what an array can hold, a byte count that does not match, or a shared-memory
+            reference this side did not ask for.
     """
     dtype = dtype_from_proto(msg.dtype)
-    shape = tuple(int(d) for d in msg.shape)
-    if any(d < 0 for d in shape):
-        raise InvalidArgument(f"{what}: negative dimension in shape {shape}")
+    shape = _checked_shape(msg, what, dtype)
     if msg.WhichOneof("payload") == "shm":
         if segments is None:
             raise InvalidArgument(f"{what}: bytes in shared memory, but no shared directory was offered")
         return segments.array(msg.shm.segment, msg.shm.offset, shape, dtype, msg.shm.recycle)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape)
     data = msg.data  # every access copies the bytes out of the message: read it once
     if count * dtype.itemsize != len(data):
         raise InvalidArgument(
@@ -128,6 +132,21 @@ def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader
             f"bytes, got {len(data)}"
         )
     return np.frombuffer(data, dtype=dtype, count=count).reshape(shape)
+
+
+def _checked_shape(msg: tensor_pb2.Tensor, what: str, dtype: np.dtype) -> tuple[int, ...]:
+    """The message's shape, checked before any array is sized by it (exact integer products:
+    numpy's int64 ones wrap around silently)."""
+    if len(msg.shape) > MAX_DIMS:
+        raise InvalidArgument(f"{what}: shape has {len(msg.shape)} dimensions, more than the limit of {MAX_DIMS}")
+    shape = tuple(int(d) for d in msg.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"{what}: negative dimension in shape {shape}")
+    # numpy refuses a shape whose non-zero extents overflow, even when another one is 0.
+    span = math.prod(d for d in shape if d) * dtype.itemsize
+    if span > _MAX_BYTES:
+        raise InvalidArgument(f"{what}: shape {shape} of {dtype.name} spans {span} bytes, more than the limit of {_MAX_BYTES}")
+    return shape
 
 
 def decode_ids(

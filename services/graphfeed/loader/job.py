@@ -13,7 +13,16 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 
-__all__ = ["JobInfo", "JobSpec"]
+__all__ = ["MAX_BATCH_SIZE", "MAX_LAYERS", "MAX_WORLD_SIZE", "JobInfo", "JobSpec"]
+
+# Bounds on what one request may make the loader hold: an epoch plan is padded to a multiple
+# of world_size, and every layer is one sampling hop whose frontier can grow by the fanout.
+MAX_WORLD_SIZE = 1 << 16
+"""Most ranks in one job."""
+MAX_BATCH_SIZE = 1 << 20
+"""Most seeds per minibatch (a sampler refuses more than its ``max_seeds_per_request`` anyway)."""
+MAX_LAYERS = 16
+"""Most sampling layers (fanouts); each fanout's own upper bound is the sampler's ``max_fanout``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,20 +43,14 @@ class JobSpec:
     label_name: str = "label"  # "" attaches no labels
 
     def validate(self) -> None:
-        """Checks what needs no graph.
+        """Checks what needs no graph, before anything is sized by these fields.
 
         Raises:
-            InvalidArgument: naming the bad field.
+            InvalidArgument: naming the bad field, its value and the allowed range.
         """
-        if not self.fanouts:
-            raise InvalidArgument("fanouts must not be empty (one entry per layer)")
-        bad = [f for f in self.fanouts if f < -1]
-        if bad:
-            raise InvalidArgument(f"each fanout must be -1 (all neighbors) or >= 0, got {list(self.fanouts)}")
-        if self.batch_size < 1:
-            raise InvalidArgument(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.world_size < 1:
-            raise InvalidArgument(f"world_size must be >= 1, got {self.world_size}")
+        self._check_fanouts()
+        _check_range("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
+        _check_range("world_size", self.world_size, 1, MAX_WORLD_SIZE)
         if not 0 <= self.rank < self.world_size:
             raise InvalidArgument(f"rank must be in [0, world_size={self.world_size}), got {self.rank}")
         if not 0 <= self.job_seed < 2**64:
@@ -56,6 +59,25 @@ class JobSpec:
             raise InvalidArgument("split must be named (train, val or test)")
         if not self.feature_name:
             raise InvalidArgument("feature_name must not be empty")
+
+    def _check_fanouts(self) -> None:
+        # The upper bound of each fanout is the sampler's (a setting of the sampler service,
+        # unknown here); the sampler answers INVALID_ARGUMENT for one above it.
+        if not self.fanouts:
+            raise InvalidArgument("fanouts must not be empty (one entry per layer)")
+        if len(self.fanouts) > MAX_LAYERS:
+            raise InvalidArgument(f"fanouts has {len(self.fanouts)} layers, more than the limit of {MAX_LAYERS}")
+        bad = [f for f in self.fanouts if f < -1]
+        if bad:
+            raise InvalidArgument(f"each fanout must be -1 (all neighbors) or >= 0, got {list(self.fanouts)}")
+
+
+def _check_range(field: str, value: int, low: int, high: int) -> None:
+    """:class:`InvalidArgument` naming ``field`` unless ``low <= value <= high``."""
+    if value < low:
+        raise InvalidArgument(f"{field} must be >= {low}, got {value}")
+    if value > high:
+        raise InvalidArgument(f"{field} must be <= {high}, got {value}")
 
 
 @dataclass(frozen=True)

@@ -76,12 +76,14 @@ class EpochPlan:
             raise InvalidArgument("the split has no nodes: nothing to train on")
         order = rng(job_seed, "plan", epoch).permutation(ids) if shuffle else ids
         total = -(-ids.size // world_size) * world_size
-        # np.resize repeats the array cyclically: the wrap-around padding of DistributedSampler.
-        padded = np.resize(order, total)
+        # Position p of the padded order holds order[p % len(ids)]: the wrap-around padding of
+        # DistributedSampler. Only this rank's positions are computed, so memory does not grow
+        # with world_size (padding all ranks' seeds would hold total >= world_size ids).
+        positions = np.arange(rank, total, world_size, dtype=np.int64) % ids.size
         # No id repeats within one rank (the sampler needs unique seeds): two copies sit a
         # multiple of len(ids) apart, which is a multiple of world_size only if there is no
         # padding at all, or when len(ids) < world_size and every rank holds one seed.
-        return cls(epoch, rank, world_size, batch_size, drop_last, np.ascontiguousarray(padded[rank::world_size]))
+        return cls(epoch, rank, world_size, batch_size, drop_last, order[positions])
 
     @property
     def num_steps(self) -> int:

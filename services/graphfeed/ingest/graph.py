@@ -33,23 +33,124 @@ class GraphData:
         return len(self.src)
 
     def validate(self) -> None:
-        """Raises InvalidArgument with a precise message when the graph is inconsistent."""
+        """Raises InvalidArgument with a precise message when the graph is inconsistent.
+
+        Checks edge and split ids against ``[0, num_nodes)``, table lengths, NaN/inf in float
+        node data, labels (``node_data["label"]``: no negatives, no more classes than nodes) and
+        splits (no duplicates, disjoint, "train" not empty when there is one).
+        """
         n = self.num_nodes
         if len(self.src) != len(self.dst):
             raise InvalidArgument(f"{self.name}: {len(self.src)} sources but {len(self.dst)} destinations")
         for what, ids in (("src", self.src), ("dst", self.dst)):
-            if len(ids) and (ids.min() < 0 or ids.max() >= n):
-                raise InvalidArgument(f"{self.name}: {what} ids must be in [0, {n}), got [{ids.min()}, {ids.max()}]")
+            check_ids_in_range(f"{self.name}: {what}", ids, n)
         for name, table in self.node_data.items():
             if len(table) != n:
                 raise InvalidArgument(f"{self.name}: node data {name!r} has {len(table)} rows for {n} nodes")
-        for name, ids in self.splits.items():
-            if len(ids) and (ids.min() < 0 or ids.max() >= n):
-                raise InvalidArgument(f"{self.name}: split {name!r} has ids outside [0, {n})")
+            check_finite(f"{self.name}: node data {name!r}", table)
+        if "label" in self.node_data:
+            check_labels(f"{self.name}: node data 'label'", self.node_data["label"], n)
+        where = {s: f"{self.name}: split {s!r}" for s in self.splits}
+        check_splits({where[s]: ids for s, ids in self.splits.items()}, n, where.get("train"))
         if self.edge_ts is not None and len(self.edge_ts) != len(self.src):
             raise InvalidArgument(f"{self.name}: {len(self.edge_ts)} timestamps for {len(self.src)} edges")
         if self.orig_ids is not None and len(self.orig_ids) != n:
             raise InvalidArgument(f"{self.name}: {len(self.orig_ids)} original ids for {n} nodes")
+
+
+# The checks below name what they check with ``where`` (a file, or "graph: node data 'feat'"),
+# so the numpy source can run them on its files and GraphData.validate on any source's arrays.
+
+_FINITE_CHUNK_ELEMENTS = 1 << 24  # ~64 MiB of bools per step: features can be tens of GiB
+
+
+def check_ids_in_range(where: str, ids: np.ndarray, n: int) -> None:
+    """Raises InvalidArgument unless every node id is in ``[0, n)``, naming the first bad entry."""
+    if not len(ids):
+        return
+    lo, hi = ids.min(), ids.max()
+    if lo >= 0 and hi < n:
+        return
+    first = int(np.flatnonzero((ids < 0) | (ids >= n))[0])
+    raise InvalidArgument(
+        f"{where}: node ids must be in [0, {n}), got [{lo}, {hi}] (e.g. entry {first} is {ids[first]})"
+    )
+
+
+def check_finite(where: str, table: np.ndarray) -> None:
+    """Raises InvalidArgument if a float ``table`` holds NaN or ±inf, naming the first such entry."""
+    found = find_nonfinite(table)
+    if found is not None:
+        count, row, col = found
+        raise InvalidArgument(
+            f"{where}: values must be finite, found {count} NaN/inf value(s), e.g. {table[row].reshape(-1)[col]} "
+            f"at row {row}, column {col}"
+        )
+
+
+def find_nonfinite(table: np.ndarray) -> tuple[int, int, int] | None:
+    """(count, row, flat column of the first) of the NaN/±inf entries of a float table, or None."""
+    if not np.issubdtype(table.dtype, np.floating) or table.size == 0:
+        return None
+    rows = table.reshape(len(table), -1)
+    step = max(1, _FINITE_CHUNK_ELEMENTS // max(1, rows.shape[1]))
+    count, first = 0, (0, 0)
+    for start in range(0, len(rows), step):  # chunks: no bool copy of a table that may be huge
+        bad = ~np.isfinite(rows[start : start + step])
+        if count == 0 and bad.any():
+            row, col = (int(x) for x in np.argwhere(bad)[0])
+            first = (start + row, col)
+        count += int(np.count_nonzero(bad))
+    return (count, *first) if count else None
+
+
+def check_labels(where: str, labels: np.ndarray, n: int) -> int:
+    """Checks class ids ``0..C-1`` (there is no "unlabeled" value) and returns C = max + 1."""
+    if not len(labels):
+        return 0
+    if labels.min() < 0:
+        first = int(np.flatnonzero(labels < 0)[0])
+        raise InvalidArgument(
+            f"{where}: labels must be class ids >= 0 (there is no 'unlabeled' value: give such nodes any "
+            "class and leave them out of the splits), "
+            f"got {int((labels < 0).sum())} negative (e.g. node {first} has label {labels[first]})"
+        )
+    num_classes = int(labels.max()) + 1
+    if num_classes > n:
+        first = int(np.argmax(labels))
+        raise InvalidArgument(
+            f"{where}: labels are not class ids: max label {labels[first]} (node {first}) "
+            f"would mean {num_classes} classes for {n} nodes"
+        )
+    return num_classes
+
+
+def check_splits(splits: dict[str, np.ndarray], n: int, train: str | None) -> None:
+    """Checks the splits (keyed by ``where``): ids in ``[0, n)``, no duplicate ids, no id in two
+    splits, and the one keyed ``train`` (if given) not empty."""
+    owner = np.full(n, -1, dtype=np.int8 if len(splits) < 127 else np.int64)
+    names = list(splits)
+    for i, (where, ids) in enumerate(splits.items()):
+        if not len(ids) and where == train:
+            raise InvalidArgument(f"{where}: the train split is empty; training needs at least one node")
+        check_ids_in_range(where, ids, n)
+        ids = np.asarray(ids, dtype=np.int64)
+        dup = _first_duplicate(ids)
+        if dup is not None:
+            raise InvalidArgument(f"{where}: node ids must be distinct, node {dup} is listed {int((ids == dup).sum())} times")
+        taken = owner[ids] >= 0
+        if taken.any():
+            v = int(ids[np.flatnonzero(taken)[0]])
+            raise InvalidArgument(
+                f"{where}: splits must be disjoint, {int(taken.sum())} node(s) are also in {names[owner[v]]} (e.g. node {v})"
+            )
+        owner[ids] = i
+
+
+def _first_duplicate(ids: np.ndarray) -> int | None:
+    s = np.sort(ids)
+    same = np.flatnonzero(s[1:] == s[:-1])
+    return int(s[same[0]]) if len(same) else None
 
 
 def random_split(num_nodes: int, fractions: tuple[float, float, float], seed: int) -> dict[str, np.ndarray]:

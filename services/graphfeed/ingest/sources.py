@@ -7,6 +7,7 @@ synthetic) have no self loops and no duplicate edges.
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
-from graphfeed.ingest.graph import GraphData, random_split
+from graphfeed.ingest.graph import GraphData, check_finite, check_ids_in_range, check_labels, check_splits, find_nonfinite, random_split
 from graphfeed.ingest.synthetic import generate, generate_preset
 
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 CORA_NUM_CLASSES = 7
+
+log = logging.getLogger(__name__)
 
 
 def symmetrize(
@@ -124,6 +127,10 @@ def load_numpy_dir(
     ``test_idx.npy`` (integer node ids). Optional: ``ts.npy`` (integer [E], one timestamp per edge).
     Features are stored as float32.
 
+    Refused with InvalidArgument naming the file, before anything is written: NaN/inf features,
+    negative labels (there is no "unlabeled" value) or a max label >= N, split ids out of range,
+    repeated within a split or shared by two splits, an empty train split, and uint64 ids >= 2**63.
+
     Args:
         path: the directory.
         undirected: add the reverse of every edge (exact duplicates removed, see :func:`symmetrize`);
@@ -131,15 +138,8 @@ def load_numpy_dir(
         name: dataset name (default: the directory name).
     """
     d = Path(path)
-    if not d.is_dir():
-        raise NotFound(f"numpy source: {d} is not a directory")
-    arrays = {}
-    for key in NUMPY_FILES:
-        f = d / f"{key}.npy"
-        if not f.exists():
-            raise NotFound(f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})")
-        arrays[key] = _load_npy(f)
-    ts = _load_npy(d / "ts.npy") if (d / "ts.npy").exists() else None
+    arrays = _load_numpy_files(d)
+    ts = arrays.pop("ts", None)
     feat = arrays["feat"]
     if feat.ndim != 2 or not (np.issubdtype(feat.dtype, np.number) or np.issubdtype(feat.dtype, np.bool_)):
         raise InvalidArgument(f"{d / 'feat.npy'}: expected a 2-D numeric array [N, F], got dtype {feat.dtype} shape {feat.shape}")
@@ -150,23 +150,43 @@ def load_numpy_dir(
     if ts is not None:
         ts = _int_vector(d / "ts.npy", ts)
         _check_len(d / "ts.npy", ts, len(ints["src"]), "entries as src.npy (one timestamp per edge)")
-    for key in ("src", "dst", "train_idx", "val_idx", "test_idx"):
-        _check_range(d / f"{key}.npy", ints[key], n)
+    for key in ("src", "dst"):
+        check_ids_in_range(f"{d / key}.npy (N = rows of feat.npy)", ints[key], n)
+    split_files = {s: str(d / f"{s}_idx.npy") for s in ("train", "val", "test")}
+    check_splits({split_files[s]: ints[f"{s}_idx"] for s in split_files}, n, split_files["train"])
+    labels = ints["label"]
+    num_classes = check_labels(str(d / "label.npy"), labels, n)
+    log.info("%s: %d classes (labels 0..%d)", d / "label.npy", num_classes, num_classes - 1)
+    feat32 = _float32_features(d / "feat.npy", feat)
     src, dst = ints["src"], ints["dst"]
     if undirected:
         src, dst, ts = symmetrize(src, dst, ts)
-    labels = ints["label"]
     return GraphData(
         name=name or d.name,
         num_nodes=n,
         src=src,
         dst=dst,
-        node_data={"feat": feat.astype(np.float32, copy=False), "label": labels},
-        splits={s: np.unique(ints[f"{s}_idx"]) for s in ("train", "val", "test")},
-        num_classes=int(labels.max()) + 1 if len(labels) else 0,
+        node_data={"feat": feat32, "label": labels},
+        splits={s: np.sort(ints[f"{s}_idx"]) for s in ("train", "val", "test")},
+        num_classes=num_classes,
         edge_ts=ts,
         extra={"undirected": undirected},
     )
+
+
+def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
+    """The arrays of :data:`NUMPY_FILES` in ``d``, and "ts" if ``ts.npy`` exists."""
+    if not d.is_dir():
+        raise NotFound(f"numpy source: {d} is not a directory")
+    arrays = {}
+    for key in NUMPY_FILES:
+        f = d / f"{key}.npy"
+        if not f.exists():
+            raise NotFound(f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})")
+        arrays[key] = _load_npy(f)
+    if (d / "ts.npy").exists():
+        arrays["ts"] = _load_npy(d / "ts.npy")
+    return arrays
 
 
 def _load_npy(f: Path) -> np.ndarray:
@@ -179,17 +199,33 @@ def _load_npy(f: Path) -> np.ndarray:
 def _int_vector(f: Path, a: np.ndarray) -> np.ndarray:
     if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
         raise InvalidArgument(f"{f}: expected a 1-D integer array, got dtype {a.dtype} shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+        first = int(np.flatnonzero(a > np.iinfo(np.int64).max)[0])
+        raise InvalidArgument(
+            f"{f}: uint64 values >= 2**63 do not fit int64 ids (they would wrap to negative), "
+            f"e.g. entry {first} is {a[first]}"
+        )
     return a.astype(np.int64, copy=False)
+
+
+def _float32_features(f: Path, feat: np.ndarray) -> np.ndarray:
+    """``feat`` as float32, refusing NaN/inf in the file and values too large for float32."""
+    check_finite(str(f), feat)
+    with np.errstate(over="ignore"):  # reported just below, naming the file
+        feat32 = feat.astype(np.float32, copy=False)
+    found = None if feat32 is feat else find_nonfinite(feat32)
+    if found is not None:
+        count, row, col = found
+        raise InvalidArgument(
+            f"{f}: {count} feature value(s) beyond the float32 range (features are stored as float32), "
+            f"e.g. {feat[row].reshape(-1)[col]} at row {row}, column {col}"
+        )
+    return feat32
 
 
 def _check_len(f: Path, a: np.ndarray, want: int, what: str) -> None:
     if len(a) != want:
         raise InvalidArgument(f"{f}: has {len(a)} entries, expected as many {what} ({want})")
-
-
-def _check_range(f: Path, ids: np.ndarray, n: int) -> None:
-    if len(ids) and (ids.min() < 0 or ids.max() >= n):
-        raise InvalidArgument(f"{f}: node ids must be in [0, {n}) (N = rows of feat.npy), got [{ids.min()}, {ids.max()}]")
 
 
 def load_edge_csv(

@@ -65,3 +65,16 @@ def write_arithmetic(root: Path, n: int = 100, max_deg: int = 7, num_partitions:
     g = arithmetic_graph(n, max_deg, feat_dim)
     write_partitioned(g, root, num_partitions, assignment=np.arange(n) % num_partitions)
     return root
+
+
+def numpy_source_arrays() -> dict[str, np.ndarray]:
+    """A valid 5-node graph as the numpy ingest source's files (``<name>.npy`` each)."""
+    return {
+        "src": np.array([0, 1, 2, 3, 3], dtype=np.int64),
+        "dst": np.array([1, 2, 0, 0, 4], dtype=np.int64),
+        "feat": np.arange(10, dtype=np.float32).reshape(5, 2),
+        "label": np.array([0, 2, 1, 0, 2]),
+        "train_idx": np.array([0, 1, 2]),
+        "val_idx": np.array([3]),
+        "test_idx": np.array([4]),
+    }

@@ -10,6 +10,7 @@ import pytest
 from graphfeed.common.errors import InvalidArgument, NotFound
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.sources import load_cora, load_edge_csv, load_numpy_dir, load_source, symmetrize
+from tests.graphs import numpy_source_arrays
 
 
 def edge_set(src: np.ndarray, dst: np.ndarray) -> set[tuple[int, int]]:
@@ -51,15 +52,8 @@ def test_cora_split(cora: GraphData) -> None:
 
 
 def write_npy_dir(d: Path, with_ts: bool = True) -> dict[str, np.ndarray]:
-    arrays: dict[str, np.ndarray] = {
-        "src": np.array([0, 1, 2, 3, 3], dtype=np.int64),
-        "dst": np.array([1, 2, 0, 0, 4], dtype=np.int32),
-        "feat": np.arange(10, dtype=np.float32).reshape(5, 2),
-        "label": np.array([0, 2, 1, 0, 2]),
-        "train_idx": np.array([0, 1, 2]),
-        "val_idx": np.array([3]),
-        "test_idx": np.array([4]),
-    }
+    arrays = numpy_source_arrays()
+    arrays["dst"] = arrays["dst"].astype(np.int32)  # the source takes any integer dtype
     if with_ts:
         arrays["ts"] = np.array([10, 20, 30, 40, 50])
     d.mkdir(parents=True, exist_ok=True)

@@ -14,26 +14,14 @@ from graphfeed.ingest import cli
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
 from graphfeed.ingest.sources import load_numpy_dir
+from tests.graphs import numpy_source_arrays
 
 BIG = np.uint64(2**63)  # the smallest uint64 that wraps to a negative int64
 
 
-def good_arrays() -> dict[str, np.ndarray]:
-    """A valid 5-node graph as the numpy source's files."""
-    return {
-        "src": np.array([0, 1, 2, 3, 3], dtype=np.int64),
-        "dst": np.array([1, 2, 0, 0, 4], dtype=np.int64),
-        "feat": np.arange(10, dtype=np.float32).reshape(5, 2),
-        "label": np.array([0, 2, 1, 0, 2]),
-        "train_idx": np.array([0, 1, 2]),
-        "val_idx": np.array([3]),
-        "test_idx": np.array([4]),
-    }
-
-
 def write_dir(d: Path, **replace: np.ndarray) -> Path:
     d.mkdir(parents=True)
-    for k, v in {**good_arrays(), **replace}.items():
+    for k, v in {**numpy_source_arrays(), **replace}.items():
         np.save(d / f"{k}.npy", v)
     return d
 
@@ -44,7 +32,7 @@ def with_value(a: np.ndarray, index: tuple[int, ...], value: float) -> np.ndarra
     return a
 
 
-FEAT = good_arrays()["feat"]
+FEAT = numpy_source_arrays()["feat"]
 
 # file replaced -> (file named in the error, what the error says: the problem and an example)
 BAD_INPUTS = {
@@ -122,7 +110,7 @@ def test_good_input_is_accepted_and_logs_the_class_count(tmp_path: Path, caplog:
 
 def graph(**change: object) -> GraphData:
     """The good graph as another source would build it, with fields replaced."""
-    a = good_arrays()
+    a = numpy_source_arrays()
     fields: dict = {
         "name": "g", "num_nodes": 5, "src": a["src"], "dst": a["dst"],
         "node_data": {"feat": a["feat"], "label": a["label"]},

@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from graphfeed.graph_store.fanout import fan_out
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache_options import POLICIES, CacheOptions
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fan_out, fetch_rows
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fetch_rows
 from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
 __all__ = [

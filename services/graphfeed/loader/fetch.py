@@ -1,7 +1,7 @@
 """Fetching feature rows from their owners: the fan-out of one request, and background prefetch.
 
-:func:`fan_out` starts one request per owner partition (and chunk) before any is waited on;
-:func:`fetch_rows` (and :class:`RowsRequest`, to wait later) is that fan-out for node-data rows.
+:func:`fetch_rows` (and :class:`RowsRequest`, to wait later) fans one node-data request out to
+the owners (:func:`graphfeed.graph_store.fanout.fan_out`) and merges the rows in id order.
 :class:`Prefetcher` runs row fetches for a cache policy off the minibatch path: in a worker
 thread (the loader) or when told to (``manual=True``: replays and tests, deterministic). A
 failed prefetch is logged and reported to the policy, whose slots simply stay empty: the rows
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from graphfeed.graph_store.fanout import PendingRows, fan_out  # noqa: F401 - PendingRows: re-exported
+from graphfeed.graph_store.fanout import fan_out
 from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)

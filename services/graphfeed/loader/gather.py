@@ -32,9 +32,10 @@ import numpy as np
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import FailedPrecondition
 from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry
+from graphfeed.graph_store.fanout import fan_out
 from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
 from graphfeed.loader.cache import DeviceCachePolicy
-from graphfeed.loader.fetch import RowsRequest, fan_out, fetch_rows
+from graphfeed.loader.fetch import RowsRequest, fetch_rows
 from graphfeed.loader.minibatch import MinibatchStats
 from graphfeed.loader.shared_cache import SharedCache
 

@@ -279,3 +279,9 @@ def test_on_minibatch_hook_sees_every_streamed_minibatch(make_loader: Callable[.
     assert [m.step for m in seen] == [m.step for m in mbs]
     assert all(m.stats.remote_feature_bytes == sum(m.stats.remote_bytes_by_partition.values()) for m in seen)
     assert sum(m.stats.remote_feature_bytes for m in seen) > 0
+
+
+def test_unknown_cache_policy_is_refused_when_the_loader_is_made(make_loader: Callable[..., Loader]) -> None:
+    # At construction, not at the first stream: a misspelt --cache-policy fails at start-up.
+    with pytest.raises(InvalidArgument, match="unknown cache policy 'fifo'; expected one of none, static_degree"):
+        make_loader(cache_policy="fifo")

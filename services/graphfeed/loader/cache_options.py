@@ -15,13 +15,19 @@ from pydantic.dataclasses import dataclass
 
 from graphfeed.common.errors import InvalidArgument
 
-__all__ = ["POLICIES", "CacheOptions", "CachePolicyName", "InitialFill"]
+__all__ = ["POLICIES", "CacheOptions", "CachePolicyName", "InitialFill", "check_policy"]
 
 CachePolicyName = Literal["none", "static_degree", "lru", "massivegnn", "lookahead"]
 """none (never caches), static_degree (PaGraph), lru, massivegnn (score-decay eviction + periodic
 prefetch) or lookahead (Belady's rule over the sampled look-ahead window)."""
 
 POLICIES: tuple[str, ...] = typing.get_args(CachePolicyName)
+
+
+def check_policy(name: str) -> None:
+    """Raises InvalidArgument unless ``name`` is one of :data:`POLICIES`."""
+    if name not in POLICIES:
+        raise InvalidArgument(f"unknown cache policy {name!r}; expected one of {', '.join(POLICIES)}")
 
 InitialFill = Literal["degree", "random"]
 

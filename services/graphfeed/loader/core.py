@@ -18,7 +18,8 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, POLICIES, CacheOptions, TierStats
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CacheOptions, TierStats
+from graphfeed.loader.cache_options import check_policy
 from graphfeed.loader.gather import Gatherer, ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
@@ -68,8 +69,7 @@ class Loader:
         max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
         on_minibatch: Callable[[ReadyMinibatch], None] | None = None,
     ) -> None:
-        if cache_policy not in POLICIES:
-            raise InvalidArgument(f"unknown cache policy {cache_policy!r}; expected one of {', '.join(POLICIES)}")
+        check_policy(cache_policy)
         for name, value in (("lookahead_steps", lookahead_steps), ("max_inflight", max_inflight), ("sample_workers", sample_workers)):
             if value < 1:
                 raise InvalidArgument(f"{name} must be >= 1, got {value}")

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphfeed.common.errors import InvalidArgument
 from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CachePolicy, LruCache, NoCache, StaticDegreeCache
-from graphfeed.loader.cache_options import POLICIES, CacheOptions
+from graphfeed.loader.cache_options import CacheOptions, check_policy
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
 from graphfeed.loader.tiers import HostTier
@@ -28,13 +27,12 @@ def make_cache(
     max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
     options: CacheOptions | None = None,
 ) -> CachePolicy:
-    """A cache of ``policy`` (one of :data:`POLICIES`) over a host tier of ``capacity_bytes``.
+    """A cache of ``policy`` (one of :data:`~graphfeed.loader.cache_options.POLICIES`) over a host tier of ``capacity_bytes``.
 
     Raises:
         InvalidArgument: unknown policy or bad options.
     """
-    if policy not in POLICIES:
-        raise InvalidArgument(f"unknown cache policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    check_policy(policy)
     options = (options or CacheOptions()).validate()
     tier = HostTier(0 if policy == "none" else capacity_bytes, row_shape, dtype, num_nodes)
     if policy == "none":

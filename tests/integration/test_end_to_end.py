@@ -7,9 +7,10 @@ from typing import TypedDict
 import numpy as np
 import pytest
 
+from graphfeed.common import bulk
+from graphfeed.common.buffers import BufferPool
 from graphfeed.common.rpc import channel_options
 from graphfeed.loader.v1 import loader_pb2 as pb
-from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 from graphfeed.trainer import RemoteDataLoader
 
 pytestmark = pytest.mark.integration
@@ -54,11 +55,12 @@ def _stream(address: str, epoch: int, start: int, n: int) -> list[bytes]:
 
     job = pb.JobSpec(job_id="replay", job_seed=11, split="train", batch_size=128, fanouts=[4, 3], shuffle=True, world_size=1)
     with grpc.insecure_channel(address, options=channel_options()) as ch:
-        stub = pb_grpc.LoaderServiceStub(ch)
+        call = bulk.unary_stream(ch, "graphfeed.loader.v1.LoaderService", "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch)
         out = []
-        for mb in stub.StreamMinibatches(pb.StreamMinibatchesRequest(job=job, epoch=epoch, start_step=start)):
-            mb.ClearField("stats")  # timings and cache counters legitimately differ between runs
-            out.append(mb.SerializeToString(deterministic=True))
+        request = pb.StreamMinibatchesRequest(job=job, epoch=epoch, start_step=start)
+        for mb in bulk.assemble(call(request), BufferPool(), "minibatches"):
+            mb.message.ClearField("stats")  # timings and cache counters legitimately differ between runs
+            out.append(mb.message.SerializeToString(deterministic=True) + bytes(mb.bulk))
             if len(out) == n:
                 break
         return out

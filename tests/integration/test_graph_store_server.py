@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common import codec, shm
+from graphfeed.common import bulk, codec, shm
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.server import SERVICE_NAME, serve
 from graphfeed.graph_store.store import GraphStore
@@ -82,24 +82,24 @@ def test_partition_info(server: Server) -> None:
 def test_sample_neighbors_over_the_wire(server: Server, orig: np.ndarray) -> None:
     seeds = np.arange(50, dtype=np.int64)
     resp = server.stub.SampleNeighbors(_sample(seeds, -1), timeout=10)
-    offsets, src = codec.decode(resp.offsets), codec.decode(resp.src)
-    assert len(codec.decode(resp.edge_ids)) == len(src)
+    offsets, src = codec.decode(resp.offsets, bulk=resp.bulk), codec.decode(resp.src, bulk=resp.bulk)
+    assert len(codec.decode(resp.edge_ids, bulk=resp.bulk)) == len(src)
     for i, seed in enumerate(seeds):
         assert set(orig[src[offsets[i] : offsets[i + 1]]].tolist()) == expected_in_neighbors(int(orig[seed]), N, MAX_DEG)
     # A sampled request gives exactly what the core gives for the same rng_seed.
     resp = server.stub.SampleNeighbors(_sample(seeds, 3, rng_seed=99), timeout=10)
     local = server.store.sample_neighbors(seeds, 3, False, 99)
-    assert codec.decode(resp.offsets).tobytes() == local.offsets.tobytes()
-    assert codec.decode(resp.src).tobytes() == local.src.tobytes()
-    assert codec.decode(resp.edge_ids).tobytes() == local.edge_ids.tobytes()
+    assert codec.decode(resp.offsets, bulk=resp.bulk).tobytes() == local.offsets.tobytes()
+    assert codec.decode(resp.src, bulk=resp.bulk).tobytes() == local.src.tobytes()
+    assert codec.decode(resp.edge_ids, bulk=resp.bulk).tobytes() == local.edge_ids.tobytes()
 
 
 def test_node_data_streams_in_chunks(server: Server, orig: np.ndarray) -> None:
     ids = np.arange(49, -1, -1, dtype=np.int64)
     msgs = _node_data(server.stub, "feat", ids)
     assert [m.start for m in msgs] == list(range(0, 50, 2))
-    assert all(len(m.rows.data) <= CHUNK_BYTES for m in msgs)
-    feat = np.concatenate([codec.decode(m.rows) for m in msgs])
+    assert all(len(m.bulk) <= CHUNK_BYTES + bulk.ALIGN for m in msgs)
+    feat = np.concatenate([codec.decode(m.rows, bulk=m.bulk) for m in msgs])
     assert np.array_equal(feat, arithmetic_features(orig[ids]))
 
 
@@ -159,7 +159,7 @@ def test_bad_requests_get_the_documented_status(server: Server, case: str) -> No
     assert text in info.value.details()
     # The server is still healthy and answers a good request.
     resp = server.stub.SampleNeighbors(_sample(np.array([0, 1]), 2), timeout=10)
-    assert len(codec.decode(resp.offsets)) == 3
+    assert len(codec.decode(resp.offsets, bulk=resp.bulk)) == 3
 
 
 def test_health_reports_serving(server: Server) -> None:

@@ -97,11 +97,12 @@ def test_full_epoch_through_the_stub(cluster: Cluster, arith_root: Path) -> None
     assert all(m.step_key.epoch == 1 and m.step_key.job_seed == 3 and m.steps_per_epoch == 8 for m in msgs)
     seeds = []
     for m in msgs:
-        sb = blocks.from_proto(m.blocks)
+        assert m.bulk_bytes == 0, "small minibatches travel in one message each"
+        sb = blocks.from_proto(m.blocks, bulk=m.bulk)  # a plain protobuf reader: tensors in the bulk field
         v = orig[sb.input_nodes]
-        feats = codec.decode(m.input_features, "features")
+        feats = codec.decode(m.input_features, "features", bulk=m.bulk)
         assert np.array_equal(feats, arithmetic_features(v))
-        assert np.array_equal(codec.decode(m.labels, "labels"), arithmetic_labels(orig[sb.output_nodes]))
+        assert np.array_equal(codec.decode(m.labels, "labels", bulk=m.bulk), arithmetic_labels(orig[sb.output_nodes]))
         assert m.stats.cache_hits + m.stats.cache_misses == len(v)
         seeds.append(sb.output_nodes)
     all_seeds = np.concatenate(seeds)

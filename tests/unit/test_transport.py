@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common import codec, shm
+from graphfeed.common import bulk, codec, shm
 from graphfeed.common.errors import FailedPrecondition
 from graphfeed.common.transport import ServerTransport
 from graphfeed.common.v1 import tensor_pb2
+from graphfeed.graph_store.v1.graph_store_pb2 import SampleNeighborsResponse
 
 
 class _Context:
@@ -51,15 +52,18 @@ def _shm_bytes(registry: CollectorRegistry) -> float:
     return value or 0.0
 
 
-def test_inline_response_sends_the_bytes_codec_sends(tmp_path: Path) -> None:
+def test_without_shared_memory_tensors_travel_as_bulk_bytes(tmp_path: Path) -> None:
     transport = ServerTransport(None)
     with transport.response(_Context(None), "M") as r:
         assert not r.shared and r.alloc is None
         out = r.empty((3, 2), np.float32)
         out[:] = 1.5
-        msg = r.encode(out, tensor_pb2.Tensor())
-    assert msg.SerializeToString() == codec.encode(out).SerializeToString()
-    assert r.paths == []
+        resp = SampleNeighborsResponse()
+        r.encode(out, resp.src)
+    assert resp.src.WhichOneof("payload") == "bulk" and r.paths == []
+    rec = bulk.parse(SampleNeighborsResponse, bulk.serializer(None)(r.framed(resp)))
+    np.testing.assert_array_equal(codec.decode(rec.message.src, "src", bulk=rec.bulk), out)
+    assert r.framed(resp) is resp  # the bulk went with the first frame
 
 
 def test_an_offer_for_another_directory_gets_inline_bytes(shared, tmp_path: Path) -> None:  # noqa: ANN001
@@ -70,7 +74,7 @@ def test_an_offer_for_another_directory_gets_inline_bytes(shared, tmp_path: Path
     try:
         with transport.response(_Context(other.metadata()), "M") as r:
             msg = r.encode(np.arange(4), tensor_pb2.Tensor())
-        assert msg.WhichOneof("payload") == "data" and _segments(tmp_path) == []
+        assert msg.WhichOneof("payload") == "bulk" and _segments(tmp_path) == []
         assert _shm_bytes(registry) == 0
     finally:
         other.close()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphfeed.common import codec
+from graphfeed.common.bulk import Bulk
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.v1 import tensor_pb2
 
@@ -69,21 +70,22 @@ def to_proto(
     return msg
 
 
-def from_proto(msg: tensor_pb2.SampledBlocks, segments: SegmentReader | None = None) -> SampledBlocks:
-    """Decodes (zero-copy) and checks the invariants a trainer relies on."""
+def from_proto(msg: tensor_pb2.SampledBlocks, segments: SegmentReader | None = None, bulk: Bulk | None = None) -> SampledBlocks:
+    """Decodes (zero-copy; ``segments`` and ``bulk`` as :func:`~graphfeed.common.codec.decode`)
+    and checks the invariants a trainer relies on."""
     blocks = [
         Block(
             num_src=int(b.num_src),
             num_dst=int(b.num_dst),
-            edge_src=codec.decode(b.edge_src, "edge_src", segments),
-            edge_dst=codec.decode(b.edge_dst, "edge_dst", segments),
-            edge_ids=codec.decode(b.edge_ids, "edge_ids", segments),
+            edge_src=codec.decode(b.edge_src, "edge_src", segments, bulk),
+            edge_dst=codec.decode(b.edge_dst, "edge_dst", segments, bulk),
+            edge_ids=codec.decode(b.edge_ids, "edge_ids", segments, bulk),
         )
         for b in msg.blocks
     ]
     sb = SampledBlocks(
-        input_nodes=codec.decode(msg.input_nodes, "input_nodes", segments),
-        output_nodes=codec.decode(msg.output_nodes, "output_nodes", segments),
+        input_nodes=codec.decode(msg.input_nodes, "input_nodes", segments, bulk),
+        output_nodes=codec.decode(msg.output_nodes, "output_nodes", segments, bulk),
         blocks=blocks,
     )
     if blocks and (blocks[0].num_src != len(sb.input_nodes) or blocks[-1].num_dst != len(sb.output_nodes)):

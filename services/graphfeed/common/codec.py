@@ -4,7 +4,8 @@ The bytes travel inline, or, when the receiver offered a shared directory, in a 
 segment (:mod:`graphfeed.common.shm`): ``encode(..., arena=...)`` places the array in the
 response's segment, :func:`encode_ref` refers to one already there (a server decides which
 through :class:`graphfeed.common.transport.Response`), and ``decode(..., segments=...)`` maps
-it without a copy. Inline decoding
+it without a copy; a tensor in its message's bulk bytes (:mod:`graphfeed.common.bulk`) is
+decoded as a view of them. Inline decoding
 reads the message's bytes once and wraps them (``np.frombuffer``, read-only). Nothing here
 pickles.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from graphfeed.common.bulk import Bulk, BulkLayout, view
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.v1 import tensor_pb2
 
@@ -67,21 +69,27 @@ def dtype_from_proto(value: int) -> np.dtype:
         raise InvalidArgument(f"tensor dtype {name} is not a valid element type") from None
 
 
-def encode(array: np.ndarray, out: tensor_pb2.Tensor | None = None, arena: Arena | None = None) -> tensor_pb2.Tensor:
+def encode(
+    array: np.ndarray, out: tensor_pb2.Tensor | None = None, arena: Arena | None = None, layout: BulkLayout | None = None
+) -> tensor_pb2.Tensor:
     """Encodes an array (any supported dtype, any shape, empty included).
 
     Args:
         array: the array; made C-contiguous if it is not.
         out: an existing message field to fill (e.g. ``request.seeds``); a new Tensor if None.
         arena: the response's shared-memory arena: the bytes go there (copied when the arena
-            is finished) and the message carries only the reference. None: inline bytes.
+            is finished) and the message carries only the reference.
+        layout: the message's bulk bytes: the array is written there when the message is sent
+            (copied once, from where it lies). Neither: inline bytes.
     """
     arr = np.asarray(array)
     msg = tensor_pb2.Tensor() if out is None else out
     msg.dtype = dtype_to_proto(arr.dtype)
     del msg.shape[:]
     msg.shape.extend(arr.shape)
-    if arena is None:
+    if layout is not None:
+        layout.add(arr, msg)
+    elif arena is None:
         msg.data = np.ascontiguousarray(arr).tobytes()
     else:
         msg.shm.segment = arena.name
@@ -104,7 +112,9 @@ def encode_ref(
     return out
 
 
-def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader | None = None) -> np.ndarray:
+def decode(
+    msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader | None = None, bulk: Bulk | None = None
+) -> np.ndarray:
     """Decodes a Tensor without copying its bytes.
 
     Args:
@@ -112,15 +122,23 @@ def decode(msg: tensor_pb2.Tensor, what: str = "tensor", segments: SegmentReader
         what: name used in error messages (e.g. ``"seeds"``).
         segments: maps the shared-memory segments this message refers to (the arrays are then
             writable private mappings); None when this side offered no shared directory.
+        bulk: the bulk bytes of the message that carries ``msg`` (:mod:`graphfeed.common.bulk`);
+            a tensor there is a view of them.
 
     Raises:
         InvalidArgument: unknown dtype, more than :data:`MAX_DIMS` dims, negative dims, a size
             beyond what an array can hold, a byte count that does not match, or a shared-memory
             reference this side did not ask for.
+        DataLoss: a bulk reference outside the message's bulk bytes.
     """
     dtype = dtype_from_proto(msg.dtype)
     shape = _checked_shape(msg, what, dtype)
-    if msg.WhichOneof("payload") == "shm":
+    payload = msg.WhichOneof("payload")
+    if payload == "bulk":
+        if bulk is None:
+            raise InvalidArgument(f"{what}: bytes in the bulk field of a message that has none")
+        return view(bulk, msg.bulk.offset, shape, dtype, what)
+    if payload == "shm":
         if segments is None:
             raise InvalidArgument(f"{what}: bytes in shared memory, but no shared directory was offered")
         return segments.array(msg.shm.segment, msg.shm.offset, shape, dtype, msg.shm.recycle)
@@ -150,8 +168,9 @@ def _checked_shape(msg: tensor_pb2.Tensor, what: str, dtype: np.dtype) -> tuple[
 
 
 def decode_ids(
-    msg: tensor_pb2.Tensor, what: str = "ids", allow_empty: bool = False, segments: SegmentReader | None = None
-) -> np.ndarray:
+    msg: tensor_pb2.Tensor, what: str = "ids", allow_empty: bool = False, segments: SegmentReader | None = None,
+    bulk: Bulk | None = None,
+) -> np.ndarray:  # fmt: skip
     """Decodes a 1-D int64 id tensor, the common case for requests.
 
     Raises:
@@ -160,7 +179,7 @@ def decode_ids(
     if msg.dtype != DType.DTYPE_INT64:
         got = DType.Name(msg.dtype) if msg.dtype in DType.values() else str(msg.dtype)
         raise InvalidArgument(f"{what} must be DTYPE_INT64, got {got}")
-    ids = decode(msg, what, segments)
+    ids = decode(msg, what, segments, bulk)
     if ids.ndim != 1:
         raise InvalidArgument(f"{what} must be 1-D, got shape {ids.shape}")
     if not allow_empty and ids.size == 0:

@@ -60,6 +60,14 @@ class DeadlineExceeded(GraphfeedError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class DataLoss(GraphfeedError):
+    """Bytes that do not make up what they announce: a corrupt message, a truncated or
+    oversized bulk stream (see ``tensor.proto``, "Bulk framing"). Not retried here: the call's
+    reader decides whether to ask again."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
 _BY_CODE: dict[grpc.StatusCode, type[GraphfeedError]] = {
     cls.code: cls
     for cls in (
@@ -70,6 +78,7 @@ _BY_CODE: dict[grpc.StatusCode, type[GraphfeedError]] = {
         FailedPrecondition,
         Unavailable,
         DeadlineExceeded,
+        DataLoss,
     )
 }
 

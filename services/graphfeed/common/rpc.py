@@ -22,6 +22,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from graphfeed.common import bulk
 from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError
 from graphfeed.common.metrics import RpcMetrics, serve_metrics
 
@@ -99,7 +100,8 @@ def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> No
 
 
 class ServerInterceptor(grpc.ServerInterceptor):
-    """Maps exceptions to statuses and records per-RPC metrics (count, latency, bytes)."""
+    """Maps exceptions to statuses and records per-RPC metrics (count, latency, bytes); writes
+    the :class:`~graphfeed.common.bulk.Outgoing` frames servicers return (bulk framing)."""
 
     def __init__(self, metrics: RpcMetrics) -> None:
         self._m = metrics
@@ -123,7 +125,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
         # Bytes are counted where the message is (de)serialized anyway: ByteSize() would
         # serialize a second time (a quarter of a busy server's CPU with large tensors).
         deserialize = _counting_deserializer(handler.request_deserializer, m.request_bytes.labels(*labels))
-        serialize = _counting_serializer(handler.response_serializer, m.response_bytes.labels(*labels))
+        serialize = _counting_serializer(bulk.serializer(handler.response_serializer), m.response_bytes.labels(*labels))
 
         def record(start: float, code: grpc.StatusCode) -> None:
             m.requests.labels(*labels, code.name).inc()

@@ -1,11 +1,12 @@
-"""Inline bytes or shared memory, decided per call on both sides of an RPC.
+"""Bulk bytes on the wire or shared memory, decided per call on both sides of an RPC.
 
 A client that can share a directory with its server (same host, same mount) sends an offer in
 the call's metadata (:class:`ClientTransport`); a server that verifies it
 (:class:`ServerTransport`) puts the response's bulk tensors in one shared-memory segment per
 message and sends only references. Everything else — another host, another pod without a
-shared volume, ``shm_dir=""`` on either side — falls back to inline bytes in the same message
-types, so correctness never depends on the fast path.
+shared volume, ``shm_dir=""`` on either side — sends the tensors as the message's bulk bytes
+(:mod:`graphfeed.common.bulk`: raw bytes beside the protobuf control part, copied once on each
+side) in the same message types, so correctness never depends on the fast path.
 
 A servicer never branches on it: it opens a :class:`Response` per message
 (:meth:`ServerTransport.response`, or :meth:`StreamCall.response` within a stream), lets the
@@ -17,16 +18,18 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import grpc
 import numpy as np
+from google.protobuf.message import Message
 from numpy.typing import DTypeLike
 from prometheus_client import CollectorRegistry, Counter
 
 from graphfeed.common import codec
+from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, BulkLayout, Outgoing
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.shm import (
     Arena,
@@ -149,6 +152,9 @@ class Response:
 
     Layout, as the reader expects it: arrays encoded before an :meth:`empty_many` share its
     segment (in front); later ones go into one more segment, written on exit.
+
+    Without shared memory the arrays travel as the message's bulk bytes: return
+    :meth:`framed` (or yield :meth:`frames`) instead of the message itself.
     """
 
     def __init__(self, transport: ServerTransport, method: str, directory: Path | None, owner: object = None) -> None:
@@ -161,6 +167,7 @@ class Response:
         self._segments: list[Segment] = []  # written (and peers' segments), mapped until exit
         self._placed: dict[int, tuple[str, int, bool, int]] = {}  # data address -> (segment, offset, recycle, nbytes)
         self._nbytes = 0
+        self._layout = BulkLayout()  # the arrays :meth:`encode` sends as bulk bytes (no shared memory)
 
     @property
     def shared(self) -> bool:
@@ -203,13 +210,30 @@ class Response:
         """Fills ``field`` with ``array``: a reference where it lies in a segment (a prefix of
         an :meth:`empty` array counts), else put in the response's segment, or inline bytes."""
         if self.directory is None:
-            return codec.encode(array, field)
+            return codec.encode(array, field, layout=self._layout)
         arr = np.asarray(array)
         ref = self._placed.get(arr.ctypes.data) if arr.flags.c_contiguous else None
         if ref is None or arr.nbytes > ref[3]:
             return codec.encode(arr, field, self._open_arena())
         self._nbytes += arr.nbytes
         return codec.encode_ref(arr.shape, arr.dtype, ref[0], ref[1], field, ref[2])
+
+    def framed(self, message: Message) -> Message | Outgoing:
+        """What to send for ``message``: itself when its tensors are inline or in shared memory,
+        else it with the bulk bytes of the arrays encoded since the last frame."""
+        if not self._layout:
+            return message
+        layout, self._layout = self._layout, BulkLayout()
+        return layout.frame(message)
+
+    def frames(self, message: Message, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Message | Outgoing]:
+        """Like :meth:`framed` for a stream: the bulk bytes cut into continuation messages of at
+        most ``chunk_bytes`` each, which the reader joins (:func:`graphfeed.common.bulk.assemble`)."""
+        if not self._layout:
+            yield message
+            return
+        layout, self._layout = self._layout, BulkLayout()
+        yield from layout.frames(message, chunk_bytes)
 
     def peer_array(self, segment: str, offset: int, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
         """A writable view of the caller's own segment (a loader's minibatch features that a

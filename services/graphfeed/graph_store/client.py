@@ -8,15 +8,16 @@ cores with the same interface, so multi-partition logic is unit-tested without s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import numpy as np
 
-from graphfeed.common import codec
-from graphfeed.common.errors import FailedPrecondition, GraphfeedError, from_rpc_error
+from graphfeed.common import bulk, codec
+from graphfeed.common.bulk import Received
+from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import client_channel
 from graphfeed.common.transport import ClientTransport
 from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, SampledNeighbors
@@ -64,6 +65,10 @@ class GraphStoreClient:
         self._transport = ClientTransport(shm_dir)
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["GraphStoreService"], IDEMPOTENT_METHODS)
         self._stub = pb_grpc.GraphStoreServiceStub(self._channel)
+        # the answers with tensors, read as bulk-framed messages (graphfeed.common.bulk)
+        name = pb.DESCRIPTOR.services_by_name["GraphStoreService"].full_name
+        self._sample = bulk.unary_unary(self._channel, name, "SampleNeighbors", pb.SampleNeighborsRequest, pb.SampleNeighborsResponse)
+        self._node_data = bulk.unary_stream(self._channel, name, "GetNodeData", pb.GetNodeDataRequest, pb.GetNodeDataResponse)
 
     def info(self) -> PartitionInfo:
         """What the graph-store says about itself; waits (within the deadline) for it to come up."""
@@ -97,12 +102,14 @@ class GraphStoreClient:
     ) -> Future[SampledNeighbors]:
         req = pb.SampleNeighborsRequest(fanout=fanout, replace=replace, rng_seed=rng_seed, first_position=first_position)
         codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
-        raw = self._unary_future(self._stub.SampleNeighbors, req)
+        raw = self._unary_future(self._sample, req)
 
-        def decoded(r: pb.SampleNeighborsResponse) -> SampledNeighbors:
-            seg = self._transport.reader()
+        def decoded(rec: Received[pb.SampleNeighborsResponse]) -> SampledNeighbors:
+            r, seg = rec.message, self._transport.reader()
             return SampledNeighbors(
-                codec.decode(r.offsets, "offsets", seg), codec.decode(r.src, "src", seg), codec.decode(r.edge_ids, "edge_ids", seg)
+                codec.decode(r.offsets, "offsets", seg, rec.bulk),
+                codec.decode(r.src, "src", seg, rec.bulk),
+                codec.decode(r.edge_ids, "edge_ids", seg, rec.bulk),
             )
 
         return _then(raw, decoded)
@@ -115,10 +122,32 @@ class GraphStoreClient:
         req = pb.GetNodeDataRequest(name=name)
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         seg = self._transport.reader()
-        chunks = [codec.decode(m.rows, name, seg) for m in self._node_data_call(req)]
+        chunks = [codec.decode(r.message.rows, name, seg, r.bulk) for r in self._node_data_call(req)]
         if not chunks:  # the server always sends at least one chunk, empty ones included
             raise GraphfeedError(f"graph-store {self.address} sent no rows for {name!r}")
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+    def read_node_data_into(self, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
+        """Writes the rows of ``ids`` (owned here) into ``out[positions]`` as the server's chunks
+        arrive, each copied once from its message; returns the bytes received.
+
+        Raises:
+            DataLoss: chunks that do not add up to one row per id of ``out``'s shape and dtype.
+        """
+        req = pb.GetNodeDataRequest(name=name)
+        codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
+        seg, got, nbytes = self._transport.reader(), 0, 0
+        for r in self._node_data_call(req, stream=True):
+            rows = codec.decode(r.message.rows, name, seg, r.bulk)
+            start, n = int(r.message.start), len(rows)
+            if rows.shape[1:] != out.shape[1:] or rows.dtype != out.dtype or not 0 <= start <= len(ids) - n:
+                raise DataLoss(f"graph-store {self.address}: {name} chunk at {start} of {rows.shape} {rows.dtype} "
+                               f"does not fit {len(ids)} rows of {out.shape[1:]} {out.dtype}")  # fmt: skip
+            out[positions[start : start + n]] = rows
+            got, nbytes = got + n, nbytes + rows.nbytes
+        if got != len(ids):
+            raise DataLoss(f"graph-store {self.address} sent {got} rows of {name} for {len(ids)} ids")
+        return nbytes
 
     @property
     def shares_memory(self) -> bool:
@@ -132,12 +161,16 @@ class GraphStoreClient:
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         req.target.segment, req.target.offset, req.target.num_rows = target.segment, target.offset, target.num_rows
         codec.encode(np.asarray(target.positions, dtype=np.int64), req.target.positions)
-        return sum(int(m.rows_written) for m in self._node_data_call(req))
+        return sum(int(r.message.rows_written) for r in self._node_data_call(req))
 
-    def _node_data_call(self, req: pb.GetNodeDataRequest) -> list[pb.GetNodeDataResponse]:
-        """Every message of one GetNodeData call (with this client's shared-memory offer)."""
+    def _node_data_call(self, req: pb.GetNodeDataRequest, stream: bool = False) -> Iterable[Received[pb.GetNodeDataResponse]]:
+        """The messages of one GetNodeData call (with this client's shared-memory offer): all
+        of them, or with ``stream`` one by one as they arrive (cancelled if not read to the end)."""
+        call = self._node_data(req, timeout=self.timeout_s, metadata=self._transport.metadata)
         try:
-            return list(self._stub.GetNodeData(req, timeout=self.timeout_s, metadata=self._transport.metadata))
+            if not stream:
+                return list(call)
+            return _streamed(call, f"graph-store {self.address}")
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
 
@@ -155,6 +188,16 @@ class GraphStoreClient:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def _streamed(call: Any, peer: str) -> Iterator[Any]:
+    """The messages of a streaming call as they arrive; cancels it when not read to the end."""
+    try:
+        yield from call
+    except grpc.RpcError as err:
+        raise from_rpc_error(err, peer) from None
+    finally:
+        call.cancel()  # a no-op once the call has ended
 
 
 def _settle(out: Future, result: object = None, exc: BaseException | None = None) -> None:
@@ -223,6 +266,10 @@ class RemotePartitionSet(_PartitionSetBase):
 
     def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return self._pool.submit(self.clients[p].get_node_data, name, ids)
+
+    def read_node_data_into(self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> Future[int]:
+        """See :class:`~graphfeed.graph_store.types.ReadsNodeDataInto`."""
+        return self._pool.submit(self.clients[p].read_node_data_into, name, ids, out, positions)
 
     def scatter_node_data(self, p: int, name: str, ids: np.ndarray, target: NodeDataTarget) -> Future[int] | None:
         """Partition ``p`` writes the rows into ``target``; None when this set offers no shared

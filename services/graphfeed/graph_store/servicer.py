@@ -13,6 +13,7 @@ import grpc
 import numpy as np
 
 from graphfeed.common import codec
+from graphfeed.common.bulk import Outgoing
 from graphfeed.common.transport import Allocator, Response, ServerTransport
 from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore
 from graphfeed.graph_store.sampling import Alloc
@@ -95,7 +96,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
     def GetPartitionInfo(self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext) -> pb.GetPartitionInfoResponse:
         return self._info
 
-    def SampleNeighbors(self, request: pb.SampleNeighborsRequest, context: grpc.ServicerContext) -> pb.SampleNeighborsResponse:
+    def SampleNeighbors(self, request: pb.SampleNeighborsRequest, context: grpc.ServicerContext) -> pb.SampleNeighborsResponse | Outgoing:
         seeds = codec.decode_ids(request.seeds, "seeds")
         resp = pb.SampleNeighborsResponse()
         with self._transport.response(context, "SampleNeighbors") as r:
@@ -104,9 +105,11 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
             )
             r.encode(out.src, resp.src)  # the offsets were encoded when the kernel asked for room
             r.encode(out.edge_ids, resp.edge_ids)
-        return resp
+        return r.framed(resp)
 
-    def GetNodeData(self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext) -> Iterator[pb.GetNodeDataResponse]:
+    def GetNodeData(
+        self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.GetNodeDataResponse | Outgoing]:
         ids = codec.decode_ids(request.ids, "ids", allow_empty=True)
         with self._transport.response(context, "GetNodeData") as r:
             if request.HasField("target"):  # rows go into the caller's own segment, none in the message
@@ -115,7 +118,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
             for start, rows in node_data_chunks(self._store, request.name, ids, r.alloc):
                 resp = pb.GetNodeDataResponse(start=start)
                 r.encode(rows, resp.rows)
-                yield resp
+                yield r.framed(resp)
 
     def GetDegrees(self, request: pb.GetDegreesRequest, context: grpc.ServicerContext) -> pb.GetDegreesResponse:
         ids = codec.decode_ids(request.ids, "ids", allow_empty=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -79,6 +79,16 @@ class PartitionSet(Protocol):
     def get_split(self, p: int, name: str) -> np.ndarray: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ReadsNodeDataInto(Protocol):
+    """A partition set that writes received rows straight into the caller's array (the gRPC
+    one: each answer message's rows are copied once, from the message to their destination)."""
+
+    def read_node_data_into(self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> Future[int]:
+        """Partition ``p``'s rows of ``ids`` into ``out[positions]``; the future gives the bytes
+        received, or raises what the graph-store raised."""
 
 
 class ForwardingPartitionSet:

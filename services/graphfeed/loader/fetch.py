@@ -15,11 +15,12 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent import futures
 
 import numpy as np
 
 from graphfeed.graph_store.fanout import fan_out
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.graph_store.types import PartitionSet, ReadsNodeDataInto
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +35,51 @@ class RowsRequest:
     """Rows of node-data ``name`` for ``ids``, requested from their owners at construction (all
     partitions before any is waited on); :meth:`wait` for them, or :meth:`cancel`.
 
+    The rows land in ``out[at]`` (default: a new array, in ``ids`` order). Over gRPC each
+    answer's rows are written there as they arrive (one copy from the message); other
+    partition sets hand back rows, which are then put in place.
+
     Raises:
         KeyError: ``name`` is not a node-data name of ``partitions``.
     """
 
     def __init__(
-        self, partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
-    ) -> None:
+        self, partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        out: np.ndarray | None = None, at: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
         spec = partitions.info.node_data[name]
         self.row_shape, self.dtype = tuple(spec.row_shape), np.dtype(spec.dtype)
-        call = lambda p, chunk: partitions.get_node_data(p, name, chunk)  # noqa: E731
-        self._pending = fan_out(partitions, ids, call, max_ids_per_request)
+        self._out, self._at = out, at
+        self._into = isinstance(partitions, ReadsNodeDataInto)
+        if isinstance(partitions, ReadsNodeDataInto):
+            dest = np.empty((len(ids), *self.row_shape), dtype=self.dtype) if out is None else out
+            self._out = dest
+            where = (lambda pos: pos) if at is None else (lambda pos: at[pos])
+            into = lambda p, chunk, pos: partitions.read_node_data_into(p, name, chunk, dest, where(pos))  # noqa: E731
+            self._pending = fan_out(partitions, ids, into, max_ids_per_request, with_positions=True)
+        else:
+            call = lambda p, chunk: partitions.get_node_data(p, name, chunk)  # noqa: E731
+            self._pending = fan_out(partitions, ids, call, max_ids_per_request)
 
     def wait(self) -> tuple[np.ndarray, dict[int, int]]:
-        """Rows ``[len(ids), *row_shape]`` in ``ids`` order and the bytes received per partition;
-        re-raises what a failed request raised (the others are cancelled)."""
-        return self._pending.wait(self.row_shape, self.dtype)
+        """``out`` with the rows in place and the bytes received per partition; re-raises what a
+        failed request raised, once no request is writing into ``out`` any more."""
+        if not self._into:
+            rows, by_part = self._pending.wait(self.row_shape, self.dtype)
+            if self._out is None:
+                return rows, by_part
+            self._out[self._at if self._at is not None else slice(None)] = rows
+            return self._out, by_part
+        if self._out is None:
+            raise RuntimeError("RowsRequest: no destination in read-into mode")  # set at construction
+        got: dict[int, int] = {}
+        try:
+            for p, nbytes in zip([p for p, _, _ in self._pending.parts], self._pending.results()):
+                got[p] = got.get(p, 0) + int(nbytes)
+        except BaseException:
+            futures.wait([f for _, _, f in self._pending.parts if f is not None])  # none still writes into out
+            raise
+        return self._out, got
 
     def cancel(self) -> None:
         """Cancels the requests not started yet (running ones finish on their own deadline)."""
@@ -57,11 +87,13 @@ class RowsRequest:
 
 
 def fetch_rows(
-    partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
-) -> tuple[np.ndarray, dict[int, int]]:
-    """Fetches the rows of node-data ``name`` for ``ids`` from their owners and waits for them:
-    ``(rows in ids order, bytes received per partition)``. See :class:`RowsRequest`."""
-    return RowsRequest(partitions, name, ids, max_ids_per_request).wait()
+    partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    out: np.ndarray | None = None, at: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[int, int]]:  # fmt: skip
+    """Fetches the rows of node-data ``name`` for ``ids`` from their owners into ``out[at]``
+    (default: a new array in ids order) and waits for them: ``(out, bytes received per
+    partition)``. See :class:`RowsRequest`."""
+    return RowsRequest(partitions, name, ids, max_ids_per_request, out, at).wait()
 
 
 def node_data_fetcher(

@@ -229,9 +229,7 @@ class Gatherer:
             got = self._scatter(parts, sink, miss_ids, rows, at, segment)
             if got is not None:
                 return got
-        fetched, got = fetch_rows(parts, self.feature_name, miss_ids, self.max_ids_per_request)
-        rows[at] = fetched
-        return got
+        return fetch_rows(parts, self.feature_name, miss_ids, self.max_ids_per_request, rows, at)[1]
 
     def _scatter(
         self, parts: ScattersNodeData, sink: ShmSink, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import grpc
 
 from graphfeed.common import blocks, codec
+from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, Outgoing
 from graphfeed.common.shm import Backpressure
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
@@ -72,14 +73,15 @@ def shm_sink(call: StreamCall) -> ShmSink | None:
 class LoaderServicer(pb_grpc.LoaderServiceServicer):
     """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core."""
 
-    def __init__(self, loader: Loader, transport: ServerTransport | None = None) -> None:
+    def __init__(self, loader: Loader, transport: ServerTransport | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self._loader = loader
         self._transport = transport or ServerTransport(None)
+        self._chunk_bytes = chunk_bytes  # bulk bytes per stream message without shared memory
 
     def DescribeJob(self, request: pb.DescribeJobRequest, context: grpc.ServicerContext) -> pb.DescribeJobResponse:
         return info_to_proto(self._loader.describe(job_from_proto(request.job)))
 
-    def StreamMinibatches(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Minibatch]:
+    def StreamMinibatches(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Minibatch | Outgoing]:
         with self._transport.stream(context, "StreamMinibatches") as call:
             stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, shm_sink(call))
             context.add_callback(stream.close)  # a cancelled RPC stops the producer
@@ -91,4 +93,4 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
                     if not pressure.wait():
                         return
                     pressure.sent(r.paths)
-                    yield msg
+                    yield from r.frames(msg, self._chunk_bytes)

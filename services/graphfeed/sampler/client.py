@@ -7,14 +7,13 @@ from collections.abc import Sequence
 import grpc
 import numpy as np
 
-from graphfeed.common import blocks, codec
+from graphfeed.common import blocks, bulk, codec
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, from_rpc_error
 from graphfeed.common.rpc import client_channel
 from graphfeed.common.transport import ClientTransport
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.sampler.v1 import sampler_pb2 as pb
-from graphfeed.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 
 class SamplerClient:
@@ -36,7 +35,8 @@ class SamplerClient:
         self.timeout_s = timeout_s
         self._transport = ClientTransport(shm_dir)
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["SamplerService"], ["SampleBlocks"])
-        self._stub = pb_grpc.SamplerServiceStub(self._channel)
+        name = pb.DESCRIPTOR.services_by_name["SamplerService"].full_name
+        self._sample = bulk.unary_unary(self._channel, name, "SampleBlocks", pb.SampleBlocksRequest, pb.SampleBlocksResponse)
 
     def sample(
         self,
@@ -56,10 +56,10 @@ class SamplerClient:
         except (TypeError, ValueError) as exc:  # out of the wire types' range (int32, uint64, uint32)
             raise InvalidArgument(f"cannot encode fanouts {list(fanouts)} / step key: {exc}") from None
         try:
-            resp = self._stub.SampleBlocks(req, timeout=self.timeout_s, metadata=self._transport.metadata)
+            rec = self._sample(req, timeout=self.timeout_s, metadata=self._transport.metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"sampler {self.address}") from None
-        return blocks.from_proto(resp.blocks, self._transport.reader())
+        return blocks.from_proto(rec.message.blocks, self._transport.reader(), rec.bulk)
 
     def close(self) -> None:
         self._channel.close()

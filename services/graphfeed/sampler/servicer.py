@@ -8,6 +8,7 @@ import grpc
 import numpy as np
 
 from graphfeed.common import blocks, codec
+from graphfeed.common.bulk import Outgoing
 from graphfeed.common.transport import Response, ServerTransport
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.sampler.metrics import MeteredSampler, SamplerMetrics
@@ -37,7 +38,7 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
         self._sampler = MeteredSampler(sampler, metrics)
         self._transport = transport or ServerTransport(None)
 
-    def SampleBlocks(self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext) -> pb.SampleBlocksResponse:
+    def SampleBlocks(self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext) -> pb.SampleBlocksResponse | Outgoing:
         seeds = codec.decode_ids(request.seeds, "seeds")
         key = request.step_key
         resp = pb.SampleBlocksResponse()
@@ -45,4 +46,4 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
             sb = self._sampler.sample(seeds, list(request.fanouts), request.replace, key.job_seed, key.epoch, key.step,
                                       input_layer_into(r))  # fmt: skip
             blocks.to_proto(sb, resp.blocks, r.encode)
-        return resp
+        return r.framed(resp)

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from graphfeed.common import blocks as blocks_codec
-from graphfeed.common import codec
+from graphfeed.common import bulk, codec
+from graphfeed.common.buffers import BufferPool
+from graphfeed.common.bulk import Bulk, Received
 from graphfeed.common.errors import from_rpc_error
 from graphfeed.common.rpc import client_channel
 from graphfeed.common.shm import SegmentReader
@@ -95,12 +97,13 @@ def dgl_blocks(
 
 def to_dgl_blocks(
     mb: pb.Minibatch, feature_name: str, label_name: str, segments: SegmentReader | None = None,
-    device: torch.device | None = None,
+    device: torch.device | None = None, bulk_bytes: Bulk | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list]:  # fmt: skip
-    """Builds DGL blocks from a Minibatch message, with features and labels attached (no copies on the CPU)."""
-    sb = blocks_codec.from_proto(mb.blocks, segments)
-    features = _torch(codec.decode(mb.input_features, "input_features", segments))
-    labels = _torch(codec.decode(mb.labels, "labels", segments)) if label_name else None
+    """Builds DGL blocks from a Minibatch message (its tensors in ``segments`` or its
+    ``bulk_bytes``), with features and labels attached (no copies on the CPU)."""
+    sb = blocks_codec.from_proto(mb.blocks, segments, bulk_bytes)
+    features = _torch(codec.decode(mb.input_features, "input_features", segments, bulk_bytes))
+    labels = _torch(codec.decode(mb.labels, "labels", segments, bulk_bytes)) if label_name else None
     return dgl_blocks(sb, features, labels, feature_name, label_name, device)
 
 
@@ -232,19 +235,22 @@ class RemoteDataLoader(_StepLoader):
         self.timeout_s = timeout_s
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["LoaderService"], ["DescribeJob"])
         self._stub = pb_grpc.LoaderServiceStub(self._channel)
+        service = pb.DESCRIPTOR.services_by_name["LoaderService"].full_name
+        self._stream = bulk.unary_stream(self._channel, service, "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch)
+        self._buffers = BufferPool()  # each minibatch's bulk bytes land here (pages reused)
         try:
             self.info = self._stub.DescribeJob(pb.DescribeJobRequest(job=self._job_proto), timeout=timeout_s, wait_for_ready=True)
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"loader {address}") from None
 
     @contextlib.contextmanager
-    def _minibatches(self, epoch: int, start: int) -> Iterator[Iterator[pb.Minibatch]]:
+    def _minibatches(self, epoch: int, start: int) -> Iterator[Iterator[Received[pb.Minibatch]]]:
         request = pb.StreamMinibatchesRequest(job=self._job_proto, epoch=epoch, start_step=start)
-        stream = self._stub.StreamMinibatches(request, metadata=self._transport.metadata)
+        stream = self._stream(request, metadata=self._transport.metadata)
 
-        def messages() -> Iterator[pb.Minibatch]:
+        def messages() -> Iterator[Received[pb.Minibatch]]:
             try:
-                yield from stream
+                yield from bulk.assemble(stream, self._buffers, f"minibatch stream from loader {self.address}")
             except grpc.RpcError as err:
                 raise from_rpc_error(err, f"loader {self.address}") from None
 
@@ -253,11 +259,14 @@ class RemoteDataLoader(_StepLoader):
         finally:
             stream.cancel()
 
-    def _position(self, mb: pb.Minibatch) -> tuple[int, int]:
-        return mb.step_key.epoch, mb.step_key.step
+    def _position(self, mb: Received[pb.Minibatch]) -> tuple[int, int]:
+        return mb.message.step_key.epoch, mb.message.step_key.step
 
-    def _batch(self, mb: pb.Minibatch) -> tuple[torch.Tensor, torch.Tensor, list]:
-        return to_dgl_blocks(mb, self.job.feature_name, self.job.label_name, self._transport.reader(), self.device)
+    def _batch(self, mb: Received[pb.Minibatch]) -> tuple[torch.Tensor, torch.Tensor, list]:
+        return to_dgl_blocks(mb.message, self.job.feature_name, self.job.label_name, self._transport.reader(), self.device, mb.bulk)
+
+    def _count(self, mb: Received[pb.Minibatch]) -> None:
+        super()._count(mb.message)
 
     def close(self) -> None:
         self._channel.close()

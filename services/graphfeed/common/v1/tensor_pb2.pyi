@@ -37,16 +37,24 @@ DTYPE_UINT32: DType
 DTYPE_UINT64: DType
 
 class Tensor(_message.Message):
-    __slots__ = ("dtype", "shape", "data", "shm")
+    __slots__ = ("dtype", "shape", "data", "shm", "bulk")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     SHM_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     dtype: DType
     shape: _containers.RepeatedScalarFieldContainer[int]
     data: bytes
     shm: ShmRef
-    def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., shm: _Optional[_Union[ShmRef, _Mapping]] = ...) -> None: ...
+    bulk: BulkRef
+    def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., shm: _Optional[_Union[ShmRef, _Mapping]] = ..., bulk: _Optional[_Union[BulkRef, _Mapping]] = ...) -> None: ...
+
+class BulkRef(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
 
 class ShmRef(_message.Message):
     __slots__ = ("segment", "offset", "recycle")

@@ -62,14 +62,18 @@ class SampleNeighborsRequest(_message.Message):
     def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., replace: bool = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ...) -> None: ...
 
 class SampleNeighborsResponse(_message.Message):
-    __slots__ = ("offsets", "src", "edge_ids")
+    __slots__ = ("offsets", "src", "edge_ids", "bulk_bytes", "bulk")
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     SRC_FIELD_NUMBER: _ClassVar[int]
     EDGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     offsets: _tensor_pb2.Tensor
     src: _tensor_pb2.Tensor
     edge_ids: _tensor_pb2.Tensor
-    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    bulk_bytes: int
+    bulk: bytes
+    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
 
 class GetNodeDataRequest(_message.Message):
     __slots__ = ("name", "ids", "target")
@@ -94,14 +98,18 @@ class NodeDataTarget(_message.Message):
     def __init__(self, segment: _Optional[str] = ..., offset: _Optional[int] = ..., num_rows: _Optional[int] = ..., positions: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class GetNodeDataResponse(_message.Message):
-    __slots__ = ("start", "rows", "rows_written")
+    __slots__ = ("start", "rows", "rows_written", "bulk_bytes", "bulk")
     START_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     ROWS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     start: int
     rows: _tensor_pb2.Tensor
     rows_written: int
-    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rows_written: _Optional[int] = ...) -> None: ...
+    bulk_bytes: int
+    bulk: bytes
+    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rows_written: _Optional[int] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
 
 class GetDegreesRequest(_message.Message):
     __slots__ = ("ids",)

@@ -82,17 +82,21 @@ class MinibatchStats(_message.Message):
     def __init__(self, cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., remote_feature_bytes: _Optional[int] = ..., sample_seconds: _Optional[float] = ..., gather_seconds: _Optional[float] = ...) -> None: ...
 
 class Minibatch(_message.Message):
-    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats")
+    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats", "bulk_bytes", "bulk")
     STEP_KEY_FIELD_NUMBER: _ClassVar[int]
     STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     INPUT_FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     step_key: _tensor_pb2.StepKey
     steps_per_epoch: int
     blocks: _tensor_pb2.SampledBlocks
     input_features: _tensor_pb2.Tensor
     labels: _tensor_pb2.Tensor
     stats: MinibatchStats
-    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ...) -> None: ...
+    bulk_bytes: int
+    bulk: bytes
+    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...

@@ -20,7 +20,11 @@ class SampleBlocksRequest(_message.Message):
     def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ...) -> None: ...
 
 class SampleBlocksResponse(_message.Message):
-    __slots__ = ("blocks",)
+    __slots__ = ("blocks", "bulk_bytes", "bulk")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     blocks: _tensor_pb2.SampledBlocks
-    def __init__(self, blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ...) -> None: ...
+    bulk_bytes: int
+    bulk: bytes
+    def __init__(self, blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...

@@ -5,7 +5,10 @@ Systems, alternated run by run so machine drift hits all of them:
 - ``dgl_sample``: ``dgl.dataloading.NeighborSampler`` + ``DataLoader`` in this process.
 - ``dgl_sample_gather``: the same plus ``feat[input_nodes]``.
 - ``gf_sampler``: the graphfeed sampler service; blocks decoded in this process.
-- ``gf_e2e``: minibatches (blocks + input features + labels) through ``RemoteDataLoader``.
+- ``gf_e2e``: minibatches (blocks + input features + labels) through ``RemoteDataLoader``:
+  graph-stores -> loader service -> trainer (two hops for the features).
+- ``gf_embedded``: the same minibatches through ``EmbeddedDataLoader``, a loader in the
+  trainer's process over the graph-stores and the sampler service: one hop for the features.
 
 Plus the machine's limits: sequential memcpy, random-row gather and gRPC loopback streaming.
 Writes JSON and a markdown table; ratios compare graphfeed with DGL from the same run.
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 
 log = logging.getLogger(__name__)
-SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e")
+SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e", "gf_embedded")
 
 
 @dataclass
@@ -216,6 +219,33 @@ def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: s
     return run
 
 
+def _gf_embedded_runner(cluster, fanouts: list[int], batch_size: int, shm_dir: str | None, cache_policy: str,  # noqa: ANN001, ANN202
+                        cache_bytes: int):  # fmt: skip
+    """Minibatches from a loader in this process (the trainer's): features graph-stores -> here."""
+    from graphfeed.graph_store.client import RemotePartitionSet
+    from graphfeed.loader.core import Loader
+    from graphfeed.sampler.client import SamplerClient
+    from graphfeed.trainer import EmbeddedDataLoader
+
+    partitions = RemotePartitionSet([s.address for s in cluster.graph_stores], shm_dir=shm_dir or None)
+    sampler = SamplerClient(cluster.sampler.address, shm_dir=shm_dir or None)
+    core = Loader(partitions, sampler, cache_policy=cache_policy, cache_bytes=cache_bytes)
+    loader = EmbeddedDataLoader(core, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench-embedded")
+    epoch = [0]
+
+    def run(steps: int) -> int:
+        epoch[0] += 1
+        loader.set_epoch(epoch[0])
+        edges = 0
+        for i, (_in, _out, blocks) in enumerate(loader):
+            edges += sum(b.num_edges() for b in blocks)
+            if i + 1 == steps:
+                break
+        return edges
+
+    return run
+
+
 def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
     """Sequential memcpy, random-row gather and gRPC loopback streaming, in GB/s."""
     from graphfeed.bench.loopback import measure
@@ -262,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
             "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
             "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, shm_dir),
             "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir),
+            "gf_embedded": _gf_embedded_runner(cluster, fanouts, bs, shm_dir, args.cache_policy, args.cache_bytes),
         }
         meter = Meter(cluster)
         for fn in runners.values():  # warm-up: imports, connections, caches
@@ -317,6 +348,7 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
         "systems": systems,
         "sample_ratio_vs_dgl": ratio("gf_sampler", "dgl_sample"),
         "e2e_ratio_vs_dgl": ratio("gf_e2e", "dgl_sample_gather"),
+        "embedded_ratio_vs_dgl": ratio("gf_embedded", "dgl_sample_gather"),
         "machine": limits,
     }
 
@@ -338,7 +370,8 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines += [
         "",
-        (f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, **e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}**; "
+        (f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, **e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}** "
+         f"(two hops), **embedded_ratio_vs_dgl = {result['embedded_ratio_vs_dgl']:.2f}** (one hop); "
          f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
          f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"),
     ]

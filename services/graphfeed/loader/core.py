@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CacheOptions, TierStats
@@ -84,6 +85,8 @@ class Loader:
         self.max_ids_per_request = max_ids_per_request
         self.on_minibatch = on_minibatch
         self._pool = ThreadPoolExecutor(max_workers=sample_workers, thread_name_prefix="loader-sample")
+        # host feature arrays of minibatches: a few per stream in flight (queued, being sent)
+        self._buffers = BufferPool(max_buffers=2 * max_inflight + 2)
         self._lock = threading.Lock()
         self._splits: dict[str, np.ndarray] = {}
         self._caches: dict[str, SharedCache] = {}
@@ -172,7 +175,8 @@ class Loader:
         if not 0 <= start_step <= plan.num_steps:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
         gatherer = Gatherer(
-            self.partitions, self._cache(job.feature_name), job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device
+            self.partitions, self._cache(job.feature_name), job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device,
+            self._buffers,
         )
         work = StreamWork(self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight))
         log.info(

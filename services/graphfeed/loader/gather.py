@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
+from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import FailedPrecondition
 from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry
 from graphfeed.graph_store.fanout import fan_out
@@ -93,10 +94,14 @@ class FeatureBuffer(ABC):
 
 
 class HostBuffer(FeatureBuffer):
-    """Features in host memory: a new array, or with ``sink`` a new shared-memory segment."""
+    """Features in host memory: an array (from ``pool`` when given: pages already mapped, back
+    in the pool once the minibatch is sent and dropped), or with ``sink`` a new shared-memory
+    segment."""
 
-    def __init__(self, row_shape: Sequence[int], dtype: np.dtype | type, sink: ShmSink | None = None) -> None:
-        self._row_shape, self._dtype, self._sink = tuple(row_shape), np.dtype(dtype), sink
+    def __init__(
+        self, row_shape: Sequence[int], dtype: np.dtype | type, sink: ShmSink | None = None, pool: BufferPool | None = None
+    ) -> None:
+        self._row_shape, self._dtype, self._sink, self._pool = tuple(row_shape), np.dtype(dtype), sink, pool
         empty: np.ndarray = np.empty(0)
         self._hit, self._miss_pos, self._hit_rows, self._features = empty, empty, empty, empty
 
@@ -107,7 +112,10 @@ class HostBuffer(FeatureBuffer):
 
     def open(self) -> tuple[np.ndarray, np.ndarray]:
         shape = (len(self._hit), *self._row_shape)
-        if self._sink is None:
+        if self._sink is None and self._pool is not None:
+            nbytes = self._dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            self._features = self._pool.take(nbytes).view(self._dtype).reshape(shape)
+        elif self._sink is None:
             self._features = np.empty(shape, dtype=self._dtype)
         else:
             arena = Arena(self._sink.directory, self._sink.registry, self._sink.owner, self._sink.pool)
@@ -181,6 +189,7 @@ class Gatherer:
     max_ids_per_request: int
     sink: ShmSink | None = None
     on_device: bool = False
+    pool: BufferPool | None = None  # where host feature arrays come from (None: new arrays)
 
     def warm_up(self) -> None:
         """Warms the cache up (once per cache, whichever stream comes first)."""
@@ -219,7 +228,7 @@ class Gatherer:
         device = self.cache.device_policy if self.on_device else None
         if device is not None:
             return DeviceBuffer(device, spec.row_shape, spec.dtype)
-        return HostBuffer(spec.row_shape, spec.dtype, self.sink)
+        return HostBuffer(spec.row_shape, spec.dtype, self.sink, self.pool)
 
     def _fetch_misses(self, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None) -> dict[int, int]:
         """Fills ``rows[at]`` with the rows of ``miss_ids`` (written by the owners into ``segment``

@@ -503,8 +503,19 @@ class TcpReceiver:
 # grpcio 1.85 core's channel args (checked against the strings in cygrpc; an unknown arg is
 # silently ignored, which is what happens to grpc.optimization_target: core no longer has it).
 _MAX_MSG: list[tuple[str, int | str]] = [("grpc.max_receive_message_length", 1 << 30), ("grpc.max_send_message_length", 1 << 30)]
-TUNED = "graphfeed"
-SWEEP = ("grpc_default", "window_64m", "no_bdp_64m", "no_bdp", "frame_16m", "tcp_read_4m", "write_buf_16m", "throughput", "no_compression")
+TUNED = "single_thread"
+SWEEP = (
+    "grpc_default",
+    "graphfeed",
+    "window_64m",
+    "no_bdp_64m",
+    "no_bdp",
+    "frame_16m",
+    "tcp_read_4m",
+    "write_buf_16m",
+    "throughput",
+    "no_compression",
+)
 OPTION_SETS: dict[str, list[tuple[str, int | str]]] = {
     "grpc_default": _MAX_MSG,
     "graphfeed": [],  # graphfeed.common.rpc.channel_options(), filled in by options()
@@ -516,6 +527,9 @@ OPTION_SETS: dict[str, list[tuple[str, int | str]]] = {
     "write_buf_16m": [("grpc.http2.write_buffer_size", 16 * _MIB)],
     "throughput": [("grpc.optimization_target", "throughput")],
     "no_compression": [("grpc.default_compression_algorithm", 0)],
+    # grpcio's Python-level option: the calling thread drives a unary-stream call's completion
+    # queue itself instead of handing every message over from the channel's polling thread.
+    "single_thread": [("SingleThreadedUnaryStream", 1)],
 }
 
 
@@ -590,7 +604,7 @@ def variants(plan: Plan) -> list[Variant]:
     with the tuned options), Flight's ``read_all``, raw TCP; at the largest payload also the
     option sweep, server threads, calls in flight and Flight without IPC threads."""
     t, c1 = plan.tuned, plan.sweep_chunk
-    out = [Variant("proto_inline", options="graphfeed"), Variant("proto_inline", options=t)]
+    out = [Variant("proto_inline", options="graphfeed")]  # unary: the tuned options change nothing for it
     out += [Variant("grpc_raw_chunks", c, t) for c in plan.chunks]
     out += [Variant("grpc_raw_chunks_proto_framed", c, t) for c in plan.chunks]
     out += [Variant("flight", c) for c in plan.chunks] + [Variant("flight", c1, read_all=True), Variant("tcp", c1)]
@@ -760,9 +774,9 @@ COPIES: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 
 
-def markdown(rows: list[dict], command: str) -> str:
+def markdown(rows: list[dict], command: str, machine: str) -> str:
     """One table per payload size (fastest first), the copies per transport, and the verdict."""
-    lines = [f"`{command}`", "", verdict(rows), ""]
+    lines = [f"`{command}` ({machine})", "", verdict(rows), "", _HOW, ""]
     for size in sorted({r["payload_bytes"] for r in rows}, reverse=True):
         at = sorted((r for r in rows if r["payload_bytes"] == size), key=lambda r: -r["gbps_median"])
         lines += [f"### {_size(size)} payload ({at[0]['transfers_per_sample']} transfers per sample)", "",
@@ -774,6 +788,14 @@ def markdown(rows: list[dict], command: str) -> str:
               "| transport | server | client |", "|---|---|---|"]  # fmt: skip
     lines += [f"| {t} | {srv} | {cli} |" for t, (srv, cli) in COPIES.items() if any(r["transport"] == t for r in rows)]
     return "\n".join(lines) + "\n"
+
+
+_HOW = (
+    "GB/s: median over the rounds (min-max), each sample moving the payload `transfers` times into the same "
+    "preallocated array. CPU s/GB: user + system CPU of the whole process (all threads, psutil) over all rounds, "
+    "per GB moved; on a shared machine it is steadier than GB/s. Option sets add to graphfeed's channel_options() "
+    "and apply to the channel and the server (`graphfeed bench dataplane --list`)."
+)
 
 
 def _size(nbytes: int) -> str:
@@ -857,10 +879,14 @@ def run(args: argparse.Namespace) -> int:
     cells = run_rounds(todo, sizes, rounds, int(args.sample_mb * 1e6))
     rows = [c.summary() for c in cells]
     command = "graphfeed bench dataplane " + " ".join(sys.argv[sys.argv.index("dataplane") + 1 :] if "dataplane" in sys.argv else [])
-    text = markdown(rows, command.strip())
+    import pyarrow
+
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    machine = f"{os.cpu_count()} CPUs, load average {load} at the end, grpcio {grpc.__version__}, pyarrow {pyarrow.__version__}"
+    text = markdown(rows, command.strip(), machine)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"command": command.strip(), "seconds": time.monotonic() - t0, "cpus": os.cpu_count(), "grpcio": grpc.__version__,
+    meta = {"command": command.strip(), "seconds": time.monotonic() - t0, "machine": machine,
             "options": {name: options(name) for name in dict.fromkeys([plan.tuned, *plan.sweep, "graphfeed"])}}  # fmt: skip
     args.out.write_text(json.dumps({"meta": meta, "verdict": verdict(rows), "copies": COPIES, "results": rows}, indent=1))
     args.out.with_suffix(".md").write_text(text)

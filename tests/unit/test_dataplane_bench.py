@@ -85,16 +85,17 @@ def _row(variant: Variant, gbps: float, size: int = 111_104_000) -> dict:
             "client_cpu_s_per_gb": 1 / gbps, "server_cpu_s_per_gb": 0.5 / gbps}  # fmt: skip
 
 
-def test_verdict_names_the_fastest_and_its_ratios_over_grpc_and_flight() -> None:
+def test_verdict_compares_the_fastest_with_the_reference_rows_not_the_luckiest() -> None:
+    grpc_ref, flight_ref = Variant("grpc_raw_chunks", 1 << 20, "single_thread"), Variant("flight", 1 << 20)
     rows = [
         _row(Variant("tcp", 1 << 20), 3.0),
-        _row(Variant("grpc_raw_chunks", 1 << 20, "graphfeed"), 1.0),
-        _row(Variant("grpc_raw_chunks", 4 << 20, "graphfeed"), 1.5),
-        _row(Variant("flight", 1 << 20), 2.0),
-        _row(Variant("flight", 1 << 20), 0.5, size=1_024_000),
-        _row(Variant("grpc_raw_chunks", 1 << 20, "graphfeed"), 0.25, size=1_024_000),
+        _row(grpc_ref, 1.0),
+        _row(Variant("grpc_raw_chunks", 1 << 20, "window_64m"), 1.5),  # a lucky sweep row is not the reference
+        _row(flight_ref, 2.0),
+        _row(flight_ref, 0.5, size=1_024_000),
+        _row(Variant("grpc_raw_chunks", 4 << 20, "single_thread"), 0.25, size=1_024_000),  # no reference row: the best one
     ]
-    text = verdict(rows)
-    assert "111 MB: fastest tcp 1 MiB at 3.00 GB/s, 2.00x the best grpc_raw_chunks (grpc_raw_chunks 4 MiB graphfeed, 1.50)" in text
-    assert "1.50x the best flight (flight 1 MiB, 2.00)" in text
-    assert "1 MB: fastest flight 1 MiB at 0.50 GB/s, 2.00x the best grpc_raw_chunks" in text
+    text = verdict(rows, grpc_ref.name, flight_ref.name)
+    assert "111 MB: fastest tcp 1 MiB at 3.00 GB/s, 3.00x grpc_raw_chunks 1 MiB single_thread (1.00), 1.50x flight 1 MiB (2.00)" in text
+    assert "flight 1 MiB vs grpc_raw_chunks 1 MiB single_thread: 2.00x GB/s, CPU s/GB client 0.50 vs 1.00, server 0.25 vs 0.50" in text
+    assert "1 MB: fastest flight 1 MiB at 0.50 GB/s, 2.00x grpc_raw_chunks 4 MiB single_thread (0.25)" in text

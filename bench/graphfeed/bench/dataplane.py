@@ -774,9 +774,9 @@ COPIES: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 
 
-def markdown(rows: list[dict], command: str, machine: str) -> str:
-    """One table per payload size (fastest first), the copies per transport, and the verdict."""
-    lines = [f"`{command}` ({machine})", "", verdict(rows), "", _HOW, ""]
+def markdown(rows: list[dict], command: str, machine: str, verdict_line: str) -> str:
+    """The verdict, one table per payload size (fastest first) and the copies per transport."""
+    lines = [f"`{command}` ({machine})", "", verdict_line, "", _HOW, ""]
     for size in sorted({r["payload_bytes"] for r in rows}, reverse=True):
         at = sorted((r for r in rows if r["payload_bytes"] == size), key=lambda r: -r["gbps_median"])
         lines += [f"### {_size(size)} payload ({at[0]['transfers_per_sample']} transfers per sample)", "",
@@ -802,27 +802,27 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1e6:.0f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} kB"
 
 
-def _best(rows: list[dict], size: int, transport: str) -> dict | None:
+def _reference(rows: list[dict], size: int, name: str, transport: str) -> dict | None:
+    """The row named ``name`` at ``size``, else the fastest row of ``transport`` there."""
     at = [r for r in rows if r["payload_bytes"] == size and r["transport"] == transport]
-    return max(at, key=lambda r: r["gbps_median"]) if at else None
+    named = [r for r in at if r["variant"] == name]
+    return named[0] if named else max(at, key=lambda r: r["gbps_median"], default=None)
 
 
-def verdict(rows: list[dict]) -> str:
-    """Per payload size: the fastest variant and its ratio over the best raw gRPC stream and the
-    best Flight variant (GB/s and CPU per GB on both sides)."""
+def verdict(rows: list[dict], grpc_ref: str, flight_ref: str) -> str:
+    """Per payload size: the fastest variant and its ratios over two reference rows, the tuned
+    gRPC stream and Flight at the same chunk size (fixed rows, not the luckiest of many), then
+    Flight against gRPC in GB/s and CPU per GB on each side."""
     parts = []
     for size in sorted({r["payload_bytes"] for r in rows}, reverse=True):
         best = max((r for r in rows if r["payload_bytes"] == size), key=lambda r: r["gbps_median"])
         text = f"{_size(size)}: fastest {best['variant']} at {best['gbps_median']:.2f} GB/s"
-        for label, transport in (("grpc_raw_chunks", "grpc_raw_chunks"), ("flight", "flight")):
-            other = _best(rows, size, transport)
+        raw, fl = _reference(rows, size, grpc_ref, "grpc_raw_chunks"), _reference(rows, size, flight_ref, "flight")
+        for other in (raw, fl):
             if other is not None and other is not best:
-                text += (
-                    f", {best['gbps_median'] / other['gbps_median']:.2f}x the best {label} ({other['variant']}, {other['gbps_median']:.2f})"
-                )
-        raw, fl = _best(rows, size, "grpc_raw_chunks"), _best(rows, size, "flight")
+                text += f", {best['gbps_median'] / other['gbps_median']:.2f}x {other['variant']} ({other['gbps_median']:.2f})"
         if raw and fl:
-            text += (f"; best flight vs best grpc_raw_chunks: {fl['gbps_median'] / raw['gbps_median']:.2f}x GB/s, CPU s/GB client "
+            text += (f"; {fl['variant']} vs {raw['variant']}: {fl['gbps_median'] / raw['gbps_median']:.2f}x GB/s, CPU s/GB client "
                      f"{fl['client_cpu_s_per_gb']:.2f} vs {raw['client_cpu_s_per_gb']:.2f}, server "
                      f"{fl['server_cpu_s_per_gb']:.2f} vs {raw['server_cpu_s_per_gb']:.2f}")  # fmt: skip
         parts.append(text)
@@ -883,12 +883,13 @@ def run(args: argparse.Namespace) -> int:
 
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     machine = f"{os.cpu_count()} CPUs, load average {load} at the end, grpcio {grpc.__version__}, pyarrow {pyarrow.__version__}"
-    text = markdown(rows, command.strip(), machine)
+    line = verdict(rows, Variant("grpc_raw_chunks", plan.sweep_chunk, plan.tuned).name, Variant("flight", plan.sweep_chunk).name)
+    text = markdown(rows, command.strip(), machine, line)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"command": command.strip(), "seconds": time.monotonic() - t0, "machine": machine,
             "options": {name: options(name) for name in dict.fromkeys([plan.tuned, *plan.sweep, "graphfeed"])}}  # fmt: skip
-    args.out.write_text(json.dumps({"meta": meta, "verdict": verdict(rows), "copies": COPIES, "results": rows}, indent=1))
+    args.out.write_text(json.dumps({"meta": meta, "verdict": line, "copies": COPIES, "results": rows}, indent=1))
     args.out.with_suffix(".md").write_text(text)
     print(f"wrote {args.out} and {args.out.with_suffix('.md')} in {time.monotonic() - t0:.0f} s")
     return 0

@@ -181,10 +181,17 @@ def assemble(messages: Iterable[Received[M]], pool: BufferPool, what: str) -> Ge
         if got == total:
             yield first
             continue
-        buf = pool.take(total)
+        yield Received(first.message, _join(first, it, pool.take(total), what))
+
+
+def _join(first: Received[M], rest: Iterator[Received[M]], buf: np.ndarray, what: str) -> np.ndarray:
+    """Copies ``first``'s bulk and its continuations' into ``buf``; on failure lets go of
+    ``buf`` before raising (a traceback kept by the caller must not hold a pooled buffer)."""
+    total, got = len(buf), len(first.bulk)
+    try:
         buf[:got] = np.frombuffer(first.bulk, np.uint8)
         while got < total:
-            nxt = next(it, None)
+            nxt = next(rest, None)
             if nxt is None:
                 raise DataLoss(f"{what}: the stream ended after {got} of {total} bulk bytes (truncated)")
             if not nxt.continuation:
@@ -194,7 +201,10 @@ def assemble(messages: Iterable[Received[M]], pool: BufferPool, what: str) -> Ge
                 raise DataLoss(f"{what}: continuation brings the bulk to {got + n} bytes, {total} announced")
             buf[got : got + n] = np.frombuffer(nxt.bulk, np.uint8)
             got += n
-        yield Received(first.message, buf)
+    except BaseException:
+        del buf
+        raise
+    return buf
 
 
 def view(bulk: Bulk, offset: int, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:

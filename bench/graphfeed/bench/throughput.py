@@ -24,7 +24,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--preset", default="small", help="synthetic preset (tiny, small, medium, large; default small)")
     p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
-    p.add_argument("--steps", type=int, default=20, help="minibatches per run (default 20)")
+    p.add_argument("--steps", type=int, default=30, help="minibatches per run (default 30)")
     p.add_argument("--repeats", type=int, default=3, help="runs per system; the median is reported (default 3)")
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
@@ -151,23 +153,51 @@ class Meter:
         return Run(system, minibatches, seconds, edges, traffic, cpu)
 
 
+def _steady(epoch_iter, per_batch=None):  # noqa: ANN001, ANN202
+    """``run(steps) -> sampled edges``: takes ``steps`` minibatches from one long-lived iterator
+    (``epoch_iter(e)`` starts epoch ``e``), as a training loop does, so look-ahead work done
+    past a run's last step is used by the next run instead of thrown away with the stream.
+    The price: a stream keeps working ahead (at most its look-ahead window) while the other
+    systems run, so use runs much longer than that window (``--steps``, default 30)."""
+    epoch = [0]
+    current: list[Iterator[Any]] = []
+
+    def run(steps: int) -> int:
+        edges = 0
+        for _ in range(steps):
+            batch = next(current[0], None) if current else None
+            if batch is None:
+                epoch[0] += 1
+                current[:] = [iter(epoch_iter(epoch[0]))]
+                batch = next(current[0])
+            input_nodes, _out, blocks = batch
+            edges += sum(b.num_edges() for b in blocks)
+            if per_batch is not None:
+                per_batch(input_nodes)
+        return edges
+
+    def close() -> None:  # ends the stream now, while gRPC is still loaded
+        for it in current:
+            close_it = getattr(it, "close", None)
+            if close_it is not None:
+                close_it()
+
+    run.close = close  # type: ignore[attr-defined]
+    return run
+
+
+def _epoch_of(loader, epoch: int):  # noqa: ANN001, ANN202
+    """``loader`` positioned at the start of ``epoch`` (a graphfeed data loader)."""
+    loader.set_epoch(epoch)
+    return loader
+
+
 def _dgl_runner(g, feat, train, fanouts, batch_size, gather: bool):  # noqa: ANN001, ANN202
     import dgl
 
     sampler = dgl.dataloading.NeighborSampler(fanouts)
     loader = dgl.dataloading.DataLoader(g, train, sampler, batch_size=batch_size, shuffle=True, drop_last=False)
-
-    def run(steps: int) -> int:
-        edges = 0
-        for i, (input_nodes, _out, blocks) in enumerate(loader):
-            edges += sum(b.num_edges() for b in blocks)
-            if gather:
-                feat[input_nodes]
-            if i + 1 == steps:
-                break
-        return edges
-
-    return run
+    return _steady(lambda _epoch: loader, (lambda input_nodes: feat[input_nodes]) if gather else None)
 
 
 def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batch_size: int, inflight: int, shm_dir: str | None):  # noqa: ANN202
@@ -204,19 +234,7 @@ def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: s
     loader = RemoteDataLoader(
         address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench", shm_dir=shm_dir
     )
-    epoch = [0]
-
-    def run(steps: int) -> int:
-        epoch[0] += 1
-        loader.set_epoch(epoch[0])
-        edges = 0
-        for i, (_in, _out, blocks) in enumerate(loader):
-            edges += sum(b.num_edges() for b in blocks)
-            if i + 1 == steps:
-                break
-        return edges
-
-    return run
+    return _steady(partial(_epoch_of, loader))
 
 
 def _gf_embedded_runner(cluster, fanouts: list[int], batch_size: int, shm_dir: str | None, cache_policy: str,  # noqa: ANN001, ANN202
@@ -231,19 +249,7 @@ def _gf_embedded_runner(cluster, fanouts: list[int], batch_size: int, shm_dir: s
     sampler = SamplerClient(cluster.sampler.address, shm_dir=shm_dir or None)
     core = Loader(partitions, sampler, cache_policy=cache_policy, cache_bytes=cache_bytes)
     loader = EmbeddedDataLoader(core, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench-embedded")
-    epoch = [0]
-
-    def run(steps: int) -> int:
-        epoch[0] += 1
-        loader.set_epoch(epoch[0])
-        edges = 0
-        for i, (_in, _out, blocks) in enumerate(loader):
-            edges += sum(b.num_edges() for b in blocks)
-            if i + 1 == steps:
-                break
-        return edges
-
-    return run
+    return _steady(partial(_epoch_of, loader))
 
 
 def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
@@ -304,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
                 edges = fn(args.steps)
                 runs.append(meter.stop(name, started, args.steps, edges))
                 log.info("repeat %d %-18s %6.2f minibatches/s", r, name, runs[-1].minibatches_per_s)
+        for fn in runners.values():
+            getattr(fn, "close", lambda: None)()
         limits = machine_limits(int(feat.shape[1]), 222_000)
     finally:
         cluster.stop()

@@ -87,6 +87,11 @@ def client_channel(
         ("grpc.service_config", retry_service_config(service, idempotent)),
         ("grpc.service_config_disable_resolution", 1),  # DNS must not replace the policy
         ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
+        # grpcio's own (Python-level) option: the thread reading a server stream drives its
+        # completion queue itself instead of being handed every message by the channel's
+        # polling thread (graphfeed bench dataplane: about a quarter less client CPU per GB
+        # at 1 MB answers). Every graphfeed stream is read by one thread.
+        ("SingleThreadedUnaryStream", 1),
     ]
     return grpc.insecure_channel(address, options=options)
 

@@ -243,6 +243,7 @@ class DistDGLSystem:
         env = {**os.environ, "DGL_DIST_MODE": "distributed", "DGL_NUM_SAMPLER": "0", "DGL_NUM_CLIENT": "1", "DGL_NUM_SERVER": "1",
                "DGL_IP_CONFIG": str(ip_config), "DGL_CONF_PATH": str(self.part_config), "DGL_GRAPH_FORMAT": "csc",
                "DGL_KEEP_ALIVE": "0", "DGL_DIST_MAX_TRY_TIMES": "60"}  # fmt: skip
+        started = time.perf_counter()
         try:
             for m in range(NUM_MACHINES):
                 server_env = {**env, "DGL_ROLE": "server", "DGL_SERVER_ID": str(m), "OMP_NUM_THREADS": "1"}
@@ -250,6 +251,7 @@ class DistDGLSystem:
                 self._spawn(f"server-{m}", cmd, server_env)
             for m, port in enumerate(ports):
                 self._await_listening(f"server-{m}", port)
+            log.info("DistDGL servers listening after %.1fs (partitions in shared memory)", time.perf_counter() - started)
             trainer_env = {**env, "DGL_ROLE": "client", "DGL_GROUP_ID": "0", "OMP_NUM_THREADS": str(self.trainer_threads)}
             machine0 = self.procs["server-0"].popen.pid
             cmd = [_tool("nsenter"), f"--target={machine0}", "--mount", "--", *self._python("trainer", "--fanouts", *map(str, self.fanouts),
@@ -258,6 +260,7 @@ class DistDGLSystem:
             assert trainer.stdout is not None  # stdout=PIPE
             self._lines = _Lines(trainer.stdout)
             self.num_train = int(self._answer(self.start_timeout_s)["train"])
+            log.info("DistDGL trainer ready after %.1fs: %d training nodes", time.perf_counter() - started, self.num_train)
         except BaseException:
             self._kill_all()
             raise

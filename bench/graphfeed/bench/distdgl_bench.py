@@ -39,23 +39,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per system; the median is reported (default 3)")
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
+    p.add_argument(
+        "--trainer-threads", type=int, default=None, help="OMP threads of the DistDGL trainer (default: launch.py's, half the cores)"
+    )
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/distdgl-<dataset>.json)")
     p.set_defaults(func=run)
 
 
-def run_distdgl(root: Path, workdir: Path, fanouts: list[int], batch_size: int, steps: int, repeats: int) -> dict[str, Any]:
+def run_distdgl(root: Path, workdir: Path, fanouts: list[int], batch_size: int, steps: int, repeats: int,
+                trainer_threads: int | None = None) -> dict[str, Any]:  # fmt: skip
     """DistDGL alone: 2 warm-up minibatches, then ``repeats`` runs of ``steps`` minibatches.
 
     Partitions ``root`` on first use (cached under ``workdir``; logs in ``workdir/logs``).
     Returns ``runs_minibatches_per_s``, their median ``minibatches_per_s``,
     ``sampled_edges_per_s`` (median), ``cpu_seconds_per_minibatch`` by process (trainer,
-    server-0, server-1), ``startup_seconds`` and ``setup`` (what ran where).
+    server-0, server-1), ``wire_bytes_per_minibatch`` (TCP, both ways), ``startup_seconds`` and
+    ``setup`` (what ran where). ``trainer_threads``: see :class:`DistDGLSystem`.
     """
-    return compare(root, workdir, fanouts, batch_size, steps, repeats, reference=False)["systems"]["distdgl"]
+    return compare(root, workdir, fanouts, batch_size, steps, repeats, reference=False, trainer_threads=trainer_threads)["systems"][
+        "distdgl"
+    ]
 
 
 def compare(root: Path, workdir: Path, fanouts: list[int], batch_size: int, steps: int, repeats: int,
-            reference: bool = True) -> dict[str, Any]:  # fmt: skip
+            reference: bool = True, trainer_threads: int | None = None) -> dict[str, Any]:  # fmt: skip
     """DistDGL and (with ``reference``) in-process DGL on ``root``, alternated run by run.
 
     Returns ``{"systems": {name: summary}, "distdgl_ratio_vs_dgl": ...}``, each summary as
@@ -71,7 +78,7 @@ def compare(root: Path, workdir: Path, fanouts: list[int], batch_size: int, step
     if reference and not data:
         load(root)
     started = time.perf_counter()
-    with DistDGLSystem(config, workdir / "logs", fanouts, batch_size) as distdgl:
+    with DistDGLSystem(config, workdir / "logs", fanouts, batch_size, trainer_threads=trainer_threads) as distdgl:
         startup = time.perf_counter() - started
         runners: dict[str, Callable[[int], DistDGLRun]] = {"distdgl": distdgl.run}
         if reference:
@@ -81,6 +88,9 @@ def compare(root: Path, workdir: Path, fanouts: list[int], batch_size: int, step
     systems["distdgl"].update(startup_seconds=startup, setup=distdgl.setup)
     out: dict[str, Any] = {"systems": systems}
     if reference:
+        import torch
+
+        systems["dgl_sample_gather"]["setup"] = f"in this process, {torch.get_num_threads()} torch/OMP threads"
         out["distdgl_ratio_vs_dgl"] = systems["distdgl"]["minibatches_per_s"] / systems["dgl_sample_gather"]["minibatches_per_s"]
     return out
 
@@ -136,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         "fanouts": fanouts,
         "steps_per_run": args.steps,
         "repeats": args.repeats,
-        **compare(root, workdir, fanouts, args.batch_size, args.steps, args.repeats),
+        **compare(root, workdir, fanouts, args.batch_size, args.steps, args.repeats, trainer_threads=args.trainer_threads),
     }
     out = args.out or Path("bench/results") / f"distdgl-{root.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,5 +175,5 @@ def markdown(result: dict[str, Any]) -> str:
     distdgl = result["systems"]["distdgl"]
     ratio = result["distdgl_ratio_vs_dgl"]
     lines += ["", f"**distdgl_ratio_vs_dgl = {ratio:.2f}**; DistDGL started in {distdgl['startup_seconds']:.1f} s.", "",
-              f"Setup: {distdgl['setup']}."]  # fmt: skip
+              f"Setup: {distdgl['setup']}; DGL {result['systems']['dgl_sample_gather']['setup']}."]  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
     p.add_argument(
-        "--trainer-threads", type=int, default=None, help="OMP threads of the DistDGL trainer (default: launch.py's, half the cores)"
+        "--threads", type=int, default=None, help="OMP threads of DistDGL's trainer and in-process DGL (default: half the cores)"
     )
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/distdgl-<dataset>.json)")
     p.set_defaults(func=run)
@@ -56,9 +56,8 @@ def run_distdgl(root: Path, workdir: Path, fanouts: list[int], batch_size: int, 
     server-0, server-1), ``wire_bytes_per_minibatch`` (TCP, both ways), ``startup_seconds`` and
     ``setup`` (what ran where). ``trainer_threads``: see :class:`DistDGLSystem`.
     """
-    return compare(root, workdir, fanouts, batch_size, steps, repeats, reference=False, trainer_threads=trainer_threads)["systems"][
-        "distdgl"
-    ]
+    result = compare(root, workdir, fanouts, batch_size, steps, repeats, reference=False, trainer_threads=trainer_threads)
+    return result["systems"]["distdgl"]
 
 
 def compare(root: Path, workdir: Path, fanouts: list[int], batch_size: int, steps: int, repeats: int,
@@ -82,29 +81,35 @@ def compare(root: Path, workdir: Path, fanouts: list[int], batch_size: int, step
         startup = time.perf_counter() - started
         runners: dict[str, Callable[[int], DistDGLRun]] = {"distdgl": distdgl.run}
         if reference:
-            runners = {"dgl_sample_gather": _reference(*data[0], fanouts, batch_size), **runners}
+            runners = {"dgl_sample_gather": _reference(*data[0], fanouts, batch_size, distdgl.trainer_threads), **runners}
         runs = _alternate(runners, steps, repeats)
     systems = {name: _summary(rs) for name, rs in runs.items()}
     systems["distdgl"].update(startup_seconds=startup, setup=distdgl.setup)
     out: dict[str, Any] = {"systems": systems}
     if reference:
-        import torch
-
-        systems["dgl_sample_gather"]["setup"] = f"in this process, {torch.get_num_threads()} torch/OMP threads"
+        systems["dgl_sample_gather"]["setup"] = f"in this process with the DistDGL trainer's {distdgl.trainer_threads} torch/OMP threads"
         out["distdgl_ratio_vs_dgl"] = systems["distdgl"]["minibatches_per_s"] / systems["dgl_sample_gather"]["minibatches_per_s"]
     return out
 
 
-def _reference(g: Any, feat: Any, train: Any, fanouts: list[int], batch_size: int) -> Callable[[int], DistDGLRun]:
-    """``dgl_sample_gather`` of the throughput benchmark, timed with this process's CPU."""
+def _reference(g: Any, feat: Any, train: Any, fanouts: list[int], batch_size: int, threads: int) -> Callable[[int], DistDGLRun]:
+    """``dgl_sample_gather`` of the throughput benchmark, timed with this process's CPU, on as
+    many threads as the DistDGL trainer: on a shared 2-core host, 2 OMP threads made in-process
+    DGL ~3x slower than 1 (the threads spin waiting for each other), which is no fair yardstick."""
     import psutil
+    import torch
 
     sample = _dgl_runner(g, feat, train, fanouts, batch_size, gather=True)
     me = psutil.Process()
 
     def run(steps: int) -> DistDGLRun:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
         cpu, started = sum(me.cpu_times()[:2]), time.perf_counter()
-        edges = sample(steps)
+        try:
+            edges = sample(steps)
+        finally:
+            torch.set_num_threads(previous)
         return DistDGLRun(steps, time.perf_counter() - started, edges, {}, {"client": sum(me.cpu_times()[:2]) - cpu})
 
     return run
@@ -146,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         "fanouts": fanouts,
         "steps_per_run": args.steps,
         "repeats": args.repeats,
-        **compare(root, workdir, fanouts, args.batch_size, args.steps, args.repeats, trainer_threads=args.trainer_threads),
+        **compare(root, workdir, fanouts, args.batch_size, args.steps, args.repeats, trainer_threads=args.threads),
     }
     out = args.out or Path("bench/results") / f"distdgl-{root.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

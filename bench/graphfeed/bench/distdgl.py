@@ -203,6 +203,7 @@ class DistDGLSystem:
         trainer_threads: OMP threads of the trainer; None: launch.py's default, half the cores.
         start_timeout_s: for the servers to load their partitions and the trainer to connect.
         run_timeout_s: for one :meth:`run`.
+        stop_timeout_s: for all three to exit after the trainer is told to quit; then they are killed.
     """
 
     def __init__(self, part_config: Path, log_dir: Path, fanouts: list[int], batch_size: int, *, trainer_threads: int | None = None,

@@ -12,6 +12,7 @@ BENCHMARKS: dict[str, str] = {
     "gpu": "graphfeed.bench.gpu",
     "profile": "graphfeed.bench.profile",
     "dataplane": "graphfeed.bench.dataplane",
+    "distdgl": "graphfeed.bench.distdgl_bench",
 }
 
 

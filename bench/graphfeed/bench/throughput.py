@@ -17,6 +17,7 @@ Writes JSON and a markdown table; ratios compare graphfeed with DGL from the sam
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import statistics
@@ -24,8 +25,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 log = logging.getLogger(__name__)
-SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e", "gf_embedded")
+SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e", "gf_embedded", "distdgl")
 
 
 @dataclass
@@ -71,6 +72,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=("shm", "grpc"), default="shm",
                    help="shm: bulk tensors through /dev/shm between same-host processes (gRPC carries references); "
                         "grpc: everything inline on the wire (default shm)")  # fmt: skip
+    p.add_argument("--distdgl", action="store_true",
+                   help="also DistDGL (dgl.distributed: 2 METIS partitions, 2 servers, 1 trainer, each emulated machine "
+                        "in its own mount namespace; needs root, unshare, nsenter, ss)")  # fmt: skip
+    p.add_argument("--dgl-threads", type=int, default=0,
+                   help="torch/OMP threads of this process (DGL and the trainers' side; DistDGL's trainer gets the same); "
+                        "default: torch's own")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/throughput-<preset>.json)")
     p.set_defaults(func=run)
 
@@ -283,38 +290,36 @@ def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from graphfeed.cluster import LocalCluster
 
+    if args.dgl_threads:
+        torch.set_num_threads(args.dgl_threads)
     fanouts, bs = list(args.fanouts), args.batch_size
     root = ensure_dataset(args.workdir.resolve(), args.preset)
     g, feat, train = load_global(root)
     loader_args = ["--cache-policy", args.cache_policy, "--cache-bytes", str(args.cache_bytes)]
     shm_dir = "/dev/shm" if args.transport == "shm" else ""
-    cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir)
-    try:
+    with contextlib.ExitStack() as stack:
+        # DistDGL's processes first: forking once this process has gRPC channels aborts the child
+        distdgl = _distdgl_runner(stack, root, args.workdir.resolve(), (g, feat, train), fanouts, bs) if args.distdgl else None
+        cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir)
+        stack.callback(cluster.stop)
         assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
-        runners = {
+        runners: dict[str, Callable[[int], int | Run]] = {
             "dgl_sample": _dgl_runner(g, feat, train, fanouts, bs, gather=False),
             "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
             "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, shm_dir),
             "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir),
             "gf_embedded": _gf_embedded_runner(cluster, fanouts, bs, shm_dir, args.cache_policy, args.cache_bytes),
         }
-        meter = Meter(cluster)
-        for fn in runners.values():  # warm-up: imports, connections, caches
-            fn(2)
-        runs: list[Run] = []
-        for r in range(args.repeats):
-            for name, fn in runners.items():
-                started = meter.start()
-                edges = fn(args.steps)
-                runs.append(meter.stop(name, started, args.steps, edges))
-                log.info("repeat %d %-18s %6.2f minibatches/s", r, name, runs[-1].minibatches_per_s)
+        if distdgl is not None:
+            runners["distdgl"] = distdgl
+        runs = _alternate(runners, Meter(cluster), args.steps, args.repeats)
         for fn in runners.values():
             getattr(fn, "close", lambda: None)()
         limits = machine_limits(int(feat.shape[1]), 222_000)
-    finally:
-        cluster.stop()
     result = summarize(runs, limits, args)
     out = args.out or Path("bench/results") / f"throughput-{args.preset}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -324,6 +329,33 @@ def run(args: argparse.Namespace) -> int:
     print(table)
     print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0
+
+
+def _alternate(runners: dict[str, Callable[[int], int | Run]], meter: Meter, steps: int, repeats: int) -> list[Run]:
+    """Warms every system up, then runs them in turn ``repeats`` times (machine drift hits all)."""
+    for fn in runners.values():  # imports, connections, caches
+        fn(2)
+    runs: list[Run] = []
+    for r in range(repeats):
+        for name, fn in runners.items():
+            started = meter.start()
+            got = fn(steps)
+            # a system that measures itself (DistDGL: its own processes) returns its Run
+            runs.append(Run(**{**asdict(got), "system": name}) if isinstance(got, Run) else meter.stop(name, started, steps, got))
+            log.info("repeat %d %-18s %6.2f minibatches/s", r, name, runs[-1].minibatches_per_s)
+    return runs
+
+
+def _distdgl_runner(stack: contextlib.ExitStack, root: Path, workdir: Path, data: tuple, fanouts: list[int], batch_size: int):  # noqa: ANN202
+    """DistDGL (2 servers, 1 trainer, each emulated machine in its own mount namespace) on the
+    same graph: ``run(steps) -> Run`` measured by its own processes."""
+    import torch
+
+    from graphfeed.bench.distdgl import DistDGLSystem, ensure_partitions
+
+    config = ensure_partitions(root, workdir, lambda _root: data)
+    system = stack.enter_context(DistDGLSystem(config, workdir / "logs", fanouts, batch_size, trainer_threads=torch.get_num_threads()))
+    return lambda steps: Run("distdgl", **asdict(system.run(steps)))
 
 
 def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespace) -> dict:
@@ -357,6 +389,8 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
         "sample_ratio_vs_dgl": ratio("gf_sampler", "dgl_sample"),
         "e2e_ratio_vs_dgl": ratio("gf_e2e", "dgl_sample_gather"),
         "embedded_ratio_vs_dgl": ratio("gf_embedded", "dgl_sample_gather"),
+        **({"e2e_ratio_vs_distdgl": ratio("gf_e2e", "distdgl"), "embedded_ratio_vs_distdgl": ratio("gf_embedded", "distdgl"),
+            "distdgl_ratio_vs_dgl": ratio("distdgl", "dgl_sample_gather")} if "distdgl" in systems else {}),
         "machine": limits,
     }
 
@@ -383,4 +417,9 @@ def markdown(result: dict) -> str:
          f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
          f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"),
     ]
+    if "distdgl_ratio_vs_dgl" in result:
+        lines.append(
+            f"DistDGL: {result['distdgl_ratio_vs_dgl']:.2f}x in-process DGL; graphfeed over DistDGL: "
+            f"**e2e {result['e2e_ratio_vs_distdgl']:.2f}x**, **embedded {result['embedded_ratio_vs_distdgl']:.2f}x**"
+        )
     return "\n".join(lines) + "\n"

@@ -66,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=("shm", "grpc"), default="shm",
                    help="shm: bulk tensors through /dev/shm between same-host processes (gRPC carries references); "
                         "grpc: everything inline on the wire (default shm)")  # fmt: skip
+    p.add_argument("--feature-wire-dtype", choices=("", "float16", "bfloat16"), default="",
+                   help="gf_e2e's job: features travel in this type (default \"\": the stored one)")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/throughput-<preset>.json)")
     p.set_defaults(func=run)
 
@@ -195,12 +197,13 @@ def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batc
     return run
 
 
-def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: str | None):  # noqa: ANN202
+def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: str | None, wire_dtype: str = ""):  # noqa: ANN202
     from graphfeed.trainer import RemoteDataLoader
 
     loader = RemoteDataLoader(
-        address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench", shm_dir=shm_dir
-    )
+        address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench", shm_dir=shm_dir,
+        feature_wire_dtype=wire_dtype,
+    )  # fmt: skip
     epoch = [0]
 
     def run(steps: int) -> int:
@@ -261,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
             "dgl_sample": _dgl_runner(g, feat, train, fanouts, bs, gather=False),
             "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
             "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, shm_dir),
-            "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir),
+            "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir, args.feature_wire_dtype),
         }
         meter = Meter(cluster)
         for fn in runners.values():  # warm-up: imports, connections, caches

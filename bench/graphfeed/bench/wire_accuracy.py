@@ -111,9 +111,12 @@ def summarize(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace)
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [
+    head = (
         f"preset `{result['preset']}`, {result['epochs']} epochs, batch {result['batch_size']}, fanouts {result['fanouts']} "
-        f"(eval {result['eval_fanouts']}); test accuracy per feature wire dtype",
+        f"(eval {result['eval_fanouts']}); test accuracy per feature wire dtype"
+    )
+    lines = [
+        head,
         "",
         "| feature wire dtype | test acc per seed | mean | vs stored |",
         "|---|---|---:|---:|",

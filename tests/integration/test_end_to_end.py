@@ -126,3 +126,28 @@ def test_embedded_loader_gives_the_service_s_minibatches_and_resumes(cora_cluste
     finally:
         trainer.close()
         remote.close()
+
+
+@pytest.mark.parametrize("wire", ["float16", "bfloat16"])
+def test_embedded_and_remote_loaders_agree_on_reduced_precision_features(cora_cluster, wire: str) -> None:  # noqa: ANN001
+    """With a feature wire dtype, both data loaders give the same (rounded, float32) minibatches."""
+    from graphfeed.graph_store.client import RemotePartitionSet
+    from graphfeed.loader.core import Loader
+    from graphfeed.sampler.client import SamplerClient
+    from graphfeed.trainer import EmbeddedDataLoader
+
+    job = _Job(fanouts=[4, 3], batch_size=128, seed=5, job_id=f"wire-{wire}")
+    with RemoteDataLoader(cora_cluster.loader.address, "train", feature_wire_dtype=wire, **job) as remote:
+        want = _batches(remote, 3)
+    with RemoteDataLoader(cora_cluster.loader.address, "train", **job) as remote:
+        full = _batches(remote, 3)
+    partitions = RemotePartitionSet([s.address for s in cora_cluster.graph_stores])
+    sampler = SamplerClient(cora_cluster.sampler.address)
+    loader = Loader(partitions, sampler, cache_policy="lru", cache_bytes=1 << 20)
+    try:
+        assert _batches(EmbeddedDataLoader(loader, "train", feature_wire_dtype=wire, **job), 3) == want
+    finally:
+        loader.close()
+        sampler.close()
+        partitions.close()
+    assert want == full, "Cora's 0/1 features are exact in float16 and bfloat16: upcast, the same float32 minibatches"

@@ -3,6 +3,7 @@ epoch through the stub, documented error codes, cancellation, and the metrics en
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import urllib.request
@@ -14,10 +15,11 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+import torch
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from graphfeed.common import blocks, codec
+from graphfeed.common import blocks, bulk, codec, shm
 from graphfeed.common.partition import part_dir_name
 from graphfeed.common.rpc import RunningServer, channel_options
 from graphfeed.common.v1 import tensor_pb2
@@ -31,6 +33,7 @@ from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 from graphfeed.sampler.config import SamplerSettings
 from graphfeed.sampler.server import serve as serve_sampler
+from graphfeed.trainer import RemoteDataLoader
 from tests.graphs import arithmetic_features, arithmetic_labels
 
 pytestmark = pytest.mark.integration
@@ -109,6 +112,62 @@ def test_full_epoch_through_the_stub(cluster: Cluster, arith_root: Path) -> None
     assert len(all_seeds) == 60 and np.array_equal(np.sort(all_seeds), np.flatnonzero(orig % 5 <= 2))
 
 
+@pytest.mark.parametrize(
+    "wire, dtype, rounded",
+    [
+        ("float16", tensor_pb2.DType.DTYPE_FLOAT16, lambda x: x.astype(np.float16)),
+        ("bfloat16", tensor_pb2.DType.DTYPE_BFLOAT16, codec.to_bfloat16),
+    ],
+)
+def test_a_wire_dtype_sends_rounded_features_in_half_the_bytes(
+    cluster: Cluster, arith_root: Path, wire: str, dtype: int, rounded: Callable[[np.ndarray], np.ndarray]
+) -> None:
+    orig = np.load(arith_root / "orig_ids.npy")
+    request = pb.StreamMinibatchesRequest(job=job(feature_wire_dtype=wire), epoch=1)
+    full = list(cluster.stub.StreamMinibatches(pb.StreamMinibatchesRequest(job=job(), epoch=1), timeout=60))
+    msgs = list(cluster.stub.StreamMinibatches(request, timeout=60))
+    assert len(msgs) == len(full) == 8
+    for m, f in zip(msgs, full):
+        sb = blocks.from_proto(m.blocks, bulk=m.bulk)
+        assert np.array_equal(sb.input_nodes, blocks.from_proto(f.blocks, bulk=f.bulk).input_nodes), "same job, same samples"
+        assert m.input_features.dtype == dtype and f.input_features.dtype == tensor_pb2.DType.DTYPE_FLOAT32
+        feats = codec.decode(m.input_features, "features", bulk=m.bulk)
+        want = rounded(arithmetic_features(orig[sb.input_nodes]))
+        assert feats.dtype == want.dtype and np.array_equal(feats.view(np.uint16), want.view(np.uint16))
+        assert np.array_equal(codec.decode(m.labels, "labels", bulk=m.bulk), arithmetic_labels(orig[sb.output_nodes]))
+        assert len(f.bulk) - len(m.bulk) >= feats.nbytes - bulk.ALIGN, "the features' half is saved (up to alignment)"
+
+
+@pytest.mark.parametrize("shm_dir", ["", str(shm.DEFAULT_DIR)])
+def test_remote_data_loader_upcasts_wire_features_over_either_transport(cluster: Cluster, arith_root: Path, shm_dir: str) -> None:
+    if shm_dir and not os.access(shm_dir, os.W_OK):
+        pytest.skip(f"needs a writable {shm_dir}")
+    orig = np.load(arith_root / "orig_ids.npy")
+    address = cluster.loader_server.address
+    shm_before = shm_bytes(cluster)
+    job_args: dict[str, Any] = dict(fanouts=[3, 2], batch_size=8, job_id="wire", feature_wire_dtype="bfloat16")
+    with RemoteDataLoader(address, "train", shm_dir=shm_dir, **job_args) as dl:
+        for input_nodes, _out, bs in dl:
+            feat = bs[0].srcdata["feat"]
+            want = codec.from_bfloat16(codec.to_bfloat16(arithmetic_features(orig[input_nodes.numpy()])))
+            assert feat.dtype == torch.float32 and np.array_equal(feat.numpy(), want)
+    assert (shm_bytes(cluster) > shm_before) == bool(shm_dir), "the transport asked for carried the minibatches"
+
+
+def scrape(cluster: Cluster) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The loader's metrics: (name, sorted labels) -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{cluster.loader_server.metrics_port}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def shm_bytes(cluster: Cluster) -> float:
+    """Minibatch tensor bytes the loader has sent through shared memory."""
+    samples = scrape(cluster).items()
+    return sum(
+        v for (n, labels), v in samples if n == "graphfeed_rpc_response_shm_bytes_total" and ("method", "StreamMinibatches") in labels
+    )
+
+
 def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as info:
         call()
@@ -129,6 +188,8 @@ def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
         (dict(fanouts=[2] * 17), grpc.StatusCode.INVALID_ARGUMENT, "fanouts has 17 layers, more than the limit of 16"),
         (dict(split="nope"), grpc.StatusCode.NOT_FOUND, "nope"),
         (dict(feature_name="nope"), grpc.StatusCode.NOT_FOUND, "feature_name"),
+        (dict(feature_wire_dtype="float8"), grpc.StatusCode.INVALID_ARGUMENT, "feature_wire_dtype must be '' (the stored dtype)"),
+        (dict(feature_name="label", feature_wire_dtype="bfloat16"), grpc.StatusCode.INVALID_ARGUMENT, "needs floating-point features"),
     ],
 )
 def test_bad_jobs_get_documented_codes_and_the_server_keeps_serving(
@@ -168,10 +229,8 @@ def test_cancelled_stream_stops_its_producer(cluster: Cluster) -> None:
 
 def test_metrics_endpoint_shows_minibatches_and_cache_counters(cluster: Cluster) -> None:
     list(cluster.stub.StreamMinibatches(pb.StreamMinibatchesRequest(job=job(), epoch=2), timeout=60))
-    port = cluster.loader_server.metrics_port
-    assert port
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert cluster.loader_server.metrics_port
+    samples = scrape(cluster)
     assert samples[("graphfeed_loader_minibatches_total", ())] >= 8
     host = (("tier", "host"),)
     hits, misses = samples[("graphfeed_loader_cache_hits_total", host)], samples[("graphfeed_loader_cache_misses_total", host)]

@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "profile": "graphfeed.bench.profile",
     "dataplane": "graphfeed.bench.dataplane",
     "distdgl": "graphfeed.bench.distdgl_bench",
+    "wire-accuracy": "graphfeed.bench.wire_accuracy",
 }
 
 

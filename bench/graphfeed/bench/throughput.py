@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dgl-threads", type=int, default=0,
                    help="torch/OMP threads of this process (DGL and the trainers' side; DistDGL's trainer gets the same); "
                         "default: torch's own")  # fmt: skip
+    p.add_argument("--feature-wire-dtype", choices=("", "float16", "bfloat16"), default="",
+                   help="gf_e2e's and gf_embedded's job: features travel in this type (default \"\": the stored one)")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/throughput-<preset>.json)")
     p.set_defaults(func=run)
 
@@ -235,17 +237,18 @@ def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batc
     return run
 
 
-def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: str | None):  # noqa: ANN202
+def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: str | None, wire_dtype: str = ""):  # noqa: ANN202
     from graphfeed.trainer import RemoteDataLoader
 
     loader = RemoteDataLoader(
-        address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench", shm_dir=shm_dir
-    )
+        address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench", shm_dir=shm_dir,
+        feature_wire_dtype=wire_dtype,
+    )  # fmt: skip
     return _steady(partial(_epoch_of, loader))
 
 
 def _gf_embedded_runner(cluster, fanouts: list[int], batch_size: int, shm_dir: str | None, cache_policy: str,  # noqa: ANN001, ANN202
-                        cache_bytes: int):  # fmt: skip
+                        cache_bytes: int, wire_dtype: str = ""):  # fmt: skip
     """Minibatches from a loader in this process (the trainer's): features graph-stores -> here."""
     from graphfeed.graph_store.client import RemotePartitionSet
     from graphfeed.loader.core import Loader
@@ -255,7 +258,8 @@ def _gf_embedded_runner(cluster, fanouts: list[int], batch_size: int, shm_dir: s
     partitions = RemotePartitionSet([s.address for s in cluster.graph_stores], shm_dir=shm_dir or None)
     sampler = SamplerClient(cluster.sampler.address, shm_dir=shm_dir or None)
     core = Loader(partitions, sampler, cache_policy=cache_policy, cache_bytes=cache_bytes)
-    loader = EmbeddedDataLoader(core, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench-embedded")
+    loader = EmbeddedDataLoader(core, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench-embedded",
+                                feature_wire_dtype=wire_dtype)  # fmt: skip
     return _steady(partial(_epoch_of, loader))
 
 
@@ -311,8 +315,9 @@ def run(args: argparse.Namespace) -> int:
             "dgl_sample": _dgl_runner(g, feat, train, fanouts, bs, gather=False),
             "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
             "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, shm_dir),
-            "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir),
-            "gf_embedded": _gf_embedded_runner(cluster, fanouts, bs, shm_dir, args.cache_policy, args.cache_bytes),
+            "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir, args.feature_wire_dtype),
+            "gf_embedded": _gf_embedded_runner(cluster, fanouts, bs, shm_dir, args.cache_policy, args.cache_bytes,
+                                               args.feature_wire_dtype),
         }
         if distdgl is not None:
             runners["distdgl"] = distdgl

@@ -42,8 +42,9 @@ ALIGN = 64  # byte alignment of each tensor in the bulk (as in shared-memory seg
 DEFAULT_CHUNK_BYTES = 1 << 20
 """Bulk bytes per stream message (:meth:`BulkLayout.frames`)."""
 _ZEROS = bytes(ALIGN)
-Bulk = memoryview | np.ndarray
-"""A message's bulk bytes: a view of the received buffer, or a pooled uint8 array."""
+Bulk = bytes | memoryview | np.ndarray
+"""A message's bulk bytes: a view of the received buffer, a pooled uint8 array, or the
+``bulk`` field as a plain protobuf reader gets it."""
 
 
 def varint(value: int) -> bytes:

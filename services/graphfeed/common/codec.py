@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 DType = tensor_pb2.DType
 
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
+"""bfloat16 elements, which NumPy lacks: 2 bytes each, the high half of a float32 (see
+:func:`to_bfloat16`, :func:`from_bfloat16`). A structured dtype of its own, so a bfloat16 array
+is never mistaken for (or computed with as) uint16; ``arr.view(np.uint16)`` gives the bits."""
+
 _TO_PROTO: dict[np.dtype, tensor_pb2.DType] = {
     np.dtype(np.bool_): DType.DTYPE_BOOL,
     np.dtype(np.int8): DType.DTYPE_INT8,
@@ -40,6 +45,7 @@ _TO_PROTO: dict[np.dtype, tensor_pb2.DType] = {
     np.dtype(np.float16): DType.DTYPE_FLOAT16,
     np.dtype(np.float32): DType.DTYPE_FLOAT32,
     np.dtype(np.float64): DType.DTYPE_FLOAT64,
+    BFLOAT16: DType.DTYPE_BFLOAT16,
 }
 _FROM_PROTO: dict[int, np.dtype] = {v: k.newbyteorder("<") for k, v in _TO_PROTO.items()}
 
@@ -49,6 +55,43 @@ _MAX_BYTES = 2**63 - 1  # largest byte count a numpy array (an int64 size) can d
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
     raise ImportError("graphfeed's wire format assumes a little-endian host")
+
+
+_HALF = np.uint32(16)  # a uint32 shift count: with a Python int, a 0-d uint32 array would become int64
+
+
+def to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """``x`` (converted to float32 first if it is not) as :data:`BFLOAT16`, same shape: each
+    element rounded to the nearest bfloat16, ties to even (as IEEE conversions, and PyTorch's
+    ``.bfloat16()``, round). Finite values past the largest bfloat16 become infinite; NaN stays
+    NaN (quiet, sign kept); subnormals round like any other value."""
+    f = np.asarray(x, dtype=np.float32, order="C")
+    bits = f.view(np.uint32)
+    # Adding 0x7FFF, plus 1 when the kept half is odd, carries into the kept half exactly
+    # when the dropped half is above the tie, or at the tie with an odd kept half. In place,
+    # in one scratch array: this runs on every minibatch's features.
+    r = np.right_shift(bits, _HALF, out=np.empty_like(bits))  # an array even for a 0-d ``x``
+    r &= np.uint32(1)
+    r += np.uint32(0x7FFF)
+    r += bits
+    r >>= _HALF
+    nan = np.isnan(f)
+    if nan.any():  # a NaN whose payload lies in the dropped half would round to infinity (or
+        # carry into the sign): keep its high half with the quiet bit set instead.
+        r[nan] = (bits[nan] >> _HALF) | np.uint32(0x0040)
+    return r.astype(np.uint16).view(BFLOAT16)
+
+
+def from_bfloat16(x: np.ndarray) -> np.ndarray:
+    """A :data:`BFLOAT16` array as float32, same shape (exact: every bfloat16 is a float32).
+
+    Raises:
+        InvalidArgument: ``x`` is not a bfloat16 array.
+    """
+    arr = np.asarray(x)
+    if arr.dtype != BFLOAT16:
+        raise InvalidArgument(f"from_bfloat16 needs a bfloat16 array, got {arr.dtype}")
+    return (arr.view(np.uint16).astype(np.uint32) << _HALF).view(np.float32)
 
 
 def dtype_to_proto(dtype: np.dtype | type) -> tensor_pb2.DType:

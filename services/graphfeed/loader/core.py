@@ -8,6 +8,7 @@ and by reading :meth:`Loader.cache_stats` / :meth:`Loader.queue_depth`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import weakref
@@ -28,6 +29,7 @@ from graphfeed.loader.plan import EpochPlan
 from graphfeed.loader.policies import make_cache
 from graphfeed.loader.shared_cache import SharedCache
 from graphfeed.loader.stream import Channel, MinibatchStream, StreamWork
+from graphfeed.loader.wire import check_wire_dtype
 from graphfeed.sampler.types import BlockSampler
 
 __all__ = ["Loader"]
@@ -112,6 +114,7 @@ class Loader:
         for what, name in (("feature_name", job.feature_name), ("label_name", job.label_name)):
             if name and name not in known:
                 raise NotFound(f"{what} {name!r} is not a node-data name; known: {sorted(known)}")
+        check_wire_dtype(job, np.dtype(known[job.feature_name].dtype))
         return EpochPlan.build(
             self._split_ids(job.split),
             job_seed=job.job_seed,
@@ -127,7 +130,8 @@ class Loader:
         """Steps and seeds per epoch for the job's rank, feature shape/type, classes, nodes.
 
         Raises:
-            InvalidArgument: bad job spec. NotFound: unknown split or node-data name.
+            InvalidArgument: bad job spec (a ``feature_wire_dtype`` for features that are not
+                floating point included). NotFound: unknown split or node-data name.
         """
         plan = self._plan(job, 0)
         info = self.partitions.info
@@ -165,6 +169,9 @@ class Loader:
         ``on_device``: when the feature's cache has a GPU tier, deliver features as device arrays
         (GPU and pinned host-tier hits read by one kernel, misses copied up; for a consumer in
         this process on that GPU, see :meth:`gpu_features`); otherwise ignored (NumPy arrays).
+        A job's ``feature_wire_dtype`` converts host features after the gather (the cache keeps
+        full precision; the converted features are then assembled in ordinary memory, ``sink``
+        unused); device features stay at the stored precision (:mod:`graphfeed.loader.wire`).
 
         Raises:
             InvalidArgument: bad job spec. NotFound: unknown split or node-data name.
@@ -174,9 +181,13 @@ class Loader:
         plan = self._plan(job, epoch)
         if not 0 <= start_step <= plan.num_steps:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
+        cache = self._cache(job.feature_name)
+        if job.feature_wire_dtype:
+            sink = None  # the features are converted before they are sent: no use assembling them in shared memory
+            if on_device and cache.device_policy is not None:  # device features cross no wire: stored precision
+                job = dataclasses.replace(job, feature_wire_dtype="")
         gatherer = Gatherer(
-            self.partitions, self._cache(job.feature_name), job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device,
-            self._buffers,
+            self.partitions, cache, job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device, self._buffers
         )
         work = StreamWork(self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight))
         log.info(

@@ -13,7 +13,7 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 
-__all__ = ["MAX_BATCH_SIZE", "MAX_LAYERS", "MAX_WORLD_SIZE", "JobInfo", "JobSpec"]
+__all__ = ["FEATURE_WIRE_DTYPES", "MAX_BATCH_SIZE", "MAX_LAYERS", "MAX_WORLD_SIZE", "JobInfo", "JobSpec"]
 
 # Bounds on what one request may make the loader hold: an epoch plan is padded to a multiple
 # of world_size, and every layer is one sampling hop whose frontier can grow by the fanout.
@@ -23,6 +23,9 @@ MAX_BATCH_SIZE = 1 << 20
 """Most seeds per minibatch (a sampler refuses more than its ``max_seeds_per_request`` anyway)."""
 MAX_LAYERS = 16
 """Most sampling layers (fanouts); each fanout's own upper bound is the sampler's ``max_fanout``."""
+FEATURE_WIRE_DTYPES = ("float16", "bfloat16")
+"""Reduced-precision element types a job may ask its features to travel in (besides "", the
+stored type); see :mod:`graphfeed.loader.wire`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,7 @@ class JobSpec:
     world_size: int = 1
     feature_name: str = "feat"
     label_name: str = "label"  # "" attaches no labels
+    feature_wire_dtype: str = ""  # "" sends the stored dtype; else one of FEATURE_WIRE_DTYPES
 
     def validate(self) -> None:
         """Checks what needs no graph, before anything is sized by these fields.
@@ -59,6 +63,10 @@ class JobSpec:
             raise InvalidArgument("split must be named (train, val or test)")
         if not self.feature_name:
             raise InvalidArgument("feature_name must not be empty")
+        if self.feature_wire_dtype not in ("", *FEATURE_WIRE_DTYPES):
+            raise InvalidArgument(
+                f"feature_wire_dtype must be '' (the stored dtype), 'float16' or 'bfloat16', got {self.feature_wire_dtype!r}"
+            )
 
     def _check_fanouts(self) -> None:
         # The upper bound of each fanout is the sampler's (a setting of the sampler service,

@@ -33,6 +33,7 @@ def job_from_proto(msg: pb.JobSpec) -> JobSpec:
         world_size=msg.world_size,
         feature_name=msg.feature_name or "feat",
         label_name=msg.label_name if msg.HasField("label_name") else "label",
+        feature_wire_dtype=msg.feature_wire_dtype,
     )
 
 

@@ -3,7 +3,8 @@
 The producer keeps ``lookahead_steps`` sampler calls in flight on a shared pool, announcing
 each sampled step to the cache policy as soon as it is done (a look-ahead policy thus knows
 the window's exact future accesses). It takes the results in step order, gathers input
-features and labels (:mod:`graphfeed.loader.gather`), and puts ready minibatches in a queue of
+features and labels (:mod:`graphfeed.loader.gather`), converts the features to the job's wire
+dtype (:mod:`graphfeed.loader.wire`), and puts ready minibatches in a queue of
 ``max_inflight``; the consumer takes them in step order. A producer failure travels through
 the queue and is raised in the consumer after the minibatches before it. Closing the stream
 (from any thread) stops the producer and cancels what it queued.
@@ -25,6 +26,7 @@ from graphfeed.common.blocks import SampledBlocks
 from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.plan import EpochPlan
+from graphfeed.loader.wire import to_wire
 from graphfeed.sampler.types import BlockSampler
 
 if TYPE_CHECKING:
@@ -125,7 +127,10 @@ def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
 
 def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: float) -> ReadyMinibatch:
     g = w.gatherer.gather(stream, step, sb, sample_s)
-    return ReadyMinibatch(w.job.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, g.features, g.labels, g.stats, g.segment, g.recycle)
+    # Converted here, in the producer: overlaps with the consumer sending the previous minibatch.
+    features = to_wire(g.features, w.job.feature_wire_dtype)
+    segment = g.segment if features is g.features else None  # a converted copy lies in no segment
+    return ReadyMinibatch(w.job.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, g.labels, g.stats, segment, g.recycle)
 
 
 def _produce(w: StreamWork) -> None:

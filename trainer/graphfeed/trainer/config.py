@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -85,5 +85,10 @@ class TrainConfig(BaseSettings):
         default="/dev/shm",
         description="Directory offered to the loader for minibatch tensors when it shares it (same host, same "
         'mount); "" for inline gRPC only.',
+    )
+    feature_wire_dtype: Literal["", "float16", "bfloat16"] = Field(
+        default="",
+        description='Type input features travel in from the loader: "" the stored one; float16 or bfloat16 '
+        "halve the bytes (rounded by the loader, upcast to float32 on --device).",
     )
     stop_after_steps: int | None = Field(default=None, description="Testing aid: exit after this many steps in this process.")

@@ -67,13 +67,23 @@ def _torch(arr: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(arr)
 
 
+def feature_tensor(features: np.ndarray) -> torch.Tensor:
+    """A tensor over minibatch features without a copy; bfloat16 (:data:`codec.BFLOAT16`, which
+    torch cannot take from NumPy) is reinterpreted through its bits."""
+    if features.dtype == codec.BFLOAT16:
+        return _torch(features.view(np.int16)).view(torch.bfloat16)  # torch 2.2 has no uint16
+    return _torch(features)
+
+
 def dgl_blocks(
     sb: SampledBlocks, features: torch.Tensor, labels: torch.Tensor | None, feature_name: str, label_name: str,
-    device: torch.device | None = None,
+    device: torch.device | None = None, feature_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list]:  # fmt: skip
     """DGL blocks on ``device`` (default: the CPU) from sampled blocks, with ``features``
     attached to the first block's src nodes and ``labels`` to the last block's dst nodes.
-    Tensors already on ``device`` (features read on the GPU) are attached without a copy."""
+    Tensors already on ``device`` (features read on the GPU) are attached without a copy.
+    ``feature_dtype``: the features are cast to it on ``device``, after the move (so reduced-
+    precision features also halve the host -> device copy); None keeps their type."""
     device = device or torch.device("cpu")
     input_nodes = _torch(sb.input_nodes.astype(np.int64, copy=False))
     out = []
@@ -89,7 +99,8 @@ def dgl_blocks(
         out.append(block if device.type == "cpu" else block.to(device))
     input_nodes = input_nodes.to(device)
     if out:
-        out[0].srcdata[feature_name] = features.to(device)
+        on_device = features.to(device)
+        out[0].srcdata[feature_name] = on_device if feature_dtype is None else on_device.to(feature_dtype)
         if label_name and labels is not None:
             out[-1].dstdata[label_name] = labels.to(device)
     return input_nodes, input_nodes[: len(sb.output_nodes)], out
@@ -97,14 +108,15 @@ def dgl_blocks(
 
 def to_dgl_blocks(
     mb: pb.Minibatch, feature_name: str, label_name: str, segments: SegmentReader | None = None,
-    device: torch.device | None = None, bulk_bytes: Bulk | None = None,
+    device: torch.device | None = None, bulk_bytes: Bulk | None = None, feature_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list]:  # fmt: skip
     """Builds DGL blocks from a Minibatch message (its tensors in ``segments`` or its
-    ``bulk_bytes``), with features and labels attached (no copies on the CPU)."""
+    ``bulk_bytes``), with features and labels attached (no copies on the CPU, unless
+    ``feature_dtype`` asks for a cast: see :func:`dgl_blocks`)."""
     sb = blocks_codec.from_proto(mb.blocks, segments, bulk_bytes)
-    features = _torch(codec.decode(mb.input_features, "input_features", segments, bulk_bytes))
+    features = feature_tensor(codec.decode(mb.input_features, "input_features", segments, bulk_bytes))
     labels = _torch(codec.decode(mb.labels, "labels", segments, bulk_bytes)) if label_name else None
-    return dgl_blocks(sb, features, labels, feature_name, label_name, device)
+    return dgl_blocks(sb, features, labels, feature_name, label_name, device, feature_dtype)
 
 
 class _StepLoader:
@@ -115,6 +127,8 @@ class _StepLoader:
     def __init__(self, job: JobSpec, device: str | torch.device) -> None:
         self.job = job
         self.device = torch.device(device)
+        # Features that travelled in reduced precision are upcast on the device.
+        self.feature_dtype = torch.float32 if job.feature_wire_dtype else None
         self.epoch = 0
         self.step = 0
         self.stats = EpochStats()
@@ -215,7 +229,8 @@ class RemoteDataLoader(_StepLoader):
         **job: the job: ``fanouts`` (required), ``batch_size`` (default 1024), ``shuffle`` (True),
             ``drop_last``, ``replace`` (False), ``seed``, ``rank`` (0), ``world_size`` (1),
             ``job_id`` ("graphfeed-job"), ``feature_name`` ("feat"), ``label_name`` ("label"; ""
-            for none); see :func:`graphfeed.trainer.job.job_spec`.
+            for none), ``feature_wire_dtype`` ("": stored type; "float16" or "bfloat16": half the
+            bytes, upcast to float32 on ``device``); see :func:`graphfeed.trainer.job.job_spec`.
     """
 
     def __init__(
@@ -263,7 +278,10 @@ class RemoteDataLoader(_StepLoader):
         return mb.message.step_key.epoch, mb.message.step_key.step
 
     def _batch(self, mb: Received[pb.Minibatch]) -> tuple[torch.Tensor, torch.Tensor, list]:
-        return to_dgl_blocks(mb.message, self.job.feature_name, self.job.label_name, self._transport.reader(), self.device, mb.bulk)
+        job = self.job
+        return to_dgl_blocks(
+            mb.message, job.feature_name, job.label_name, self._transport.reader(), self.device, mb.bulk, self.feature_dtype
+        )
 
     def _count(self, mb: Received[pb.Minibatch]) -> None:
         super()._count(mb.message)
@@ -280,8 +298,9 @@ class EmbeddedDataLoader(_StepLoader):
     With a CUDA ``device`` and a loader whose cache has a GPU tier (``gpu_cache_bytes`` > 0),
     features are gathered on the GPU (GPU-tier hits from device memory, host-tier hits zero-copy
     from pinned memory, misses fetched and copied up) and handed to PyTorch through DLPack:
-    they never make a host round trip. Otherwise features are NumPy arrays moved like
-    RemoteDataLoader's.
+    they never make a host round trip, and stay at the stored precision whatever
+    ``feature_wire_dtype`` says (they cross no wire). Otherwise features are NumPy arrays, in
+    the job's wire dtype, moved like RemoteDataLoader's.
 
     Args:
         loader: the loader; its owner closes it (this object never does).
@@ -318,6 +337,6 @@ class EmbeddedDataLoader(_StepLoader):
 
             features = to_torch(mb.features)  # DLPack: the device array itself
         else:
-            features = _torch(mb.features)
+            features = feature_tensor(mb.features)
         labels = _torch(mb.labels) if self.job.label_name else None
-        return dgl_blocks(mb.blocks, features, labels, self.job.feature_name, self.job.label_name, self.device)
+        return dgl_blocks(mb.blocks, features, labels, self.job.feature_name, self.job.label_name, self.device, self.feature_dtype)

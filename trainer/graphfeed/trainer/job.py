@@ -31,6 +31,7 @@ class JobArgs(TypedDict, total=False):
     job_id: str
     feature_name: str
     label_name: str
+    feature_wire_dtype: str
 
 
 def job_spec(
@@ -47,6 +48,7 @@ def job_spec(
     job_id: str = "graphfeed-job",
     feature_name: str = "feat",
     label_name: str = "label",
+    feature_wire_dtype: str = "",
 ) -> JobSpec:
     """The job a data loader asks its loader for.
 
@@ -63,11 +65,14 @@ def job_spec(
         job_id: name of the job (logs, the loader's shared cache state).
         feature_name: node-data name of the input features.
         label_name: node-data name of the labels; "" attaches none.
+        feature_wire_dtype: "" (features travel in their stored type), "float16" or "bfloat16"
+            (half the bytes, rounded by the loader; the data loaders upcast them to float32 on
+            ``device``). See :mod:`graphfeed.loader.wire`.
     """
     return JobSpec(
         job_id=job_id, job_seed=seed, split=split, batch_size=batch_size, fanouts=tuple(fanouts), replace=replace,
         shuffle=shuffle, drop_last=drop_last, rank=rank, world_size=world_size, feature_name=feature_name,
-        label_name=label_name,
+        label_name=label_name, feature_wire_dtype=feature_wire_dtype,
     )  # fmt: skip
 
 
@@ -76,5 +81,5 @@ def job_to_proto(job: JobSpec) -> pb.JobSpec:
     return pb.JobSpec(
         job_id=job.job_id, job_seed=job.job_seed, split=job.split, batch_size=job.batch_size, fanouts=list(job.fanouts),
         replace=job.replace, shuffle=job.shuffle, drop_last=job.drop_last, rank=job.rank, world_size=job.world_size,
-        feature_name=job.feature_name, label_name=job.label_name,
+        feature_name=job.feature_name, label_name=job.label_name, feature_wire_dtype=job.feature_wire_dtype,
     )  # fmt: skip

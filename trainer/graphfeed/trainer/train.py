@@ -96,7 +96,7 @@ class Trainer:
     ) -> RemoteDataLoader | EmbeddedDataLoader:
         cfg = self.cfg
         job = JobArgs(fanouts=fanouts, batch_size=batch_size, shuffle=shuffle, seed=cfg.seed, rank=cfg.rank,
-                      world_size=cfg.world_size, job_id=job_id)  # fmt: skip
+                      world_size=cfg.world_size, job_id=job_id, feature_wire_dtype=cfg.feature_wire_dtype)  # fmt: skip
         if self.embedded is not None:
             return EmbeddedDataLoader(self.embedded, split, device=self.device, **job)
         return RemoteDataLoader(cfg.loader_address, split, shm_dir=cfg.shm_dir, device=self.device, **job)

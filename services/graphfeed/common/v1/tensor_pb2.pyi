@@ -22,6 +22,7 @@ class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DTYPE_UINT16: _ClassVar[DType]
     DTYPE_UINT32: _ClassVar[DType]
     DTYPE_UINT64: _ClassVar[DType]
+    DTYPE_BFLOAT16: _ClassVar[DType]
 DTYPE_UNSPECIFIED: DType
 DTYPE_BOOL: DType
 DTYPE_INT8: DType
@@ -35,6 +36,7 @@ DTYPE_FLOAT64: DType
 DTYPE_UINT16: DType
 DTYPE_UINT32: DType
 DTYPE_UINT64: DType
+DTYPE_BFLOAT16: DType
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data", "shm", "bulk")

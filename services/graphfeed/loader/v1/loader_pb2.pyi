@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name")
+    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name", "feature_wire_dtype")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class JobSpec(_message.Message):
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     FEATURE_NAME_FIELD_NUMBER: _ClassVar[int]
     LABEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_WIRE_DTYPE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_seed: int
     split: str
@@ -33,7 +34,8 @@ class JobSpec(_message.Message):
     world_size: int
     feature_name: str
     label_name: str
-    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ...) -> None: ...
+    feature_wire_dtype: str
+    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ..., feature_wire_dtype: _Optional[str] = ...) -> None: ...
 
 class DescribeJobRequest(_message.Message):
     __slots__ = ("job",)

@@ -1,0 +1,140 @@
+"""Accuracy cost of a reduced-precision feature wire (loader.proto's ``JobSpec.feature_wire_dtype``)
+on a synthetic preset.
+
+Starts a local cluster over the preset (a graph-store process per partition, a sampler and a
+loader; every tensor inline on gRPC) and trains the example GraphSAGE job through it once per
+wire dtype and seed, with the same hyper-parameters; reports test accuracy per run and the mean
+per wire dtype, and the difference from the stored type's mean. The Cora side of the same
+question is ``tests/integration/test_fidelity.py``; bytes per minibatch are
+``graphfeed bench throughput --transport grpc --feature-wire-dtype ...``.
+
+    python -m graphfeed.bench.wire_accuracy --preset large --epochs 3 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+STORED = "stored"  # the command line's name for "" (the stored dtype)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Adds ``wire-accuracy`` to ``graphfeed bench``."""
+    p = sub.add_parser("wire-accuracy", help="accuracy cost of a float16/bfloat16 feature wire", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="large", help="synthetic preset (tiny, small, medium, large; default large)")
+    p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
+    p.add_argument("--epochs", type=int, default=3, help="training epochs per run (default 3)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="job seeds; the mean is reported (default 0 1 2)")
+    p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
+    p.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="DGL order, input layer first (default 10 10)")
+    p.add_argument("--eval-fanouts", type=int, nargs="+", default=[10, 10], help="fanouts when evaluating (default 10 10)")
+    p.add_argument("--wire-dtypes", nargs="+", choices=(STORED, "float16", "bfloat16"), default=[STORED, "float16", "bfloat16"],
+                   help="feature wire dtypes to train with (default: all three)")  # fmt: skip
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/wire-accuracy-<preset>.json)")
+
+
+def train_once(address: str, args: argparse.Namespace, seed: int, wire: str) -> tuple[float, float]:
+    """Test accuracy and training seconds of one run."""
+    from graphfeed.trainer.train import TrainConfig, Trainer
+
+    cfg = TrainConfig(
+        loader_address=address, epochs=args.epochs, batch_size=args.batch_size, fanouts=list(args.fanouts),
+        eval_fanouts=list(args.eval_fanouts), seed=seed, job_id=f"wire-{wire}-{seed}", shm_dir="",
+        feature_wire_dtype="" if wire == STORED else wire,
+    )  # fmt: skip
+    trainer = Trainer(cfg)
+    try:
+        t0 = time.perf_counter()
+        trainer.fit()
+        seconds = time.perf_counter() - t0
+        return trainer.evaluate("test"), seconds
+    finally:
+        trainer.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphfeed.bench.throughput import ensure_dataset
+    from graphfeed.cluster import LocalCluster
+
+    root = ensure_dataset(args.workdir.resolve(), args.preset)
+    cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"], shm_dir="")
+    runs: dict[str, list[dict[str, float]]] = {}
+    try:
+        assert cluster.loader is not None, "LocalCluster.start starts a loader"
+        for wire in args.wire_dtypes:
+            for seed in args.seeds:
+                acc, seconds = train_once(cluster.loader.address, args, seed, wire)
+                runs.setdefault(wire, []).append({"seed": seed, "test_acc": acc, "train_seconds": seconds})
+                log.info("%s seed %d: test acc %.4f (%.0f s)", wire, seed, acc, seconds)
+    finally:
+        cluster.stop()
+    result = summarize(runs, args)
+    out = args.out or Path("bench/results") / f"wire-accuracy-{args.preset}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    table = markdown(result)
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+def summarize(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> dict[str, Any]:
+    means = {wire: statistics.mean(r["test_acc"] for r in rs) for wire, rs in runs.items()}
+    base = means.get(STORED)
+    return {
+        "command": "python -m graphfeed.bench.wire_accuracy " + " ".join(sys.argv[1:]),
+        "preset": args.preset,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "fanouts": list(args.fanouts),
+        "eval_fanouts": list(args.eval_fanouts),
+        "wire_dtypes": {
+            wire: {"runs": rs, "mean_test_acc": means[wire], "vs_stored": None if base is None else means[wire] - base}
+            for wire, rs in runs.items()
+        },
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    head = (
+        f"preset `{result['preset']}`, {result['epochs']} epochs, batch {result['batch_size']}, fanouts {result['fanouts']} "
+        f"(eval {result['eval_fanouts']}); test accuracy per feature wire dtype"
+    )
+    lines = [
+        head,
+        "",
+        "| feature wire dtype | test acc per seed | mean | vs stored |",
+        "|---|---|---:|---:|",
+    ]
+    for wire, w in result["wire_dtypes"].items():
+        accs = ", ".join(f"{r['test_acc']:.4f}" for r in w["runs"])
+        delta = "" if w["vs_stored"] is None else f"{w['vs_stored']:+.4f}"
+        lines.append(f"| {wire} | {accs} | {w['mean_test_acc']:.4f} | {delta} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m graphfeed.bench.wire_accuracy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

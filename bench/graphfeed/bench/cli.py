@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "dataplane": "graphfeed.bench.dataplane",
     "distdgl": "graphfeed.bench.distdgl_bench",
     "wire-accuracy": "graphfeed.bench.wire_accuracy",
+    "link-sweep": "graphfeed.bench.link_sweep",
 }
 
 

@@ -151,6 +151,13 @@ class Meter:
                     out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
         return out
 
+    def add(self, name: str, service) -> None:  # noqa: ANN001 - a graphfeed.cluster.ServiceProcess
+        """Also meters ``service`` (a process started besides the cluster's)."""
+        import psutil
+
+        self.procs[name] = psutil.Process(service.proc.pid)
+        self.metrics_urls.append((name, f"http://{service.metrics_address}/metrics"))
+
     def start(self) -> tuple[dict[str, float], dict[str, float], float]:
         return self._cpu(), self._bytes(), time.perf_counter()
 
@@ -363,9 +370,10 @@ def _distdgl_runner(stack: contextlib.ExitStack, root: Path, workdir: Path, data
     return lambda steps: Run("distdgl", **asdict(system.run(steps)))
 
 
-def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespace) -> dict:
+def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespace, systems_order: list[str] | None = None) -> dict:
+    """Medians and per-minibatch bytes and CPU per system (``systems_order``: default SYSTEMS)."""
     systems: dict[str, dict[str, Any]] = {}
-    for name in SYSTEMS:
+    for name in systems_order or SYSTEMS:
         rs = [r for r in runs if r.system == name]
         if not rs:
             continue
@@ -382,7 +390,7 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
             "bytes_per_minibatch_by_rpc": {k: sum(r.traffic.get(k, 0) for r in rs) / mb for k in routes},
             "cpu_seconds_per_minibatch": {k: sum(r.cpu_seconds.get(k, 0.0) for r in rs) / mb for k in procs},
         }
-    ratio = lambda a, b: systems[a]["minibatches_per_s"] / systems[b]["minibatches_per_s"]  # noqa: E731
+    ratio = lambda a, b: systems[a]["minibatches_per_s"] / systems[b]["minibatches_per_s"] if a in systems and b in systems else None  # noqa: E731
     return {
         "command": "graphfeed bench throughput " + " ".join(sys.argv[3:]),
         "preset": args.preset,

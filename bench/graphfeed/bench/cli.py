@@ -11,6 +11,7 @@ BENCHMARKS: dict[str, str] = {
     "throughput": "graphfeed.bench.throughput",
     "gpu": "graphfeed.bench.gpu",
     "profile": "graphfeed.bench.profile",
+    "link": "graphfeed.bench.links",
 }
 
 

@@ -368,6 +368,7 @@ class Transfer:
     """One measured stream: its rate and what the machine's CPUs did meanwhile."""
 
     gbit_s: float
+    seconds: float  # wall time of the whole call (its warm-up included)
     busy_cores: float  # all CPUs of the machine (other jobs included), from /proc/stat
     softirq_cores: float  # of which softirq: veth delivery and tbf run there
     server_cpu_s: float  # the sending process (in the namespace)
@@ -386,13 +387,14 @@ def metered(transfer: Callable[[], float], server_pid: int) -> Transfer:
     import psutil
 
     server = psutil.Process(server_pid)
-    s0, c0, p0 = server.cpu_times(), time.process_time(), _proc_stat()
+    s0, c0, p0, t0 = server.cpu_times(), time.process_time(), _proc_stat(), time.perf_counter()
     gbit_s = transfer()
-    s1, c1, p1 = server.cpu_times(), time.process_time(), _proc_stat()
+    s1, c1, p1, t1 = server.cpu_times(), time.process_time(), _proc_stat(), time.perf_counter()
     total = max(1, p1[2] - p0[2])
     cores = os.cpu_count() or 1
     return Transfer(
         gbit_s=gbit_s,
+        seconds=t1 - t0,
         busy_cores=cores * (p1[0] - p0[0]) / total,
         softirq_cores=cores * (p1[1] - p0[1]) / total,
         server_cpu_s=(s1.user + s1.system) - (s0.user + s0.system),
@@ -429,10 +431,11 @@ def measure_link(rate: str | None, mtu: int = DEFAULT_MTU, total_bytes: int = 1 
 
 
 def markdown(results: list[dict]) -> str:
-    """One row per link: TCP and gRPC Gbit/s (median, range), share of the rate, CPU."""
+    """One row per link: TCP and gRPC Gbit/s (median, range), share of the rate, and the CPU
+    (medians, TCP / gRPC): the machine's busy cores, softirq's, and the two processes' own."""
     rows = [
-        "| link | MTU | TCP Gbit/s | gRPC Gbit/s | TCP / rate | gRPC / rate | busy cores TCP / gRPC (softirq) |",
-        "|---|---|---|---|---|---|---|",
+        "| link | MTU | TCP Gbit/s | gRPC Gbit/s | TCP / rate | gRPC / rate | machine busy cores | softirq cores | processes, cores |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         cells = [r["rate"], str(r["mtu"])]
@@ -440,10 +443,12 @@ def markdown(results: list[dict]) -> str:
             g = [t["gbit_s"] for t in r[kind]["runs"]]
             cells.append(f"{r[kind]['gbit_s_median']:.2f} ({min(g):.2f}-{max(g):.2f})")
         cells += ["-" if r[k]["of_rate"] is None else f"{r[k]['of_rate']:.2f}" for k in ("tcp", "grpc")]
-        cpu = {k: r[k]["runs"] for k in ("tcp", "grpc")}
-        busy = " / ".join(f"{statistics.median(t['busy_cores'] for t in cpu[k]):.2f}" for k in cpu)
-        soft = " / ".join(f"{statistics.median(t['softirq_cores'] for t in cpu[k]):.2f}" for k in cpu)
-        cells.append(f"{busy} ({soft})")
+        for cores in (
+            lambda t: t["busy_cores"],
+            lambda t: t["softirq_cores"],
+            lambda t: (t["server_cpu_s"] + t["client_cpu_s"]) / t["seconds"],
+        ):
+            cells.append(" / ".join(f"{statistics.median(cores(t) for t in r[k]['runs']):.2f}" for k in ("tcp", "grpc")))
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 

@@ -3,6 +3,9 @@
 Used by ``graphfeed demo`` and by integration tests that need real processes (crash and
 resume). Each service is ``python -m graphfeed serve <service> ... --port 0``; the bound
 ports are read from the READY line it prints, so many clusters can run side by side.
+
+A :class:`Placement` puts the graph-stores elsewhere, e.g. in a network namespace joined by
+a shaped link (``graphfeed.bench.links``), to emulate graph-stores on other machines.
 """
 
 from __future__ import annotations
@@ -21,6 +24,24 @@ from graphfeed.common.partition import GraphManifest, part_dir_name
 from graphfeed.common.rpc import parse_ready_line
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a service process runs and the address it binds, advertises and is dialled on.
+
+    Attributes:
+        prefix: command words run in front of ``python -m graphfeed serve ...``, e.g.
+            ``("ip", "netns", "exec", "gf-1-0")`` to start it in that network namespace.
+        host: the address the gRPC server and ``/metrics`` bind to; it must be reachable
+            from where the clients run (the READY line carries it).
+    """
+
+    prefix: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+
+
+LOOPBACK = Placement()
 
 
 @dataclass
@@ -46,11 +67,14 @@ class ServiceProcess:
         return self.proc.returncode
 
 
-def start_service(name: str, args: list[str], log_dir: Path, timeout_s: float = 120.0, env: dict | None = None) -> ServiceProcess:
-    """Starts ``graphfeed serve <args>`` and waits for its READY line (or its death)."""
+def start_service(
+    name: str, args: list[str], log_dir: Path, timeout_s: float = 120.0, env: dict | None = None, placement: Placement = LOOPBACK
+) -> ServiceProcess:
+    """Starts ``graphfeed serve <args>`` where ``placement`` says and waits for its READY line (or its death)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
-    cmd = [sys.executable, "-m", "graphfeed", "serve", *args, "--port", "0", "--metrics-port", "0"]
+    where = [] if placement == LOOPBACK else ["--host", placement.host, "--metrics-host", placement.host]
+    cmd = [*placement.prefix, sys.executable, "-m", "graphfeed", "serve", *args, *where, "--port", "0", "--metrics-port", "0"]
     err = open(log_path, "wb")  # noqa: SIM115 - owned by the child for its lifetime
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **(env or {})}, text=True)
     ready: dict[str, str] = {}
@@ -87,20 +111,30 @@ class LocalCluster:
 
     @classmethod
     def start(
-        cls, data_dir: Path, log_dir: Path, loader_args: list[str] | None = None, shm_dir: str | None = None
+        cls,
+        data_dir: Path,
+        log_dir: Path,
+        loader_args: list[str] | None = None,
+        shm_dir: str | None = None,
+        store_placement: Placement = LOOPBACK,
     ) -> LocalCluster:
         """Starts one graph-store per partition of ``data_dir``, a sampler and a loader.
 
         ``shm_dir`` overrides every service's shared-memory directory ("" disables shared
         memory: every tensor travels inline on the wire); None keeps their default.
+        ``store_placement`` starts the graph-stores elsewhere (sampler and loader stay here);
+        a graph-store placed elsewhere stands for another machine, so it never answers in
+        shared memory.
         """
         manifest = GraphManifest.load(data_dir)
         common = [] if shm_dir is None else ["--shm-dir", shm_dir]
+        store_shm = common if store_placement == LOOPBACK else ["--shm-dir", ""]
         cluster = cls()
         try:
             for p in range(manifest.num_partitions):
                 part = str(Path(data_dir) / part_dir_name(p))
-                cluster.graph_stores.append(start_service(f"graph-store-{p}", ["graph-store", "--part-dir", part, *common], log_dir))
+                args = ["graph-store", "--part-dir", part, *store_shm]
+                cluster.graph_stores.append(start_service(f"graph-store-{p}", args, log_dir, placement=store_placement))
             stores = [s.address for s in cluster.graph_stores]
             cluster.sampler = start_service("sampler", ["sampler", "--graph-store-addresses", *stores, *common], log_dir)
             cluster.loader = start_service(

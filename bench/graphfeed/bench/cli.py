@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "distdgl": "graphfeed.bench.distdgl_bench",
     "wire-accuracy": "graphfeed.bench.wire_accuracy",
     "link-sweep": "graphfeed.bench.link_sweep",
+    "link": "graphfeed.bench.links",
 }
 
 

@@ -1,6 +1,6 @@
 """A bare gRPC server that streams raw bytes: the loopback ceiling for graphfeed's streams.
 
-``python -m graphfeed.bench.loopback`` prints ``GRAPHFEED_READY ... grpc=127.0.0.1:PORT`` and
+``python -m graphfeed.bench.loopback [HOST]`` prints ``GRAPHFEED_READY ... grpc=HOST:PORT`` and
 serves ``/bench.Loopback/Stream``: the request is 16 bytes (message size, count, little-endian
 uint64s); the response is ``count`` messages of ``size`` bytes. No protobuf on either side.
 """
@@ -26,15 +26,13 @@ def _stream(request: bytes, _context: grpc.ServicerContext):  # noqa: ANN202
         yield payload
 
 
-def serve() -> None:
+def serve(host: str = "127.0.0.1") -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=channel_options())
-    handler = grpc.method_handlers_generic_handler(
-        "bench.Loopback", {"Stream": grpc.unary_stream_rpc_method_handler(_stream)}
-    )
+    handler = grpc.method_handlers_generic_handler("bench.Loopback", {"Stream": grpc.unary_stream_rpc_method_handler(_stream)})
     server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"{host}:0")
     server.start()
-    print(f"GRAPHFEED_READY service=loopback grpc=127.0.0.1:{port}", flush=True)
+    print(f"GRAPHFEED_READY service=loopback grpc={host}:{port}", flush=True)
     server.wait_for_termination()
 
 
@@ -50,5 +48,5 @@ def measure(address: str, message_bytes: int = 16 << 20, total_bytes: int = 1 <<
 
 
 if __name__ == "__main__":
-    serve()
+    serve(*sys.argv[1:2])  # HOST defaults to 127.0.0.1 (graphfeed.bench.links binds a namespace's address)
     sys.exit(0)

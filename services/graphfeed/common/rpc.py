@@ -203,6 +203,13 @@ def _counting_deserializer(deserialize, counter):  # noqa: ANN001, ANN202
     return counted
 
 
+def dial_host(host: str) -> str:
+    """The host part a client dials for a server bound to ``host`` (a wildcard: loopback)."""
+    if host in ("", "0.0.0.0", "::", "[::]"):  # noqa: S104 - a comparison, not a bind
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 @dataclass
 class RunningServer:
     """A started gRPC server with its bound ports."""
@@ -211,10 +218,12 @@ class RunningServer:
     port: int
     health: health.HealthServicer
     metrics_port: int | None = None
+    host: str = "127.0.0.1"  # the bind address: clients on another host dial it
+    metrics_host: str = "127.0.0.1"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{dial_host(self.host)}:{self.port}"
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Marks the server NOT_SERVING, then stops it, letting calls finish for ``grace_s``."""
@@ -262,7 +271,7 @@ def start_server(
     server.start()
     for name in ("", *names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server=server, port=bound, health=health_servicer)
+    return RunningServer(server=server, port=bound, health=health_servicer, host=host)
 
 
 def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callable[[], None] | None = None) -> None:
@@ -283,7 +292,7 @@ def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callab
 
 def announce(service: str, running: RunningServer) -> None:
     """Prints the machine-readable READY line that `graphfeed demo` and the tests wait for."""
-    metrics = f" metrics=127.0.0.1:{running.metrics_port}" if running.metrics_port else ""
+    metrics = f" metrics={dial_host(running.metrics_host)}:{running.metrics_port}" if running.metrics_port else ""
     print(f"GRAPHFEED_READY service={service} grpc={running.address}{metrics}", flush=True)
 
 
@@ -319,6 +328,7 @@ def start_service_server(
         try:
             if settings.metrics_port != -1:
                 running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
+                running.metrics_host = settings.metrics_host
         except BaseException:
             running.stop(0)
             raise

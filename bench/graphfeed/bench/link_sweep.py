@@ -5,8 +5,8 @@ joined by a veth pair shaped with ``tc tbf``, :class:`graphfeed.bench.links.Shap
 sampler and one loader per cache policy on the trainer's machine (this namespace), and the
 trainer (this process) reading each loader through shared memory, as a trainer on the
 loader's node does. Every feature row a cache misses crosses the shaped link; the policies
-differ only in which rows those are. Systems alternate run by run, each on its own
-long-lived stream; in-process DGL on the same graph is the yardstick.
+differ only in which rows those are. Systems alternate run by run, each run a new epoch on a
+new stream (the loaders' caches persist); in-process DGL on the same graph is the yardstick.
 
 Writes JSON and a markdown table: minibatches/s per policy, its ratio to no cache, hit rate,
 bytes over the link per minibatch, CPU seconds per minibatch per process.
@@ -84,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
         runners: dict[str, Any] = {"dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True)}
         runners.update({f"gf_e2e[{p}]": _gf_e2e_runner(address, fanouts, bs, "/dev/shm") for p, address in loaders.items()})
         runs = _alternate(runners, meter, args.steps, args.repeats)
-        for fn in runners.values():
-            getattr(fn, "close", lambda: None)()
         drops = link.drops()
     result = _summary(summarize(runs, {}, args, list(runners)), args, cache_bytes, link.rate, drops)
     out = args.out or Path("bench/results") / f"link-sweep-{args.preset}-{args.link}.json"

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -72,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=("shm", "grpc"), default="shm",
                    help="shm: bulk tensors through /dev/shm between same-host processes (gRPC carries references); "
                         "grpc: everything inline on the wire (default shm)")  # fmt: skip
+    p.add_argument("--link", default="",
+                   help='graph-stores in their own network namespace behind a veth pair shaped to this tc rate each way '
+                        '("10gbit", "25gbit"; "unlimited": unshaped), as on other machines; needs root')  # fmt: skip
     p.add_argument("--distdgl", action="store_true",
                    help="also DistDGL (dgl.distributed: 2 METIS partitions, 2 servers, 1 trainer, each emulated machine "
                         "in its own mount namespace; needs root, unshare, nsenter, ss)")  # fmt: skip
@@ -170,35 +173,29 @@ class Meter:
 
 
 def _steady(epoch_iter, per_batch=None):  # noqa: ANN001, ANN202
-    """``run(steps) -> sampled edges``: takes ``steps`` minibatches from one long-lived iterator
-    (``epoch_iter(e)`` starts epoch ``e``), as a training loop does, so look-ahead work done
-    past a run's last step is used by the next run instead of thrown away with the stream.
-    The price: a stream keeps working ahead (at most its look-ahead window) while the other
-    systems run, so use runs much longer than that window (``--steps``, default 30)."""
+    """``run(steps) -> sampled edges``: ``steps`` minibatches of a new epoch (``epoch_iter(e)``
+    starts epoch ``e``), its stream closed at the end of the run. A stream left open would keep
+    working ahead (its look-ahead window) while the other systems run, charging them its CPU and
+    the link its bytes; closed, a run pays for its own look-ahead, partly thrown away, so runs
+    should be much longer than the window (``--steps``, default 30)."""
     epoch = [0]
-    current: list[Iterator[Any]] = []
 
     def run(steps: int) -> int:
+        epoch[0] += 1
+        it = iter(epoch_iter(epoch[0]))
         edges = 0
-        for _ in range(steps):
-            batch = next(current[0], None) if current else None
-            if batch is None:
-                epoch[0] += 1
-                current[:] = [iter(epoch_iter(epoch[0]))]
-                batch = next(current[0])
-            input_nodes, _out, blocks = batch
-            edges += sum(b.num_edges() for b in blocks)
-            if per_batch is not None:
-                per_batch(input_nodes)
+        try:
+            for _ in range(steps):
+                input_nodes, _out, blocks = next(it)
+                edges += sum(b.num_edges() for b in blocks)
+                if per_batch is not None:
+                    per_batch(input_nodes)
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()  # a graphfeed stream: cancelled now, not when collected
         return edges
 
-    def close() -> None:  # ends the stream now, while gRPC is still loaded
-        for it in current:
-            close_it = getattr(it, "close", None)
-            if close_it is not None:
-                close_it()
-
-    run.close = close  # type: ignore[attr-defined]
     return run
 
 
@@ -303,7 +300,7 @@ def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from graphfeed.cluster import LocalCluster
+    from graphfeed.cluster import LOOPBACK, LocalCluster
 
     if args.dgl_threads:
         torch.set_num_threads(args.dgl_threads)
@@ -315,7 +312,12 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         # DistDGL's processes first: forking once this process has gRPC channels aborts the child
         distdgl = _distdgl_runner(stack, root, args.workdir.resolve(), (g, feat, train), fanouts, bs) if args.distdgl else None
-        cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir)
+        placement = LOOPBACK
+        if args.link:  # the graph-stores on "another machine": a namespace behind a shaped veth
+            from graphfeed.bench.links import ShapedLink
+
+            placement = stack.enter_context(ShapedLink(None if args.link == "unlimited" else args.link)).placement()
+        cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir, store_placement=placement)
         stack.callback(cluster.stop)
         assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
         runners: dict[str, Callable[[int], int | Run]] = {
@@ -329,8 +331,6 @@ def run(args: argparse.Namespace) -> int:
         if distdgl is not None:
             runners["distdgl"] = distdgl
         runs = _alternate(runners, Meter(cluster), args.steps, args.repeats)
-        for fn in runners.values():
-            getattr(fn, "close", lambda: None)()
         limits = machine_limits(int(feat.shape[1]), 222_000)
     result = summarize(runs, limits, args)
     out = args.out or Path("bench/results") / f"throughput-{args.preset}.json"
@@ -394,6 +394,8 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
     return {
         "command": "graphfeed bench throughput " + " ".join(sys.argv[3:]),
         "preset": args.preset,
+        "transport": getattr(args, "transport", "grpc"),
+        "link": getattr(args, "link", "") or "loopback",
         "batch_size": args.batch_size,
         "fanouts": list(args.fanouts),
         "steps_per_run": args.steps,
@@ -410,7 +412,8 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
 
 def markdown(result: dict) -> str:
     lines = [
-        (f"preset `{result['preset']}`, batch {result['batch_size']}, fanouts {result['fanouts']}, "
+        (f"preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
+         f"batch {result['batch_size']}, fanouts {result['fanouts']}, "
          f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"),
         "",
         "| system | minibatches/s | sampled edges/s | wire MB/minibatch | CPU s/minibatch (by process) |",

@@ -4,6 +4,7 @@ themselves run in tests/integration/test_dataplane_bench.py)."""
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import DecodeError
 
 from graphfeed.bench.dataplane import (
     Chunk,
@@ -13,10 +14,11 @@ from graphfeed.bench.dataplane import (
     encode_varint,
     frame_chunk,
     parse_chunk,
-    read_varint,
     variants,
     verdict,
 )
+from graphfeed.common.bulk import read_varint
+from graphfeed.common.errors import DataLoss
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1])
@@ -27,9 +29,9 @@ def test_varints_match_protobuf(value: int) -> None:
 
 
 def test_read_varint_rejects_truncated_and_overlong() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(DecodeError):
         read_varint(memoryview(b"\x80\x80"), 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(DecodeError):
         read_varint(memoryview(b"\xff" * 11), 0)
 
 
@@ -39,8 +41,8 @@ def test_framed_chunk_is_a_protobuf_message_and_scans_to_the_same_slice(offset: 
     framed = frame_chunk(offset, tensor, memoryview(payload))
     parsed = Chunk.FromString(framed)  # what any protobuf reader sees
     assert (parsed.offset, parsed.tensor, parsed.data) == (offset, tensor, payload)
-    got_offset, got_tensor, start, length = parse_chunk(framed)
-    assert (got_offset, got_tensor, framed[start : start + length]) == (offset, tensor, payload)
+    got_offset, got_tensor, data = parse_chunk(framed)
+    assert (got_offset, got_tensor, bytes(data)) == (offset, tensor, payload)
 
 
 def test_scanner_reads_what_protobuf_wrote_in_any_field_order_and_skips_unknown_fields() -> None:
@@ -51,13 +53,13 @@ def test_scanner_reads_what_protobuf_wrote_in_any_field_order_and_skips_unknown_
     data_first = Chunk(data=payload).SerializeToString() + unknown + Chunk(offset=4096, tensor=2).SerializeToString()
     for message in (body, data_first, unknown + body):
         assert Chunk.FromString(message).data == payload
-        offset, tensor, start, length = parse_chunk(message)
-        assert (offset, tensor, message[start : start + length]) == (4096, 2, payload)
+        offset, tensor, data = parse_chunk(message)
+        assert (offset, tensor, bytes(data)) == (4096, 2, payload)
 
 
 @pytest.mark.parametrize("bad", [b"\x7a\x05abc", b"\x08", b"\x19\x00\x00", b"\x0b"])
 def test_scanner_rejects_malformed_messages(bad: bytes) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(DataLoss):
         parse_chunk(bad)
     with pytest.raises(Exception):  # noqa: B017 - protobuf's DecodeError: the scanner agrees with it
         Chunk.FromString(bad)

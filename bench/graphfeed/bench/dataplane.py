@@ -58,6 +58,8 @@ import numpy as np
 import psutil
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from graphfeed.common.bulk import parse, varint
+
 ROW_BYTES = 128 * 4  # one float32 feature row of width 128
 DEFAULT_ROWS = (217_000, 16_000, 2_000)  # 111 MB, 8 MB, 1 MB
 CHUNKS = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
@@ -91,28 +93,7 @@ def _chunk_class() -> Any:  # Any: a class made at run time has no static fields
 Chunk = _chunk_class()
 
 
-def encode_varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    """The varint at ``buf[pos:]`` and the position after it; ValueError if truncated or > 64 bits."""
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise ValueError("truncated or overlong varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
+encode_varint = varint  # graphfeed's own (graphfeed.common.bulk), so the bench measures that code
 
 
 def frame_chunk(offset: int, tensor: int, payload: memoryview) -> bytes:
@@ -125,40 +106,17 @@ def frame_chunk(offset: int, tensor: int, payload: memoryview) -> bytes:
     return b"".join((header, _DATA_TAG, encode_varint(len(payload)), payload))
 
 
-def parse_chunk(message: bytes) -> tuple[int, int, int, int]:
-    """Scans a framed message's top-level fields: (offset, tensor, data start, data length).
-
-    Reads only the header varints; the payload is located, not copied. Unknown fields are
-    skipped by wire type, as a protobuf parser would, and a repeated field's last value wins.
+def parse_chunk(message: bytes) -> tuple[int, int, memoryview]:
+    """(offset, tensor, the payload as a view of ``message``), read by graphfeed's own bulk
+    reader (:func:`graphfeed.common.bulk.parse`): the payload is located, not copied; fields in
+    any order, unknown ones skipped, a repeated field's last value wins.
 
     Raises:
-        ValueError: malformed message (truncated field, unsupported wire type).
+        DataLoss: malformed message (truncated field, unsupported wire type).
     """
-    buf = memoryview(message)
-    offset = tensor = start = length = pos = 0
-    while pos < len(buf):
-        key, pos = read_varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = read_varint(buf, pos)
-            if number == 1:
-                offset = value
-            elif number == 2:
-                tensor = value
-        elif wire == 2:
-            size, pos = read_varint(buf, pos)
-            if pos + size > len(buf):
-                raise ValueError(f"field {number} runs past the end of the message")
-            if number == DATA_FIELD:
-                start, length = pos, size
-            pos += size
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"unsupported wire type {wire} for field {number}")
-    if pos != len(buf):
-        raise ValueError("truncated fixed-width field")
-    return offset, tensor, start, length
+    got = parse(Chunk, message)
+    assert isinstance(got.bulk, memoryview), "parse gives a view of the message"
+    return got.message.offset, got.message.tensor, got.bulk
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,9 +364,9 @@ class StreamReceiver:
         pos = 0
         for msg in self.call(_REQUEST.pack(size, self.chunk, 0, 0)):
             if self.framed:
-                offset, _tensor, start, length = parse_chunk(msg)
-                dest[offset : offset + length] = np.frombuffer(msg, np.uint8, length, start)
-                pos += length
+                offset, _tensor, data = parse_chunk(msg)
+                dest[offset : offset + len(data)] = np.frombuffer(data, np.uint8)
+                pos += len(data)
             else:
                 dest[pos : pos + len(msg)] = np.frombuffer(msg, np.uint8)
                 pos += len(msg)

@@ -14,7 +14,6 @@ Writes JSON and a markdown table; the ratio compares DistDGL with DGL from the s
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from graphfeed.bench import report
 from graphfeed.bench.distdgl import DistDGLRun, DistDGLSystem, ensure_partitions
 from graphfeed.bench.throughput import _dgl_runner, ensure_dataset, load_global
 
@@ -153,13 +153,7 @@ def run(args: argparse.Namespace) -> int:
         "repeats": args.repeats,
         **compare(root, workdir, fanouts, args.batch_size, args.steps, args.repeats, trainer_threads=args.threads),
     }
-    out = args.out or Path("bench/results") / f"distdgl-{root.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    table = markdown(result)
-    out.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {out} and {out.with_suffix('.md')}")
+    report.write(args.out or Path("bench/results") / f"distdgl-{root.name}.json", result, markdown(result))
     return 0
 
 

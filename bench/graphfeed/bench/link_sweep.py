@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from graphfeed.bench import report
 
 log = logging.getLogger(__name__)
 DEFAULT_POLICIES = ("none", "static_degree", "lru", "massivegnn", "lookahead")
@@ -86,13 +87,7 @@ def run(args: argparse.Namespace) -> int:
         runs = _alternate(runners, meter, args.steps, args.repeats)
         drops = link.drops()
     result = _summary(summarize(runs, {}, args, list(runners)), args, cache_bytes, link.rate, drops)
-    out = args.out or Path("bench/results") / f"link-sweep-{args.preset}-{args.link}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    table = markdown(result)
-    out.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {out} and {out.with_suffix('.md')}")
+    report.write(args.out or Path("bench/results") / f"link-sweep-{args.preset}-{args.link}.json", result, markdown(result))
     return 0
 
 

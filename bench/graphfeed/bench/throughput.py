@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import statistics
 import subprocess
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from graphfeed.bench import report
 
 log = logging.getLogger(__name__)
 SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e", "gf_embedded", "distdgl")
@@ -333,13 +334,7 @@ def run(args: argparse.Namespace) -> int:
         runs = _alternate(runners, Meter(cluster), args.steps, args.repeats)
         limits = machine_limits(int(feat.shape[1]), 222_000)
     result = summarize(runs, limits, args)
-    out = args.out or Path("bench/results") / f"throughput-{args.preset}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    table = markdown(result)
-    out.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {out} and {out.with_suffix('.md')}")
+    report.write(args.out or Path("bench/results") / f"throughput-{args.preset}.json", result, markdown(result))
     return 0
 
 

@@ -14,13 +14,14 @@ question is ``tests/integration/test_fidelity.py``; bytes per minibatch are
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from graphfeed.bench import report
 
 log = logging.getLogger(__name__)
 STORED = "stored"  # the command line's name for "" (the stored dtype)
@@ -83,13 +84,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         cluster.stop()
     result = summarize(runs, args)
-    out = args.out or Path("bench/results") / f"wire-accuracy-{args.preset}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    table = markdown(result)
-    out.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {out} and {out.with_suffix('.md')}")
+    report.write(args.out or Path("bench/results") / f"wire-accuracy-{args.preset}.json", result, markdown(result))
     return 0
 
 

@@ -57,7 +57,7 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
     """The varint at ``pos`` and the position after it; DecodeError if truncated or too long."""
     result = shift = 0
     while pos < len(buf) and shift < 64:
@@ -70,20 +70,20 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
     raise DecodeError("truncated or overlong varint")
 
 
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, int, int]]:
+def fields(buf: memoryview) -> Iterator[tuple[int, int, int, int]]:
     """``(field number, start, payload start, end)`` of each top-level field of a message."""
     pos = 0
     while pos < len(buf):
         start = pos
-        key, pos = _read_varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            _, pos = _read_varint(buf, pos)
+            _, pos = read_varint(buf, pos)
             payload = start
         elif wire == 1:
             payload, pos = pos, pos + 8
         elif wire == 2:
-            size, payload = _read_varint(buf, pos)
+            size, payload = read_varint(buf, pos)
             pos = payload + size
         elif wire == 5:
             payload, pos = pos, pos + 4
@@ -119,13 +119,13 @@ def parse(cls: type[M], data: bytes) -> Received[M]:
     buf = memoryview(data)
     try:
         if buf[:1] == _BULK_KEY:  # graphfeed's senders write the bulk first: no scan of the rest
-            size, start = _read_varint(buf, 1)
+            size, start = read_varint(buf, 1)
             end = start + size
             if end > len(buf):
                 raise DecodeError("bulk runs past the end of the message")
             rest = buf[end:]
             return _received(cls.FromString(rest), buf[start:end], len(rest) == 0)
-        spans = list(_fields(buf))
+        spans = list(fields(buf))
     except DecodeError as exc:
         raise DataLoss(f"corrupt {cls.DESCRIPTOR.name} message ({len(buf)} bytes): {exc}") from None
     bulk = [(p, e) for n, _, p, e in spans if n == BULK_FIELD]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,6 +39,35 @@ __all__ = [
 
 AccessKey = tuple[int, int]
 """(stream, step): identifies one future or current minibatch access of one stream."""
+
+
+class Rows(Protocol):
+    """Rows offered to :meth:`CachePolicy.admit`: ``rows[idx]`` is an array of the rows at
+    ``idx`` (an int or bool index array). An ndarray is one; the loader passes a view that
+    gathers only the rows asked for, from where the minibatch's features already are."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray: ...
+
+
+class RowsAt:
+    """``RowsAt(rows, at)[idx]`` is ``rows[at[idx]]``, gathered only when asked for: the misses'
+    rows offered to a policy without copying those it will not keep."""
+
+    def __init__(self, rows: Rows, at: np.ndarray) -> None:
+        self._rows, self._at = rows, at
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        return self._rows[self._at[idx]]
+
+
+def all_rows(rows: Rows) -> np.ndarray:
+    """Every row of ``rows`` as an array (an array as it is)."""
+    return rows if isinstance(rows, np.ndarray) else rows[np.arange(len(rows))]
 
 
 class CachePolicy(ABC):
@@ -77,8 +106,9 @@ class CachePolicy(ABC):
         """Called after each minibatch lookup (``key``: which stream and step, if known); default: nothing."""
 
     @abstractmethod
-    def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
-        """Offers the rows fetched for the misses; the policy inserts/evicts as it sees fit."""
+    def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
+        """Offers the rows fetched for the misses (``rows[idx]``: those of ``miss_ids[idx]``);
+        the policy inserts/evicts as it sees fit, taking only the rows it keeps."""
 
     def forget(self, stream: int) -> None:  # noqa: B027 - optional hook
         """``stream`` ended: its announced steps will not be looked up; default: nothing."""
@@ -126,7 +156,7 @@ class NoCache(CachePolicy):
     name = "none"
     admits = False
 
-    def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
+    def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
         pass
 
 
@@ -148,7 +178,7 @@ class StaticDegreeCache(CachePolicy):
         top = np.sort(top_by_degree(in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request), self.tier.capacity_rows))
         self.tier.insert(top, fetch_rows(partitions, feature_name, top, self.max_ids_per_request)[0])
 
-    def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
+    def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
         pass
 
 
@@ -174,18 +204,18 @@ class LruCache(CachePolicy):
         if self.tier.capacity_rows:
             self._last_used[self.tier.slots(np.asarray(ids)[hit_mask])] = self._clock
 
-    def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
+    def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
         cap = self.tier.capacity_rows
         if not cap or not len(miss_ids):
             return
         # Another stream sharing this cache may have inserted some of them meanwhile.
-        new = ~self.tier.contains(miss_ids)
-        ids, rows = np.asarray(miss_ids)[new][:cap], np.asarray(rows)[new][:cap]
+        take = np.flatnonzero(~self.tier.contains(miss_ids))[:cap]
+        ids, kept = np.asarray(miss_ids)[take], rows[take]
         need = len(ids) - self.tier.num_free
         if need > 0:
             used = self.tier.used_slots()
             self.tier.evict_slots(used[np.argpartition(self._last_used[used], need - 1)[:need]])
-        self._last_used[self.tier.insert(ids, rows)] = self._clock
+        self._last_used[self.tier.insert(ids, kept)] = self._clock
 
 
 def in_degrees(partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> np.ndarray:

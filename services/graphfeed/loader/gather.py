@@ -35,7 +35,7 @@ from graphfeed.common.errors import FailedPrecondition
 from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry
 from graphfeed.graph_store.fanout import fan_out
 from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
-from graphfeed.loader.cache import DeviceCachePolicy
+from graphfeed.loader.cache import DeviceCachePolicy, Rows, RowsAt
 from graphfeed.loader.fetch import RowsRequest, fetch_rows
 from graphfeed.loader.minibatch import MinibatchStats
 from graphfeed.loader.shared_cache import SharedCache
@@ -86,7 +86,7 @@ class FeatureBuffer(ABC):
         """Puts the hits (and, where needed, the fetched rows) in place; returns the features."""
 
     @abstractmethod
-    def missed_rows(self) -> np.ndarray:
+    def missed_rows(self) -> Rows:
         """The misses' rows in miss order (for the policy to admit)."""
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
@@ -130,8 +130,8 @@ class HostBuffer(FeatureBuffer):
         self._features[self._hit] = self._hit_rows
         return self._features
 
-    def missed_rows(self) -> np.ndarray:
-        return self._features[self._miss_pos]
+    def missed_rows(self) -> Rows:
+        return RowsAt(self._features, self._miss_pos)  # gathered by the policy, only those it keeps
 
     def close(self) -> None:
         if self.segment is not None:
@@ -159,7 +159,7 @@ class DeviceBuffer(FeatureBuffer):
         self._policy.fill(self._features, self._miss_pos, self._missed)
         return self._features
 
-    def missed_rows(self) -> np.ndarray:
+    def missed_rows(self) -> Rows:
         return self._missed
 
 

@@ -37,7 +37,7 @@ from graphfeed.gpu_kernels import kernels
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
 from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, AccessKey, CachePolicy, DeviceCachePolicy, in_degrees, top_by_degree
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, AccessKey, CachePolicy, DeviceCachePolicy, Rows, in_degrees, top_by_degree
 from graphfeed.loader.fetch import Prefetcher, fetch_rows
 from graphfeed.loader.tiers import CacheTier, SlotTier
 
@@ -196,7 +196,7 @@ class GpuTieredCache(DeviceCachePolicy):
         rest = ~self.gpu.contains(ids)
         self.inner.on_access(np.asarray(ids)[rest], np.asarray(hit_mask)[rest], key)
 
-    def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
+    def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
         self.inner.admit(miss_ids, rows)
 
     def lookup_device(self, ids: np.ndarray) -> tuple[Any, np.ndarray]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphfeed.loader.belady import NEVER
-from graphfeed.loader.cache import AccessKey, CacheOptions, CachePolicy
+from graphfeed.loader.cache import AccessKey, CacheOptions, CachePolicy, Rows, RowsAt, all_rows
 from graphfeed.loader.tiers import HostTier
 
 _FREQ_MAX = np.int64(2**31 - 1)
@@ -97,12 +97,12 @@ class LookaheadCache(CachePolicy):
         self._cursor[key[0]] = max(key[1], self._cursor.get(key[0], key[1]))
         self._resolve(ids[self._next[ids] <= now])
 
-    def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
+    def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
         if not self.tier.capacity_rows:
             return
         miss_ids = np.asarray(miss_ids, dtype=np.int64)
         new = ~self.tier.contains(miss_ids)  # a prefetch or another stream may have inserted some
-        self._admit(miss_ids[new], np.asarray(rows)[new])
+        self._admit(miss_ids[new], RowsAt(rows, np.flatnonzero(new)))
         self._plan_prefetch()
 
     def forget(self, stream: int) -> None:
@@ -144,10 +144,10 @@ class LookaheadCache(CachePolicy):
         """Sort key, lower = more worth keeping: (next-use time, -access count)."""
         return (self._next[gids] << 31) | (_FREQ_MAX - self._freq[gids])
 
-    def _admit(self, ids: np.ndarray, rows: np.ndarray) -> None:
+    def _admit(self, ids: np.ndarray, rows: Rows) -> None:
         """Keeps the ``capacity`` best-ranked rows among those held and ``ids`` (O(held + ids))."""
         if len(ids) <= self.tier.num_free:
-            self.tier.insert(ids, rows)
+            self.tier.insert(ids, all_rows(rows))
             return
         cap = self.tier.capacity_rows
         used = self.tier.used_slots()

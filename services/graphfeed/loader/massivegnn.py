@@ -32,7 +32,7 @@ import numpy as np
 
 from graphfeed.common.seeds import rng
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, AccessKey, CacheOptions, CachePolicy, in_degrees, top_by_degree
+from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, AccessKey, CacheOptions, CachePolicy, Rows, in_degrees, top_by_degree
 from graphfeed.loader.tiers import HostTier
 
 
@@ -46,6 +46,7 @@ class MassiveGnnCache(CachePolicy):
     """
 
     name = "massivegnn"
+    admits = False  # demand misses never enter (see admit): the loader need not hand their rows over
 
     def __init__(self, tier: HostTier, options: CacheOptions, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> None:
         super().__init__(tier)
@@ -97,7 +98,7 @@ class MassiveGnnCache(CachePolicy):
         if self._step % self.options.period_steps == 0:
             self._round()
 
-    def admit(self, miss_ids: np.ndarray, rows: np.ndarray) -> None:
+    def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
         """Demand misses never enter: the buffer is filled by prefetches only."""
 
     def _round(self) -> None:

@@ -34,10 +34,10 @@ class Sender:
     Feature arrays come from ``pool``, as the loader's do."""
 
     pool: BufferPool = field(default_factory=BufferPool)
-    mangle: Callable[[list[bulk.Outgoing]], list[bulk.Outgoing]] = lambda frames: frames
+    mangle: Callable[[list[bulk.Outgoing]], list[bulk.Outgoing | bytes]] = lambda frames: list(frames)
     sent: threading.Event = field(default_factory=threading.Event)
 
-    def stream(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[bulk.Outgoing]:
+    def stream(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[bulk.Outgoing | bytes]:
         dtype, rows = request.job.job_id.split()
         features = _features(np.dtype(dtype), int(rows), self.pool)
         msg, layout = pb.Minibatch(steps_per_epoch=1), bulk.BulkLayout()
@@ -93,8 +93,9 @@ def test_chunked_stream_is_exact(sender: tuple[Sender, RunningServer], dtype: st
         (lambda frames: frames[:-1], "stream ended after"),
         (lambda frames: [*frames, bulk.Outgoing(None, [bytes(CHUNK)])], "continuation message with no message"),
         (lambda frames: [*frames[:-1], bulk.Outgoing(None, [bytes(2 * CHUNK)])], "announced"),
+        (lambda frames: [frames[0], b"\x0a\xff"], "corrupt Minibatch"),  # a field cut short (raw bytes pass as they are)
     ],
-    ids=["truncated", "one too many", "oversized"],
+    ids=["truncated", "one too many", "oversized", "corrupt"],
 )
 def test_broken_streams_are_refused_with_data_loss(sender: tuple[Sender, RunningServer], mangle, message: str) -> None:  # noqa: ANN001
     s, server = sender

@@ -97,11 +97,22 @@ def fields(buf: memoryview) -> Iterator[tuple[int, int, int, int]]:
 @dataclass(frozen=True)
 class Received(Generic[M]):
     """One received message: its control fields and its bulk bytes (a read-only view of the
-    received buffer, or a pooled writable array once :func:`assemble` joined a stream's)."""
+    received buffer, or a pooled writable array once :func:`assemble` joined a stream's).
 
-    message: M
+    A message that could not be read arrives too (``error`` says why), so that its reader gets
+    DATA_LOSS with that reason rather than gRPC's bare "Exception deserializing response"."""
+
+    body: M | None
     bulk: Bulk
     continuation: bool = False  # only ``bulk`` was set: the bytes continue the previous message's
+    error: str = ""
+
+    @property
+    def message(self) -> M:
+        """The control fields. Raises DataLoss when the message could not be read."""
+        if self.body is None:
+            raise DataLoss(self.error)
+        return self.body
 
     @property
     def bulk_bytes(self) -> int:
@@ -149,8 +160,16 @@ def _received(msg: M, bulk: memoryview, continuation: bool) -> Received[M]:
 
 
 def deserializer(cls: type[M]) -> Callable[[bytes], Received[M]]:
-    """A gRPC response deserializer producing :class:`Received` messages of type ``cls``."""
-    return lambda data: parse(cls, data)
+    """A gRPC response deserializer producing :class:`Received` messages of type ``cls``; one
+    that cannot be read carries the reason, raised as DataLoss where it is used."""
+
+    def read(data: bytes) -> Received[M]:
+        try:
+            return parse(cls, data)
+        except DataLoss as exc:
+            return Received(None, memoryview(b""), error=str(exc))
+
+    return read
 
 
 def unary_unary(channel: grpc.Channel, service: str, method: str, request: type[Message], response: type[M]) -> Any:
@@ -174,6 +193,7 @@ def assemble(messages: Iterable[Received[M]], pool: BufferPool, what: str) -> Ge
     """
     it = iter(messages)
     for first in it:
+        first.message  # noqa: B018 - raises DataLoss for a message that could not be read
         if first.continuation:
             raise DataLoss(f"{what}: a continuation message with no message to continue")
         total, got = first.bulk_bytes, len(first.bulk)
@@ -195,6 +215,7 @@ def _join(first: Received[M], rest: Iterator[Received[M]], buf: np.ndarray, what
             nxt = next(rest, None)
             if nxt is None:
                 raise DataLoss(f"{what}: the stream ended after {got} of {total} bulk bytes (truncated)")
+            nxt.message  # noqa: B018 - raises DataLoss for a message that could not be read
             if not nxt.continuation:
                 raise DataLoss(f"{what}: a new message after {got} of {total} bulk bytes (truncated)")
             n = len(nxt.bulk)

@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from graphfeed.common import bulk
-from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError
+from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, from_rpc_error
 from graphfeed.common.metrics import RpcMetrics, serve_metrics
 
 if TYPE_CHECKING:
@@ -94,6 +94,21 @@ def client_channel(
         ("SingleThreadedUnaryStream", 1),
     ]
     return grpc.insecure_channel(address, options=options)
+
+
+T = TypeVar("T")
+
+
+def streamed(call: Iterator[T], peer: str) -> Iterator[T]:
+    """The messages of a server-streaming call as they arrive, its errors as
+    :class:`~graphfeed.common.errors.GraphfeedError` naming ``peer``; the call is cancelled when
+    not read to the end."""
+    try:
+        yield from call
+    except grpc.RpcError as err:
+        raise from_rpc_error(err, peer) from None
+    finally:
+        call.cancel()  # type: ignore[attr-defined]  # a grpc call; a no-op once it has ended
 
 
 def _abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> None:

@@ -8,7 +8,7 @@ cores with the same interface, so multi-partition logic is unit-tested without s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,7 +18,7 @@ import numpy as np
 from graphfeed.common import bulk, codec
 from graphfeed.common.bulk import Received
 from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, from_rpc_error
-from graphfeed.common.rpc import client_channel
+from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.transport import ClientTransport
 from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
@@ -170,7 +170,7 @@ class GraphStoreClient:
         try:
             if not stream:
                 return list(call)
-            return _streamed(call, f"graph-store {self.address}")
+            return streamed(call, f"graph-store {self.address}")
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
 
@@ -188,16 +188,6 @@ class GraphStoreClient:
 
     def close(self) -> None:
         self._channel.close()
-
-
-def _streamed(call: Any, peer: str) -> Iterator[Any]:
-    """The messages of a streaming call as they arrive; cancels it when not read to the end."""
-    try:
-        yield from call
-    except grpc.RpcError as err:
-        raise from_rpc_error(err, peer) from None
-    finally:
-        call.cancel()  # a no-op once the call has ended
 
 
 def _settle(out: Future, result: object = None, exc: BaseException | None = None) -> None:

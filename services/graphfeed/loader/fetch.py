@@ -50,12 +50,10 @@ class RowsRequest:
         spec = partitions.info.node_data[name]
         self.row_shape, self.dtype = tuple(spec.row_shape), np.dtype(spec.dtype)
         self._out, self._at = out, at
-        self._into = isinstance(partitions, ReadsNodeDataInto)
+        self._dest: np.ndarray | None = None  # where the owners' answers are written as they arrive
         if isinstance(partitions, ReadsNodeDataInto):
-            dest = np.empty((len(ids), *self.row_shape), dtype=self.dtype) if out is None else out
-            self._out = dest
-            where = (lambda pos: pos) if at is None else (lambda pos: at[pos])
-            into = lambda p, chunk, pos: partitions.read_node_data_into(p, name, chunk, dest, where(pos))  # noqa: E731
+            dest = self._dest = np.empty((len(ids), *self.row_shape), dtype=self.dtype) if out is None else out
+            into = lambda p, chunk, pos: partitions.read_node_data_into(p, name, chunk, dest, pos if at is None else at[pos])  # noqa: E731
             self._pending = fan_out(partitions, ids, into, max_ids_per_request, with_positions=True)
         else:
             call = lambda p, chunk: partitions.get_node_data(p, name, chunk)  # noqa: E731
@@ -64,14 +62,12 @@ class RowsRequest:
     def wait(self) -> tuple[np.ndarray, dict[int, int]]:
         """``out`` with the rows in place and the bytes received per partition; re-raises what a
         failed request raised, once no request is writing into ``out`` any more."""
-        if not self._into:
+        if self._dest is None:
             rows, by_part = self._pending.wait(self.row_shape, self.dtype)
             if self._out is None:
                 return rows, by_part
             self._out[self._at if self._at is not None else slice(None)] = rows
             return self._out, by_part
-        if self._out is None:
-            raise RuntimeError("RowsRequest: no destination in read-into mode")  # set at construction
         got: dict[int, int] = {}
         try:
             for p, nbytes in zip([p for p, _, _ in self._pending.parts], self._pending.results()):
@@ -79,7 +75,7 @@ class RowsRequest:
         except BaseException:
             futures.wait([f for _, _, f in self._pending.parts if f is not None])  # none still writes into out
             raise
-        return self._out, got
+        return self._dest, got
 
     def cancel(self) -> None:
         """Cancels the requests not started yet (running ones finish on their own deadline)."""

@@ -21,7 +21,7 @@ from graphfeed.common import bulk, codec
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.bulk import Bulk, Received
 from graphfeed.common.errors import from_rpc_error
-from graphfeed.common.rpc import client_channel
+from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.shm import SegmentReader
 from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.job import JobSpec
@@ -263,14 +263,8 @@ class RemoteDataLoader(_StepLoader):
         request = pb.StreamMinibatchesRequest(job=self._job_proto, epoch=epoch, start_step=start)
         stream = self._stream(request, metadata=self._transport.metadata)
 
-        def messages() -> Iterator[Received[pb.Minibatch]]:
-            try:
-                yield from bulk.assemble(stream, self._buffers, f"minibatch stream from loader {self.address}")
-            except grpc.RpcError as err:
-                raise from_rpc_error(err, f"loader {self.address}") from None
-
         try:
-            yield messages()
+            yield bulk.assemble(streamed(stream, f"loader {self.address}"), self._buffers, f"minibatch stream from loader {self.address}")
         finally:
             stream.cancel()
 

@@ -12,7 +12,12 @@ exist on one machine is mapped:
   next to a ``*_ADDR`` follows the pod that address names, as MASTER_ADDR/MASTER_PORT do);
 - every volume is a directory under the cluster's root (one per PVC, per volumeClaimTemplate
   and pod, per emptyDir), and mount paths in args and env are rewritten to it;
-- readiness is the container's gRPC readinessProbe, asked as the kubelet would.
+- ``127.0.0.1:<containerPort>`` (a container reaching a sidecar in its own pod) becomes that
+  port's loopback port; a ``{p}`` address template (``graph-store-{p}.graph-store:50051``)
+  becomes the list of the pods it names, since every pod here listens on 127.0.0.1;
+- readiness is the container's gRPC startupProbe (else readinessProbe), asked as the kubelet
+  would; native sidecars (init containers with ``restartPolicy: Always``) start first and
+  must pass it before the pod's containers start, as the kubelet does.
 """
 
 from __future__ import annotations
@@ -20,100 +25,22 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.deploy.manifests import Rendered, container_ports, dockerfile_entrypoint, pod_spec, service_selects
+from tests.deploy.k8s_objects import LocalPod, Proc, _pods_of, expand, free_port
+from tests.deploy.manifests import Rendered, container_ports, dockerfile_entrypoint, service_selects
 
-_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _HOSTPORT = re.compile(r"(?<![\w.-])([a-z0-9](?:[a-z0-9.-]*[a-z0-9])?):(\d{1,5})(?![\w])")
 _FIELD_KEY = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes ``$(VAR)`` expansion: ``$$`` is ``$``; an unknown ``$(NAME)`` stays as it is."""
-
-    def sub(m: re.Match) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return env[name] if name in env else m.group(0)
-
-    return _VAR.sub(sub, text)
-
-
-@dataclass
-class LocalPod:
-    """One pod of a workload: its identity as the API server would give it."""
-
-    name: str
-    workload: dict
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    hostname: str
-    subdomain: str | None
-    ordinal: int | None = None
-    ports: dict[int, int] = field(default_factory=dict)  # containerPort -> loopback port
-
-    @property
-    def spec(self) -> dict:
-        return pod_spec(self.workload)
-
-
-def _pods_of(workload: dict) -> list[LocalPod]:
-    kind, name = workload["kind"], workload["metadata"]["name"]
-    tmpl = workload["spec"]["template"]
-    labels = dict(tmpl["metadata"].get("labels", {}))
-    annotations = dict(tmpl["metadata"].get("annotations", {}))
-    spec = tmpl["spec"]
-    if kind == "StatefulSet":
-        return [
-            LocalPod(
-                f"{name}-{i}", workload,
-                {**labels, "statefulset.kubernetes.io/pod-name": f"{name}-{i}", "apps.kubernetes.io/pod-index": str(i)},
-                annotations, f"{name}-{i}", workload["spec"]["serviceName"], i,
-            )
-            for i in range(int(workload["spec"].get("replicas", 1)))
-        ]
-    if kind == "Job" and workload["spec"].get("completionMode") == "Indexed":
-        return [
-            LocalPod(
-                f"{name}-{i}", workload,
-                {**labels, "batch.kubernetes.io/job-completion-index": str(i)},
-                {**annotations, "batch.kubernetes.io/job-completion-index": str(i)},
-                f"{name}-{i}", spec.get("subdomain"), i,
-            )
-            for i in range(int(workload["spec"]["completions"]))
-        ]
-    # Deployment, DaemonSet, plain Job: one pod stands for all of them.
-    return [LocalPod(f"{name}-0", workload, labels, annotations, f"{name}-0", spec.get("subdomain"))]
-
-
-@dataclass
-class Proc:
-    """A running container process with its log."""
-
-    pod: LocalPod
-    container: str
-    popen: subprocess.Popen
-    log: Path
-
-    def tail(self, n: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-n:]
+_LOOPBACK = re.compile(r"(?<![\w.-])(?:127\.0\.0\.1|localhost):(\d{1,5})(?![\w])")
+_TEMPLATE = re.compile(r"(\"?)([a-z0-9-]*)\{p\}([a-z0-9.-]*):(\d{1,5})(\"?)")
 
 
 class LocalCluster:
@@ -130,6 +57,7 @@ class LocalCluster:
                     pod.ports.setdefault(port, free_port())
         self.entrypoint = dockerfile_entrypoint()
         self.procs: list[Proc] = []
+        self.sidecars: dict[str, list[Proc]] = {}  # pod name -> its running native sidecars
 
     def all_pods(self) -> list[LocalPod]:
         return [p for pods in self.pods.values() for p in pods]
@@ -161,7 +89,7 @@ class LocalCluster:
     def _target_port(pod: LocalPod, target: int | str) -> int:
         if isinstance(target, int):
             return target
-        for c in pod.spec["containers"]:
+        for c in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]:
             if target in container_ports(c):
                 return container_ports(c)[target]
         raise AssertionError(f"pod {pod.name} has no port named {target!r}")
@@ -220,13 +148,29 @@ class LocalCluster:
                 raise AssertionError(f"env source of {e} is not emulated")
         return env
 
-    def _rewrite(self, text: str, mounts: list[tuple[str, Path]]) -> str:
+    def _expand_template(self, m: re.Match) -> str:
+        """``graph-store-{p}.graph-store:50051`` -> the loopback addresses of every pod it names
+        (joined as the surrounding text lists them: JSON strings or a comma-separated flag)."""
+        quote, head, tail, port = m.group(1), m.group(2), m.group(3), int(m.group(4))
+        names, found = self._dns_names(), list[str]()
+        while f"{head}{len(found)}{tail}" in names:
+            found.append(self.resolve(f"{head}{len(found)}{tail}", port))
+        assert found, f"no pod is named by the address template {m.group(0)}"
+        return quote + (f"{quote},{quote}" if quote else ",").join(found) + m.group(5)
+
+    def _rewrite(self, text: str, mounts: list[tuple[str, Path]], pod: LocalPod | None = None) -> str:
         names = self._dns_names()
 
         def hostport(m: re.Match) -> str:
             host, port = m.group(1), int(m.group(2))
             return self.resolve(host, port) if host in names else m.group(0)
 
+        def loopback(m: re.Match) -> str:
+            port = int(m.group(1))
+            return f"127.0.0.1:{pod.ports[port]}" if pod is not None and port in pod.ports else m.group(0)
+
+        text = _LOOPBACK.sub(loopback, text)  # first: the others write loopback addresses
+        text = _TEMPLATE.sub(self._expand_template, text)
         text = _HOSTPORT.sub(hostport, text)
         if mounts:  # one pass, longest mount path first, so a rewritten path is not rewritten again
             by_path = dict(mounts)
@@ -236,7 +180,7 @@ class LocalCluster:
         return text
 
     def _local_env(self, pod: LocalPod, env: dict[str, str], mounts: list[tuple[str, Path]]) -> dict[str, str]:
-        out = {k: self._rewrite(v, mounts) for k, v in env.items()}
+        out = {k: self._rewrite(v, mounts, pod) for k, v in env.items()}
         names = self._dns_names()
         for k, v in env.items():
             if k.endswith(("_HOST", "_ADDR")) and (v == "0.0.0.0" or v in names):  # noqa: S104 - a comparison, not a bind
@@ -257,7 +201,7 @@ class LocalCluster:
         )
         env = self._env(pod, c)
         argv = [expand(a, env) for a in [*(c.get("command") or self.entrypoint), *(c.get("args") or [])]]
-        argv = [self._rewrite(a, mounts) for a in argv]
+        argv = [self._rewrite(a, mounts, pod) for a in argv]
         argv = [*self._executable(argv[0]), *argv[1:]]
         home = dict(mounts).get("/tmp", self.root / "pods" / pod.name / "home")
         home.mkdir(parents=True, exist_ok=True)
@@ -299,12 +243,35 @@ class LocalCluster:
         assert code == 0, f"{pod.name}/{c['name']} exited {code}:\n{proc.tail()}"
         return proc
 
-    def run_job(self, name: str, timeout_s: float = 180.0, extra_args: Sequence[str] = ()) -> list[Proc]:
-        """Runs every pod of Job ``name`` (in parallel, as ``parallelism`` allows) to exit 0."""
-        pods = self.pods[name]
-        for pod in pods:
-            for c in pod.spec.get("initContainers", []):
+    def _start_pod(self, pod: LocalPod, timeout_s: float) -> None:
+        """Init containers in order, as the kubelet runs them: a plain one to completion, a
+        native sidecar (``restartPolicy: Always``) started and left running once its probe passes."""
+        if pod.name in self.sidecars:
+            return
+        self.sidecars[pod.name] = []
+        for c in pod.spec.get("initContainers", []):
+            if c.get("restartPolicy") == "Always":
+                proc = self._spawn(pod, c)
+                self._wait_ready(proc, c, timeout_s)
+                self.sidecars[pod.name].append(proc)
+            else:
                 self._run_to_completion(pod, c, timeout_s)
+
+    def _stop_sidecars(self, pod: LocalPod) -> None:
+        """The kubelet ends a pod's sidecars (SIGTERM, in reverse order) once its containers exit."""
+        for proc in reversed(self.sidecars.pop(pod.name, [])):
+            proc.popen.send_signal(signal.SIGTERM)
+            code = proc.popen.wait(float(pod.spec.get("terminationGracePeriodSeconds", 30)))
+            assert code == 0, f"sidecar {pod.name}/{proc.container} exited {code} on SIGTERM:\n{proc.tail()}"
+
+    def run_job(self, name: str, timeout_s: float = 180.0, extra_args: Sequence[str] = ()) -> list[Proc]:
+        """Runs every pod of Job ``name`` (in parallel, as ``parallelism`` allows) to exit 0.
+        Sidecars this call starts are stopped after the containers exit; sidecars started
+        before by :meth:`start` keep running (their metrics stay scrapeable)."""
+        pods = self.pods[name]
+        started_here = [pod for pod in pods if pod.name not in self.sidecars]
+        for pod in pods:
+            self._start_pod(pod, timeout_s)
         procs = [self._spawn(pod, c, extra_args) for pod in pods for c in pod.spec["containers"]]
         deadline = time.monotonic() + timeout_s
         for proc in procs:
@@ -315,20 +282,24 @@ class LocalCluster:
                     p.popen.kill()
                 raise AssertionError(f"job {name}: {proc.pod.name} did not finish within {timeout_s:.0f}s:\n{proc.tail()}") from None
             assert code == 0, f"job {name}: {proc.pod.name}/{proc.container} exited {code}:\n{proc.tail()}"
+        for pod in started_here:
+            self._stop_sidecars(pod)
         return procs
 
     def start(self, name: str, timeout_s: float = 120.0) -> None:
-        """Starts workload ``name``: init containers to completion, then the containers until
-        their gRPC readinessProbe reports SERVING."""
+        """Starts workload ``name``: init containers (sidecars until ready), then the containers
+        until their gRPC probe reports SERVING. A Job's containers are :meth:`run_job`'s: here
+        a Job only gets its sidecars (the trainer pods' loaders)."""
         for pod in self.pods[name]:
-            for c in pod.spec.get("initContainers", []):
-                self._run_to_completion(pod, c, timeout_s)
+            self._start_pod(pod, timeout_s)
+            if pod.workload["kind"] == "Job":
+                continue
             for c in pod.spec["containers"]:
                 self._wait_ready(self._spawn(pod, c), c, timeout_s)
 
     def _wait_ready(self, proc: Proc, c: dict, timeout_s: float) -> None:
-        probe = c.get("readinessProbe", {}).get("grpc")
-        assert probe is not None, f"{proc.pod.name}/{c['name']} has no gRPC readinessProbe"
+        probe = (c.get("startupProbe") or c.get("readinessProbe") or {}).get("grpc")
+        assert probe is not None, f"{proc.pod.name}/{c['name']} has no gRPC startupProbe or readinessProbe"
         address = f"127.0.0.1:{proc.pod.ports[int(probe['port'])]}"
         deadline = time.monotonic() + timeout_s
         with grpc.insecure_channel(address) as channel:

@@ -14,11 +14,13 @@ KUSTOMIZATIONS = {
     "cpu": REPO / "k8s/overlays/cpu",
     "gpu": REPO / "k8s/overlays/gpu",
     "gpu-embedded": REPO / "k8s/overlays/gpu-embedded",
+    "gpu-pytorchjob": REPO / "k8s/overlays/gpu-pytorchjob",
     "monitoring": REPO / "k8s/monitoring",
 }
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
-# Kinds of the Prometheus Operator: no schema for them in kubernetes-validate.
-OPERATOR_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
+# Kinds of the Prometheus Operator and Kubeflow's training operator: no schema for them in
+# kubernetes-validate.
+OPERATOR_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule", "PyTorchJob")
 
 
 @dataclass
@@ -42,7 +44,14 @@ class Rendered:
         return found[0] if found else None
 
     def workloads(self) -> list[dict]:
-        return [d for d in self.docs if d["kind"] in WORKLOAD_KINDS]
+        """Every object with a pod template; a PyTorchJob's replica specs stand as one workload
+        each ("trainer" for the Master, "trainer-worker" for the Workers)."""
+        out = [d for d in self.docs if d["kind"] in WORKLOAD_KINDS]
+        for d in self.of_kind("PyTorchJob"):
+            for role, rs in d["spec"]["pytorchReplicaSpecs"].items():
+                name = d["metadata"]["name"] + ("" if role == "Master" else f"-{role.lower()}")
+                out.append({"kind": "PyTorchJob", "metadata": {**d["metadata"], "name": name}, "spec": {"template": rs["template"]}})
+        return out
 
     def workload(self, name: str) -> dict:
         found = [d for d in self.workloads() if d["metadata"]["name"] == name]

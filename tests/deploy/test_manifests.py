@@ -26,8 +26,10 @@ from tests.deploy.manifests import (
 )
 from tests.deploy.tools import REPO, run, tool
 
-OVERLAYS = ("cpu", "gpu", "gpu-embedded")
-EMBEDDED = "gpu-embedded"  # the loader runs inside the trainers: no loader workload
+OVERLAYS = ("cpu", "gpu", "gpu-embedded", "gpu-pytorchjob")
+EMBEDDED = "gpu-embedded"  # the loader runs inside the trainers: no loader sidecar
+PYTORCHJOB = "gpu-pytorchjob"  # the gpu overlay's trainer pod under Kubeflow's training operator
+INDEXED = ("cpu", "gpu", "gpu-embedded")  # trainers as an Indexed Job
 # kubernetes-validate 1.37.0 ships schemas up to Kubernetes 1.37.
 KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 GPU = "nvidia.com/gpu"
@@ -103,6 +105,8 @@ def test_checkov_has_no_failures_beyond_the_documented_skips(rendered: dict[str,
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_pods_meet_the_restricted_security_profile(rendered: dict[str, Rendered], overlay: str) -> None:
+    """The project's own conventions on top of Pod Security "restricted" (test_pod_security.py
+    checks the standard's full rule list): our service account, user and resources."""
     for w in rendered[overlay].workloads():
         spec, where = pod_spec(w), f"{overlay}: {w['kind']}/{w['metadata']['name']}"
         assert spec["serviceAccountName"] == "graphfeed" and spec["automountServiceAccountToken"] is False, where
@@ -119,27 +123,32 @@ def test_pods_meet_the_restricted_security_profile(rendered: dict[str, Rendered]
     assert sa["automountServiceAccountToken"] is False
 
 
+def _servers(r: Rendered) -> list[tuple[dict, dict]]:
+    """(workload, container) of every `graphfeed serve` container, sidecars included."""
+    return [(w, c) for w in r.workloads() for c in containers(w) if (_graphfeed_args(c) or [""])[0] == "serve"]
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_servers_have_grpc_probes_and_a_grace_period_longer_than_grace_s(rendered: dict[str, Rendered], overlay: str) -> None:
+def test_servers_probe_a_separate_health_port_and_outlast_grace_s(rendered: dict[str, Rendered], overlay: str) -> None:
     r = rendered[overlay]
     servers = set()
-    for w in r.workloads():
-        for c in containers(w, init=False):
-            ports = container_ports(c)
-            if "grpc" not in ports:
-                continue
-            servers.add(c["name"])
-            assert _given(_graphfeed_args(c), c["name"])[:1] == ["serve"], c["name"]
-            for probe in ("readinessProbe", "livenessProbe"):
-                assert c[probe]["grpc"]["port"] == ports["grpc"], f"{c['name']} {probe}"
-            env = static_env(r, c)
-            (grace_key,) = [k for k in env if k.endswith("_GRACE_S")]
-            grace_s = float(_given(env[grace_key], grace_key))
-            period = pod_spec(w)["terminationGracePeriodSeconds"]
-            # In-flight calls get grace_s; closing stores and channels needs a little more.
-            assert grace_s + 5 <= period <= grace_s + 30, f"{c['name']}: grace_s {grace_s}, terminationGracePeriodSeconds {period}"
-            assert env[grace_key.replace("GRACE_S", "PORT")] == str(ports["grpc"])
-            assert env[grace_key.replace("GRACE_S", "METRICS_PORT")] == str(ports["metrics"])
+    for w, c in _servers(r):
+        ports, name = container_ports(c), c["name"]
+        servers.add(name)
+        # Health has its own port and thread pool: a loader busy with streams still answers.
+        for probe in ("startupProbe", "readinessProbe"):
+            assert c[probe]["grpc"]["port"] == ports["health"], f"{name} {probe}"
+        assert c["livenessProbe"]["tcpSocket"]["port"] == ports["health"], f"{name}: liveness must not depend on peers"
+        assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300, f"{name}: cold starts take minutes"
+        env = static_env(r, c)
+        (grace_key,) = [k for k in env if k.endswith("_GRACE_S")]
+        grace_s = float(_given(env[grace_key], grace_key))
+        period = pod_spec(w)["terminationGracePeriodSeconds"]
+        # In-flight calls get grace_s; closing stores and channels needs a little more.
+        assert grace_s + 5 <= period <= grace_s + 30, f"{name}: grace_s {grace_s}, terminationGracePeriodSeconds {period}"
+        for field, port in (("PORT", "grpc"), ("METRICS_PORT", "metrics"), ("HEALTH_PORT", "health")):
+            assert env[grace_key.replace("GRACE_S", field)] == str(ports[port]), f"{name} {field}"
+        if c in pod_spec(w)["containers"]:  # the trainer pod's annotation names the trainer's port
             ann = w["spec"]["template"]["metadata"]["annotations"]
             assert ann["prometheus.io/scrape"] == "true" and int(ann["prometheus.io/port"]) == ports["metrics"]
     assert servers == ({"graph-store", "sampler"} if overlay == EMBEDDED else {"graph-store", "sampler", "loader"})
@@ -166,34 +175,46 @@ def test_container_args_parse_with_the_graphfeed_cli(rendered: dict[str, Rendere
             cls = getattr(__import__(module, fromlist=[name]), name)
             prefix = cls.model_config["env_prefix"]
             for key in static_env(r, c):
-                assert key.startswith(prefix) and key[len(prefix):].lower() in cls.model_fields, (
+                assert key.startswith(prefix) and key[len(prefix) :].lower() in cls.model_fields, (
                     f"{c['name']}: {key} is not a setting of {name} (it would be silently ignored)"
                 )
     services = {"ingest", "serve graph-store", "serve sampler", "train"}
     assert seen == (services if overlay == EMBEDDED else services | {"serve loader"})
 
 
+def _values() -> dict:
+    return yaml.safe_load((REPO / "k8s/base/values.yaml").read_text())["spec"]
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_partition_count_agrees_everywhere(rendered: dict[str, Rendered], overlay: str) -> None:
-    r = rendered[overlay]
+def test_the_partition_count_is_set_in_values_yaml_only(rendered: dict[str, Rendered], overlay: str) -> None:
+    r, values = rendered[overlay], _values()
+    assert r.find("Values", "values") is None, "values.yaml is local-config: it must not reach the API server"
     sts = r.get("StatefulSet", "graph-store")
-    replicas = sts["spec"]["replicas"]
+    assert sts["spec"]["replicas"] == values["partitions"]
     (ingest,) = containers(r.workload("ingest"))
-    assert int(_given(args_flag(ingest["args"], "--num-partitions"), "--num-partitions")) == replicas
+    assert int(_given(args_flag(ingest["args"], "--num-partitions"), "--num-partitions")) == values["partitions"]
     port = container_ports(pod_spec(sts)["containers"][0])["grpc"]
-    expected = [f"graph-store-{i}.{sts['spec']['serviceName']}:{port}" for i in range(replicas)]
-    for name in ("sampler", "loader") if overlay != EMBEDDED else ("sampler",):
-        (c,) = containers(r.workload(name))
+    # Everyone else learns the count from graph-store 0 and expands the template.
+    template = f"graph-store-{{p}}.{sts['spec']['serviceName']}:{port}"
+    for _, c in _servers(r):
         env = static_env(r, c)
-        (key,) = [k for k in env if k.endswith("_GRAPH_STORE_ADDRESSES")]
-        assert json.loads(_given(env[key], key)) == expected, f"{name}: {key}"
+        keys = [k for k in env if k.endswith("_GRAPH_STORE_ADDRESSES")]
+        for key in keys:
+            assert json.loads(_given(env[key], key)) == [template], f"{c['name']}: {key}"
+    svc = r.get("Service", "sampler")
+    sampler = f"dns:///{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
     if overlay == EMBEDDED:  # the trainers' own loader
         (trainer,) = containers(r.workload("trainer"))
-        assert _given(args_flag(trainer["args"], "--graph-stores"), "--graph-stores").split(",") == expected
-        svc = r.get("Service", "sampler")
-        assert args_flag(trainer["args"], "--sampler") == f"{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
+        assert args_flag(trainer["args"], "--graph-stores") == template
+        assert args_flag(trainer["args"], "--sampler") == sampler
+    else:
+        (loader,) = pod_spec(r.workload("trainer"))["initContainers"]
+        assert static_env(r, loader)["GRAPHFEED_LOADER_SAMPLER_ADDRESS"] == sampler
     headless = r.get("Service", sts["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None" and service_selects(headless, sts["spec"]["template"]["metadata"]["labels"])
+    # Clients balance over every sampler pod (round_robin over DNS): the Service must be headless.
+    assert svc["spec"]["clusterIP"] == "None"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -213,52 +234,84 @@ def test_each_graph_store_stages_the_partition_of_its_ordinal(rendered: dict[str
     mounts = {m["name"]: m for m in server["volumeMounts"]}
     assert part_dir.startswith(mounts["partition"]["mountPath"])
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["partition"]
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == _values()["partitionStorage"]
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_trainer_is_an_indexed_job_with_rendezvous_on_rank_0(rendered: dict[str, Rendered], overlay: str) -> None:
+@pytest.mark.parametrize("overlay", INDEXED)
+def test_trainer_is_an_indexed_job_with_torchrun_env(rendered: dict[str, Rendered], overlay: str) -> None:
     r = rendered[overlay]
     job = r.get("Job", "trainer")
-    spec, (c,) = job["spec"], containers(job)
-    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]
-    assert int(_given(args_flag(c["args"], "--world-size"), "--world-size")) == spec["completions"]
+    spec, (c,) = job["spec"], containers(job, init=False)
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == _values()["trainers"]
     env = {e["name"]: e for e in c["env"]}
+    assert int(env["WORLD_SIZE"]["value"]) == spec["completions"]
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     subdomain = pod_spec(job)["subdomain"]
     assert env["MASTER_ADDR"]["value"] == f"trainer-0.{subdomain}"
     assert int(env["MASTER_PORT"]["value"]) == container_ports(c)["rendezvous"]
-    assert args_flag(c["args"], "--rank") == "$(TRAINER_RANK)"
-    assert env["TRAINER_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert args_flag(c["args"], "--rank") is None and args_flag(c["args"], "--world-size") is None, "torchrun's env decides"
     svc = r.get("Service", subdomain)
     assert svc["spec"]["clusterIP"] == "None" and service_selects(svc, job["spec"]["template"]["metadata"]["labels"])
 
 
-def test_loader_placement_per_overlay(rendered: dict[str, Rendered]) -> None:
-    gpu, cpu = rendered["gpu"], rendered["cpu"]
-    ds = gpu.get("DaemonSet", "loader")
-    trainer = gpu.get("Job", "trainer")
-    assert gpu.get("Service", "loader")["spec"]["internalTrafficPolicy"] == "Local"
-    for w in (ds, trainer):  # trainers land on the nodes that run a loader
-        assert pod_spec(w)["nodeSelector"] == pod_spec(ds)["nodeSelector"]
-        assert pod_spec(w)["tolerations"] == pod_spec(ds)["tolerations"]
-        assert containers(w)[0]["resources"]["limits"][GPU] == 1
-    devices = {name: {e["name"]: e.get("value") for e in containers(r.get("Job", "trainer"))[0]["env"]}["TRAINER_DEVICE"]
-               for name, r in rendered.items() if name in OVERLAYS}  # fmt: skip
-    assert args_flag(containers(trainer)[0]["args"], "--device") == "$(TRAINER_DEVICE)"
+def _volume(spec: dict, name: str) -> dict:
+    (v,) = [v for v in spec["volumes"] if v["name"] == name]
+    return v
+
+
+@pytest.mark.parametrize("overlay", INDEXED)
+def test_each_trainer_pod_carries_its_loader_as_a_sidecar(rendered: dict[str, Rendered], overlay: str) -> None:
+    r = rendered[overlay]
+    assert not r.of_kind("DaemonSet") and r.find("Service", "loader") is None
+    job = r.get("Job", "trainer")
+    spec, (trainer,) = pod_spec(job), containers(job, init=False)
+    if overlay == EMBEDDED:
+        assert "initContainers" not in spec and not any("loader" in v["name"] for v in spec["volumes"] if v["name"] != "shm")
+        return
+    (loader,) = spec["initContainers"]
+    assert loader["restartPolicy"] == "Always", "a native sidecar (Kubernetes >= 1.29)"
+    assert args_flag(trainer["args"], "--loader") == f"127.0.0.1:{container_ports(loader)['grpc']}"
+    # Shared memory private to the pod: an emptyDir in RAM, mounted where both expect it.
+    assert _volume(spec, "shm")["emptyDir"]["medium"] == "Memory"
+    shm_dir = static_env(r, loader)["GRAPHFEED_LOADER_SHM_DIR"]
+    assert args_flag(trainer["args"], "--shm-dir") == shm_dir
+    for c in (loader, trainer):
+        assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["shm"] == shm_dir
+    assert GPU not in json.dumps(loader["resources"]), "the loader gathers on the host: no GPU"
+
+
+def test_gpus_and_images_per_overlay(rendered: dict[str, Rendered]) -> None:
+    values = _values()
+    devices = {}
+    for name in INDEXED:
+        job = rendered[name].get("Job", "trainer")
+        (trainer,) = containers(job, init=False)
+        devices[name] = {e["name"]: e.get("value") for e in trainer["env"]}["TRAINER_DEVICE"]
+        assert args_flag(trainer["args"], "--device") == "$(TRAINER_DEVICE)"
+        gpu = name != "cpu"
+        assert trainer["image"] == (values["cudaImage"] if gpu else values["image"]), name
+        assert (trainer["resources"]["limits"].get(GPU) == 1) == gpu, name
+        assert ("nodeSelector" in pod_spec(job)) == gpu, name
+        others = [c for w in rendered[name].workloads() for c in containers(w) if c is not trainer]
+        assert {c["image"] for c in others} == {values["image"]}, name
+        assert not [c for c in others if GPU in json.dumps(c["resources"])], f"{name}: only trainers use GPUs"
     assert devices == {"gpu": "cuda", "cpu": "cpu", EMBEDDED: "cuda"}, "trainers on GPU nodes train on their GPU"
-    embedded = rendered[EMBEDDED]
-    assert not [w for w in embedded.workloads() if w["metadata"]["name"] == "loader"]
-    assert embedded.find("Service", "loader") is None and embedded.find("PodDisruptionBudget", "loader") is None
-    assert pod_spec(embedded.get("Job", "trainer"))["nodeSelector"] == pod_spec(ds)["nodeSelector"]
-    assert cpu.find("DaemonSet", "loader") is None
-    assert cpu.get("Service", "loader")["spec"]["internalTrafficPolicy"] == "Cluster"
-    assert GPU not in cpu.text and "nodeSelector" not in cpu.text
-    # The cpu Deployment runs the same loader container as the gpu DaemonSet, minus the GPU.
-    (dep_c,) = containers(cpu.get("Deployment", "loader"))
-    (ds_c,) = containers(ds)
-    ds_c = json.loads(json.dumps(ds_c))
-    for kind in ("requests", "limits"):
-        del ds_c["resources"][kind][GPU]
-    assert dep_c == ds_c
+    assert GPU not in rendered["cpu"].text and "nodeSelector" not in rendered["cpu"].text
+
+
+def test_pytorchjob_runs_the_gpu_trainer_pod_under_the_training_operator(rendered: dict[str, Rendered]) -> None:
+    r, gpu = rendered[PYTORCHJOB], rendered["gpu"]
+    assert r.find("Job", "trainer") is None and r.find("Service", "trainer") is None
+    ptj = r.get("PyTorchJob", "trainer")
+    reference = json.loads(json.dumps(gpu.get("Job", "trainer")["spec"]["template"]))
+    del reference["spec"]["subdomain"]
+    ref_trainer = reference["spec"]["containers"][0]
+    ref_trainer["name"], ref_trainer["ports"][0]["name"] = "pytorch", "pytorchjob-port"
+    ref_trainer["env"] = [e for e in ref_trainer["env"] if e["name"] == "TRAINER_DEVICE"]  # the operator sets the rest
+    for role in ("Master", "Worker"):
+        rs = ptj["spec"]["pytorchReplicaSpecs"][role]
+        assert rs["template"] == reference, role
+    assert ptj["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -269,7 +322,7 @@ def test_services_pdbs_and_hpa_select_real_pods(rendered: dict[str, Rendered], o
         selected = [w for w, labels in pods if service_selects(svc, labels)]
         assert selected, f"Service {svc['metadata']['name']} selects no pods"
         for sp in svc["spec"]["ports"]:
-            assert all(sp["targetPort"] in container_ports(containers(w, init=False)[0]) for w in selected)
+            assert all(any(sp["targetPort"] in container_ports(c) for c in containers(w)) for w in selected)
     for pdb in r.of_kind("PodDisruptionBudget"):
         assert any(selector_matches(pdb["spec"]["selector"], labels) for _, labels in pods), pdb["metadata"]["name"]
     (hpa,) = r.of_kind("HorizontalPodAutoscaler")
@@ -309,31 +362,26 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
     r = rendered[overlay]
     labels = {w["metadata"]["name"]: w["spec"]["template"]["metadata"]["labels"] for w in r.workloads()}
     monitoring = {"app": "prometheus"}
-    embedded = overlay == EMBEDDED  # trainers run the loader: they call samplers and graph-stores
+    # Trainer pods call graph-stores and samplers: their loader sidecar (or, embedded, the
+    # trainer's own loader) does; trainer -> loader is loopback inside the pod.
     flows = [  # (client, server, port, expected)
         ("sampler", "graph-store", 50051, True),
         ("trainer", "trainer", 29500, True),
-        ("trainer", "graph-store", 50051, embedded),
-        ("trainer", "sampler", 50051, embedded),
+        ("trainer", "graph-store", 50051, True),
+        ("trainer", "sampler", 50051, True),
         ("graph-store", "sampler", 50051, False),
         ("ingest", "graph-store", 50051, False),
         ("ingest", "sampler", 50051, False),
         ("sampler", "trainer", 29500, False),
+        ("graph-store", "trainer", 50051, False),
     ]
-    if not embedded:
-        flows += [
-            ("loader", "graph-store", 50051, True),
-            ("loader", "sampler", 50051, True),
-            ("trainer", "loader", 50051, True),
-            ("sampler", "loader", 50051, False),
-        ]
     for client, server, port, expected in flows:
         ok = _allowed(r, "Egress", labels[client], labels[server], r.namespace, port) and _allowed(
             r, "Ingress", labels[server], labels[client], r.namespace, port
         )
         assert ok == expected, f"{client} -> {server}:{port} should be {'allowed' if expected else 'denied'}"
-    for server in ("graph-store", "sampler") if embedded else ("graph-store", "sampler", "loader"):
-        assert _allowed(r, "Ingress", labels[server], monitoring, "monitoring", 8080), f"Prometheus -> {server}"
-        assert not _allowed(r, "Ingress", labels[server], monitoring, "other", 8080)
+    for server, port in (("graph-store", 8080), ("sampler", 8080), ("trainer", 8080), ("trainer", 8081)):
+        assert _allowed(r, "Ingress", labels[server], monitoring, "monitoring", port), f"Prometheus -> {server}:{port}"
+        assert not _allowed(r, "Ingress", labels[server], monitoring, "other", port)
     for w in labels.values():
         assert _allowed(r, "Egress", w, {"k8s-app": "kube-dns"}, "kube-system", 53)

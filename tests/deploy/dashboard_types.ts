@@ -3,7 +3,7 @@
 // `export const dashboard: GraphfeedDashboard = <json>;` and runs `tsc --noEmit --strict`:
 // as an object literal it gets TypeScript's excess-property check, so a misspelt or unknown
 // key fails as well as a wrong type.
-import type { DataQuery, Dashboard, FieldConfigSource, Panel } from "@grafana/schema";
+import type { DataQuery, Dashboard, FieldConfigSource, Panel, RowPanel } from "@grafana/schema";
 import type {
   FieldConfig as TimeSeriesFieldConfig,
   Options as TimeSeriesOptions,
@@ -36,4 +36,7 @@ export type TimeSeriesPanel = Omit<Json<Panel>, "type" | "targets" | "options" |
   };
 };
 
-export type GraphfeedDashboard = Omit<Json<Dashboard>, "panels"> & { panels: TimeSeriesPanel[] };
+/** A row header (collapsed: false, so its panels follow it at the top level). */
+export type GraphfeedRow = Omit<Json<RowPanel>, "panels"> & { type: "row"; title: string; panels: [] };
+
+export type GraphfeedDashboard = Omit<Json<Dashboard>, "panels"> & { panels: (TimeSeriesPanel | GraphfeedRow)[] };

@@ -36,7 +36,7 @@ def dashboard() -> dict:
 
 def dashboard_queries() -> list[tuple[str, str]]:
     """(panel title, expr) of every panel target."""
-    return [(p["title"], t["expr"]) for p in dashboard()["panels"] for t in p["targets"]]
+    return [(p["title"], t["expr"]) for p in dashboard()["panels"] for t in p.get("targets", [])]
 
 
 def rule_exprs() -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ ALERTS = {
     "GraphfeedLoaderStreamStalled",
     "GraphfeedCacheHitRateCollapsed",
     "GraphfeedRPCErrorRate",
+    "GraphfeedTrainerDataStall",
     "GraphfeedGraphStoreDown",
     "GraphfeedGraphStoreReplicasMissing",
 }
@@ -95,16 +96,24 @@ def test_dashboard_typechecks_against_grafana_schema(tmp_path: Path) -> None:
 
 def test_dashboard_has_the_panels_operators_need() -> None:
     d = dashboard()
-    titles = [p["title"] for p in d["panels"]]
+    titles = [p["title"] for p in d["panels"] if p["type"] != "row"]
     for words in ("Minibatches/s", "Sampling latency p50 / p99", "Remote feature bytes/s by partition", "Cache hit rate per tier",
-                  "Prefetch", "evictions", "queue depth", "RPC errors by code", "RocksDB bytes", "CPU per pod", "Memory per pod"):
+                  "Prefetch", "evictions", "queue depth", "RPC errors by code", "RocksDB bytes", "CPU per pod", "Memory per pod",
+                  "RPC rate by service and method", "RPC latency p50 / p99 by service and method", "Bytes/s per service and hop",
+                  "Minibatches/s per trainer", "Data-stall fraction per trainer", "Trainer step time"):
         assert any(words.lower() in t.lower() for t in titles), words
     assert len({p["id"] for p in d["panels"]}) == len(d["panels"])
+    assert [p["title"] for p in d["panels"] if p["type"] == "row"] == [
+        "Overview", "Trainers", "RPC per service and method", "Feature cache and loader", "Graph-stores and pods"
+    ]
     for p in d["panels"]:
+        if p["type"] == "row":
+            continue
         assert p["targets"] and p["datasource"]["uid"] == "${datasource}", p["title"]
         for t in p["targets"]:
-            assert 'namespace="$namespace"' in t["expr"], f"{p['title']}: query not scoped to $namespace"
-    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "namespace"]
+            for scope in ('namespace="$namespace"', 'job=~"$job"', 'pod=~"$pod"'):
+                assert scope in t["expr"], f"{p['title']}: query not scoped by {scope}"
+    assert [v["name"] for v in d["templating"]["list"]] == ["datasource", "namespace", "job", "pod"]
 
 
 def test_monitoring_objects_match_the_services(rendered: dict[str, Rendered]) -> None:
@@ -113,14 +122,16 @@ def test_monitoring_objects_match_the_services(rendered: dict[str, Rendered]) ->
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["graphfeed.json"]) == dashboard()
     (pm,) = mon.of_kind("PodMonitor")
-    endpoint = pm["spec"]["podMetricsEndpoints"][0]
+    endpoints = [e["port"] for e in pm["spec"]["podMetricsEndpoints"]]
     scraped = {
-        w["metadata"]["name"]
+        (w["metadata"]["name"], port)
         for w in cpu.workloads()
         if selector_matches(pm["spec"]["selector"], w["spec"]["template"]["metadata"]["labels"])
-        and any(endpoint["port"] in container_ports(c) for c in containers(w, init=False))
+        for port in endpoints
+        if any(port in container_ports(c) for c in containers(w))
     }
-    assert scraped == {"graph-store", "sampler", "loader"}
+    # The trainer pod: its loader sidecar's metrics and the trainer's own.
+    assert scraped == {("graph-store", "metrics"), ("sampler", "metrics"), ("trainer", "metrics"), ("trainer", "trainer-metrics")}
     # The alerts select graph-stores by this target label.
     assert "app.kubernetes.io/component" in pm["spec"]["podTargetLabels"]
     (rule,) = mon.of_kind("PrometheusRule")

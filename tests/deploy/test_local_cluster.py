@@ -26,7 +26,7 @@ from tests.deploy.tools import REPO, check, tool
 
 pytestmark = pytest.mark.integration
 
-SERVERS = ("graph-store", "sampler", "loader")
+SERVERS = ("graph-store", "sampler")  # workloads; the loaders are sidecars of the trainer pods
 SERVICE_NAMES = {
     "graph-store": "graphfeed.graph_store.v1.GraphStoreService",
     "sampler": "graphfeed.sampler.v1.SamplerService",
@@ -40,7 +40,7 @@ def cluster(rendered: dict[str, Rendered], tmp_path_factory: pytest.TempPathFact
     c = LocalCluster(rendered["cpu"], tmp_path_factory.mktemp("k8s-cpu"))
     try:
         c.run_job("ingest", timeout_s=240)
-        for name in SERVERS:
+        for name in (*SERVERS, "trainer"):  # "trainer": the loader sidecars of its pods
             c.start(name)
         yield c
     finally:
@@ -64,16 +64,21 @@ class Prometheus:
         return body["data"]
 
 
+def _loader(c: LocalCluster) -> str:
+    """The loader sidecar of trainer pod 0."""
+    return c.address("trainer", "grpc")
+
+
 def _scrape_targets(c: LocalCluster, podmonitor: dict) -> list[dict]:
     """What the PodMonitor selects, as static targets labelled like the operator would."""
     spec = podmonitor["spec"]
-    port_name = spec["podMetricsEndpoints"][0]["port"]
     targets = []
     for pod in c.all_pods():
         if not selector_matches(spec["selector"], pod.labels):
             continue
-        for ctr in pod.spec["containers"]:
-            ports = container_ports(ctr)
+        for ctr, endpoint in [(ctr, e) for ctr in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]
+                              for e in spec["podMetricsEndpoints"]]:  # fmt: skip
+            ports, port_name = container_ports(ctr), endpoint["port"]
             if port_name not in ports:
                 continue
             labels = {"namespace": c.namespace, "pod": pod.name, "container": ctr["name"]}
@@ -90,7 +95,7 @@ def prometheus(cluster: LocalCluster, rendered: dict[str, Rendered], tmp_path_fa
     work = tmp_path_factory.mktemp("prometheus")
     (podmonitor,) = rendered["monitoring"].of_kind("PodMonitor")
     targets = _scrape_targets(cluster, podmonitor)
-    assert {t["job"] for t in targets} == set(SERVERS)
+    assert {t["job"] for t in targets} == {*SERVERS, "trainer"}
     jobs: dict[str, list[dict]] = {}
     for t in targets:
         jobs.setdefault(t["job"], []).append({"targets": [t["address"]], "labels": t["labels"]})
@@ -113,9 +118,11 @@ def prometheus(cluster: LocalCluster, rendered: dict[str, Rendered], tmp_path_fa
         deadline, up = time.monotonic() + 60, None
         while True:  # every target scraped successfully: up == 1
             assert proc.poll() is None, (work / "prometheus.log").read_text()[-3000:]
-            try:
-                up = prom.api("query", query="up")["result"]
-                if len(up) == len(targets) and all(r["value"][1] == "1" for r in up):
+            try:  # trainers run later (the Job): their own targets come up then
+                up = prom.api("query", query='up{container!="trainer"}')["result"]
+                if len(up) == len([t for t in targets if t["labels"]["container"] != "trainer"]) and all(
+                    r["value"][1] == "1" for r in up
+                ):
                     break
             except OSError:  # not listening yet
                 pass
@@ -163,7 +170,7 @@ def traffic(cluster: LocalCluster, prometheus: Prometheus) -> Traffic:
     from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
     from graphfeed.trainer.dataloader import RemoteDataLoader
 
-    loader = RemoteDataLoader(cluster.address("loader"), "train", fanouts=[10, 10], batch_size=256, job_id="deploy-check")
+    loader = RemoteDataLoader(_loader(cluster), "train", fanouts=[10, 10], batch_size=256, job_id="deploy-check")
     warm_up = sum(1 for _ in loader)
     _wait_for_scrape(prometheus, after=time.time())
     start = time.time()
@@ -177,7 +184,7 @@ def traffic(cluster: LocalCluster, prometheus: Prometheus) -> Traffic:
     loader.close()
     # An operator mistake, twice with a scrape between (the first creates the error's series),
     # so that the dashboard's error panel has a rate to show.
-    with grpc.insecure_channel(cluster.address("loader")) as ch:
+    with grpc.insecure_channel(_loader(cluster)) as ch:
         bad = pb.JobSpec(job_id="deploy-check", split="no-such-split", batch_size=8, fanouts=[2], world_size=1, feature_name="feat")
         for _ in range(2):
             with pytest.raises(grpc.RpcError) as err:
@@ -191,6 +198,8 @@ def traffic(cluster: LocalCluster, prometheus: Prometheus) -> Traffic:
 
 def test_every_workload_of_the_overlay_is_exercised(cluster: LocalCluster) -> None:
     assert set(cluster.pods) == {"ingest", *SERVERS, "trainer"}
+    for pod in cluster.pods["trainer"]:  # every trainer pod runs its loader sidecar
+        assert [p.container for p in cluster.sidecars[pod.name]] == ["loader"]
 
 
 def test_ingest_job_output_is_what_each_graph_store_pod_staged(cluster: LocalCluster) -> None:
@@ -216,11 +225,11 @@ def test_trainer_job_trains_through_the_loader(cluster: LocalCluster, traffic: T
         assert re.search(r"test_acc 0\.\d+", p.log.read_text()), p.tail()
     ckpts = sorted(p.name for p in (cluster.root / "pvc" / "trainer-checkpoints").iterdir())
     assert ckpts == ["graphsage-rank-0.pt", "graphsage-rank-1.pt"]
-    # The manifests give loader and trainers the node's /dev/shm at one path: the minibatches
-    # went through it (the metric counts tensor bytes sent by reference).
+    # Each trainer pod's emptyDir (medium Memory) is shared by its loader sidecar and trainer:
+    # the minibatches went through it (the metric counts tensor bytes sent by reference).
     shm_sent = [
         float(line.rsplit(" ", 1)[1])
-        for line in _get(f"http://{cluster.address('loader', 'metrics')}/metrics").splitlines()
+        for line in _get(f"http://{cluster.address('trainer', 'metrics')}/metrics").splitlines()
         if line.startswith("graphfeed_rpc_response_shm_bytes_total{") and 'method="StreamMinibatches"' in line
     ]
     assert sum(shm_sent) > 0, shm_sent
@@ -229,7 +238,7 @@ def test_trainer_job_trains_through_the_loader(cluster: LocalCluster, traffic: T
 def test_grpcurl_lists_and_describes_every_service(cluster: LocalCluster) -> None:
     grpcurl = tool("grpcurl")
     for name, service in SERVICE_NAMES.items():
-        addr = cluster.address(name)
+        addr = _loader(cluster) if name == "loader" else cluster.address(name)
         listed = check([grpcurl, "-plaintext", addr, "list"], timeout_s=30).split()
         assert {service, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= set(listed), listed
         described = check([grpcurl, "-plaintext", addr, "describe", service], timeout_s=30)
@@ -293,8 +302,8 @@ def test_prometheus_loads_and_evaluates_every_alert_rule(prometheus: Prometheus,
 
 def test_services_stop_gracefully_on_sigterm(cluster: LocalCluster, traffic: Traffic) -> None:
     codes = cluster.stop()
-    servers = {k: v for k, v in codes.items() if k.split("/")[1] in SERVERS}
-    assert len(servers) == 4 and all(v == 0 for v in servers.values()), codes
+    servers = {k: v for k, v in codes.items() if k.split("/")[1] in (*SERVERS, "loader")}
+    assert len(servers) == 5 and all(v == 0 for v in servers.values()), codes  # 2 stores, sampler, 2 loaders
 
 
 def test_gpu_embedded_overlay_trains_with_the_loader_inside_the_trainers(

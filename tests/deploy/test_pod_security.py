@@ -7,9 +7,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
 from tests.deploy.manifests import KUSTOMIZATIONS, Rendered
 from tests.deploy.pod_security import pod_templates, violations
+from tests.deploy.tools import REPO
 
 OVERLAYS = [name for name in KUSTOMIZATIONS if name != "monitoring"]
 
@@ -26,6 +28,18 @@ def test_every_pod_is_admitted_under_restricted(rendered: dict[str, Rendered], o
     assert len(pods) >= 4, [w for w, _ in pods]  # ingest, graph-store, sampler, trainer(s)
     for where, pod in pods:
         assert violations(pod) == [], f"{overlay}: {where} would be rejected"
+
+
+def test_the_tool_pods_are_admitted_under_restricted() -> None:
+    """k8s/tools: pods a user applies by hand (the upload pod for their own data)."""
+    found = 0
+    for path in sorted((REPO / "k8s/tools").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for where, pod in pod_templates(doc):
+                found += 1
+                assert doc["metadata"].get("namespace") == "graphfeed", where
+                assert violations(pod) == [], f"{path.name}: {where} would be rejected"
+    assert found >= 1
 
 
 def _good_pod() -> dict:

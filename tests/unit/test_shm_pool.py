@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from graphfeed.common import shm
-from graphfeed.common.errors import InvalidArgument, Unavailable
+from graphfeed.common.errors import DataLoss, FailedPrecondition, InvalidArgument, Unavailable
 from tests.unit.shm_support import FakeClock, finished, lend, segments, wait_for
 
 
@@ -85,7 +85,7 @@ def test_unclaimed_recycled_segments_go_back_to_the_pool(tmp_path: Path) -> None
     pool.acquire(100)
     assert pool.files == 2  # both reused
     # A reader that claims after the writer took it back finds it gone (never a reused file).
-    with pytest.raises(Unavailable):
+    with pytest.raises(DataLoss):
         shm.SegmentReader(tmp_path).array(dropped.name, 0, (1,), np.int64, recycle=True)
     pool.close()
 
@@ -173,7 +173,7 @@ def test_peer_segments_keep_one_mapping_per_live_file(tmp_path: Path) -> None:
     peers.open(tmp_path, fresh.name).close()
     assert len(peers) == 1
     for other in others:
-        with pytest.raises(Unavailable):
+        with pytest.raises(FailedPrecondition, match="is gone"):  # terminal: asking again cannot help
             peers.open(tmp_path, other.name)
     with pytest.raises(InvalidArgument):
         peers.open(tmp_path, "../etc/passwd")

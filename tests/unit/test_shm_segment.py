@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from graphfeed.common import shm
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from graphfeed.common.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
 from graphfeed.common.shm.files import SEGMENT_RE
 from tests.unit.shm_support import finished, segments
 
@@ -160,7 +160,7 @@ def test_reader_errors(tmp_path: Path) -> None:
     for bad in ["../etc/passwd", "graphfeed-seg-1-2-zzzzzzzz", "graphfeed-probe-1-0123456789abcdef", ""]:
         with pytest.raises(InvalidArgument):
             reader.array(bad, 0, (1,), np.int64)
-    with pytest.raises(Unavailable, match="is gone from"):
+    with pytest.raises(DataLoss, match="is gone from"):  # asking again cannot bring it back
         reader.array("graphfeed-seg-1o0000abcd-2-0123abcd", 0, (1,), np.int64)
 
     arena = shm.Arena(tmp_path)
@@ -173,7 +173,7 @@ def test_reader_errors(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument):
         reader.array(arena.name, 0, (4,), object)
     # Claimed by the first reader: a second one finds it gone.
-    with pytest.raises(Unavailable):
+    with pytest.raises(DataLoss):
         shm.SegmentReader(tmp_path).array(arena.name, 0, (4,), np.int64)
 
 

@@ -242,7 +242,7 @@ class Response:
         Raises:
             FailedPrecondition: no verified shared-memory offer with this call.
             InvalidArgument: not a segment name, or the array does not fit in it.
-            Unavailable: no such segment.
+            FailedPrecondition: no such segment (asking again cannot help), or not this user's.
         """
         if self.directory is None:
             raise FailedPrecondition(f"{self._method} with a target needs a shared-memory offer this server can verify")

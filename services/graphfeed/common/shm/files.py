@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import DTypeLike
 
-from graphfeed.common.errors import FailedPrecondition, Unavailable
+from graphfeed.common.errors import FailedPrecondition, GraphfeedError, Unavailable
 
 SEGMENT_PREFIX = "graphfeed-seg-"
 PROBE_PREFIX = "graphfeed-probe-"
@@ -88,31 +88,55 @@ def view(buf: mmap.mmap | None, size: int, offset: int, shape: Sequence[int], dt
     return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize, offset=offset).reshape(shp)
 
 
-def open_regular(path: Path, mode: int, gone_hint: str = "") -> tuple[int, os.stat_result]:
-    """``(fd, stat)`` of an existing regular segment file; the caller closes the fd.
+def check_trusted(path: Path, st: os.stat_result) -> None:
+    """Refuses a segment file this process's user did not write: another local user can create
+    files with any free name in a shared, sticky tmpfs (``/dev/shm``) and must not get their
+    bytes read, or our bytes written, as a message. Every graphfeed process of one deployment
+    runs as one user (the protocol's premise; uid 10001 in the images), and segments are ``0600``.
 
     Raises:
-        Unavailable: the file is gone. FailedPrecondition: it cannot be opened or is not a file.
+        FailedPrecondition: not a regular file, another owner, or writable by group/others.
+    """
+    if not stat.S_ISREG(st.st_mode):
+        raise FailedPrecondition(f"shared-memory segment {path} is not a regular file: refused")
+    if st.st_uid != os.geteuid():
+        raise FailedPrecondition(
+            f"shared-memory segment {path} belongs to uid {st.st_uid}, not to this process's uid {os.geteuid()}: refused"
+        )
+    if st.st_mode & 0o022:
+        raise FailedPrecondition(f"shared-memory segment {path} is writable by others (mode {st.st_mode & 0o777:o}): refused")
+
+
+def open_regular(
+    path: Path, mode: int, gone_hint: str = "", gone: type[GraphfeedError] = Unavailable
+) -> tuple[int, os.stat_result]:
+    """``(fd, stat)`` of an existing regular segment file of this user (:func:`check_trusted`),
+    opened without following a symlink; the caller closes the fd.
+
+    Raises:
+        ``gone`` (default Unavailable): the file is gone. FailedPrecondition: it cannot be
+        opened, is not a regular file, or is not trusted.
     """
     try:
         fd = os.open(path, mode | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise Unavailable(f"shared-memory segment {path.name} is gone from {path.parent}{gone_hint}") from None
+        raise gone(f"shared-memory segment {path.name} is gone from {path.parent}{gone_hint}") from None
     except OSError as e:
         raise FailedPrecondition(f"cannot open shared-memory segment {path}: {e.strerror}") from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FailedPrecondition(f"shared-memory segment {path} is not a regular file")
+        check_trusted(path, st)
     except BaseException:
         os.close(fd)
         raise
     return fd, st
 
 
-def map_existing(path: Path, mode: int, gone_hint: str, **mmap_args: int) -> tuple[mmap.mmap | None, int]:
+def map_existing(
+    path: Path, mode: int, gone_hint: str, gone: type[GraphfeedError] = Unavailable, **mmap_args: int
+) -> tuple[mmap.mmap | None, int]:
     """Maps an existing regular segment file; ``(None, 0)`` for an empty one (raises as :func:`open_regular`)."""
-    fd, st = open_regular(path, mode, gone_hint)
+    fd, st = open_regular(path, mode, gone_hint, gone)
     try:
         return (mmap.mmap(fd, st.st_size, **mmap_args) if st.st_size else None), st.st_size
     finally:

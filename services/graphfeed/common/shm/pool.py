@@ -26,7 +26,9 @@ class SegmentPool:
     so a name still means one message (registries and back-pressure that watch names need no
     change) while the inode, and the graph-stores' mappings of it, stay. A file comes back
     when its reader unmaps it (renamed ``.free``, see :class:`SegmentReader`) or when it
-    expires unclaimed (:class:`SegmentRegistry`). The pool never refuses: with every file out
+    expires unclaimed (:class:`SegmentRegistry`). A ``.free`` file counts as handed back only
+    if it is the pool's own inode: another local user can create ``<name>.free`` in a shared
+    tmpfs, and taking that for ours would send their bytes, or lose ours, as a message. The pool never refuses: with every file out
     (a reader that keeps its minibatches) it makes another, and it keeps at most ``max_free``
     of the files that come back.
 
@@ -50,6 +52,7 @@ class SegmentPool:
         self._lock = threading.Lock()
         # current name -> (mapping, capacity, time it was handed back or None while out)
         self._files: dict[str, tuple[mmap.mmap, int, float | None]] = {}
+        self._inodes: dict[str, tuple[int, int]] = {}  # current name -> (st_dev, st_ino) of its file
         self._closed = False
         self._trimmer: threading.Thread | None = None
 
@@ -85,6 +88,8 @@ class SegmentPool:
             if mm is None:  # a capacity is a positive multiple of _ROUND, so create() maps it
                 raise FailedPrecondition(f"pool segment {seg.path} of {seg.nbytes} bytes has no mapping")
             self._files[name] = (mm, seg.nbytes, None)
+            st = os.stat(seg.path, follow_symlinks=False)
+            self._inodes[name] = (st.st_dev, st.st_ino)
             if self._trimmer is None:
                 self._trimmer = start_trimmer("segment-pool-trim", max(0.1, self.idle_s / 2), self._trim)
             return Segment(name, seg.path, seg.nbytes, mm, recycle=True)
@@ -100,7 +105,7 @@ class SegmentPool:
         for name, (mm, cap, since) in list(self._files.items()):
             path = self.directory / name
             if since is None:
-                if os.path.lexists(suffixed(path, FREE_SUFFIX)):
+                if self._is_ours(name, suffixed(path, FREE_SUFFIX)):
                     self._files[name] = (mm, cap, now)
                     free.append((now, name))
                 elif not (os.path.lexists(path) or os.path.lexists(suffixed(path, LENT_SUFFIX))):
@@ -112,19 +117,33 @@ class SegmentPool:
         for _, name in sorted(free, reverse=True)[self.max_free :]:
             self._drop(name)
 
+    def _is_ours(self, name: str, path: Path) -> bool:
+        """Whether ``path`` is the file the pool created for ``name`` (same inode, not a link)."""
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._inodes.get(name) and st.st_uid == os.geteuid()
+
     def _drop(self, name: str) -> None:
         mm = self._files.pop(name)[0]
-        try_unlink(self.directory / (name + FREE_SUFFIX))
+        if self._is_ours(name, self.directory / (name + FREE_SUFFIX)):
+            try_unlink(self.directory / (name + FREE_SUFFIX))
+        self._inodes.pop(name, None)
         with contextlib.suppress(BufferError):
             mm.close()
 
     def _lease(self, old: str, name: str, grow_to: int | None = None) -> Segment:
         mm, cap, _ = self._files.pop(old)
+        inode = self._inodes.pop(old)
         path = self.directory / name
         try:
             if os.path.lexists(path):
                 raise FileExistsError(errno.EEXIST, "segment name in use")
             os.rename(self.directory / (old + FREE_SUFFIX), path)
+            st = os.stat(path, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) != inode:  # swapped between the check and the rename
+                raise FileExistsError(errno.EEXIST, f"{old}.free was replaced by another file")
             if grow_to is not None and grow_to > cap:
                 with contextlib.suppress(BufferError):
                     mm.close()
@@ -141,6 +160,7 @@ class SegmentPool:
                 raise ResourceExhausted(f"no room for a {grow_to}-byte segment in {self.directory}") from None
             raise FailedPrecondition(f"cannot reuse shared-memory segment {old} as {name}: {e.strerror}") from None
         self._files[name] = (mm, cap, None)
+        self._inodes[name] = inode
         return Segment(name, path, cap, mm, recycle=True)
 
     @property
@@ -154,8 +174,13 @@ class SegmentPool:
         with self._lock:
             self._closed = True
             files, self._files = self._files, {}
+            inodes, self._inodes = self._inodes, {}
         for name, (mm, _, _) in files.items():
             for suffix in ("", LENT_SUFFIX, FREE_SUFFIX):
-                try_unlink(self.directory / (name + suffix))
+                path = self.directory / (name + suffix)
+                with contextlib.suppress(OSError):
+                    st = os.stat(path, follow_symlinks=False)
+                    if (st.st_dev, st.st_ino) == inodes.get(name):  # never another user's file
+                        try_unlink(path)
             with contextlib.suppress(BufferError):
                 mm.close()

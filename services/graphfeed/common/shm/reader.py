@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import DTypeLike
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, Unavailable
+from graphfeed.common.errors import DataLoss, FailedPrecondition, InvalidArgument
 from graphfeed.common.shm.files import (
     FREE_SUFFIX,
     LENT_SUFFIX,
@@ -33,7 +33,11 @@ from graphfeed.common.shm.segment import Segment
 
 class SegmentReader:
     """Reader side for one received message: maps each named segment once and claims it
-    (unlinks it, or, for a recycled one, renames it ``.lent`` and ``.free`` once unmapped)."""
+    (unlinks it, or, for a recycled one, renames it ``.lent`` and ``.free`` once unmapped).
+
+    Only this user's ``0600`` regular files are accepted (:func:`~.files.check_trusted`). A
+    segment that is gone when read is DATA_LOSS, not UNAVAILABLE: asking again for the same
+    message cannot bring it back (the client re-asks for the step instead)."""
 
     _GONE = " (claimed twice, or expired before it was read)"
 
@@ -45,7 +49,7 @@ class SegmentReader:
         path = self.directory / name
         # Private copy-on-write: writable arrays (torch.from_numpy is happy) that change nobody else's.
         if not recycle:
-            mapped = map_existing(path, os.O_RDONLY, self._GONE, access=mmap.ACCESS_COPY)
+            mapped = map_existing(path, os.O_RDONLY, self._GONE, DataLoss, access=mmap.ACCESS_COPY)
             try_unlink(path)  # a concurrent sweep/claim is fine: our mapping stays good
             return mapped
         # Recycled: the rename is the claim (atomic against the writer taking it back on expiry).
@@ -53,9 +57,9 @@ class SegmentReader:
         # so the private mapping never sees a later message's bytes.
         lent = suffixed(path, LENT_SUFFIX)
         if not try_rename(path, lent):
-            raise Unavailable(f"shared-memory segment {name} is gone from {self.directory}{self._GONE}")
+            raise DataLoss(f"shared-memory segment {name} is gone from {self.directory}{self._GONE}")
         try:
-            mm, size = map_existing(lent, os.O_RDONLY, self._GONE, access=mmap.ACCESS_COPY)
+            mm, size = map_existing(lent, os.O_RDONLY, self._GONE, DataLoss, access=mmap.ACCESS_COPY)
         except BaseException:
             try_rename(lent, suffixed(path, FREE_SUFFIX))
             raise
@@ -73,8 +77,8 @@ class SegmentReader:
 
         Raises:
             InvalidArgument: a malformed name, or offset/shape/dtype outside the file.
-            Unavailable: the segment file no longer exists.
-            FailedPrecondition: the file exists but cannot be opened.
+            DataLoss: the segment file no longer exists.
+            FailedPrecondition: the file exists but cannot be opened, or is not this user's.
         """
         if not isinstance(name, str) or not SEGMENT_RE.match(name):
             raise InvalidArgument(f"{name!r} is not a shared-memory segment name")
@@ -120,13 +124,13 @@ class PeerSegments:
 
         Raises:
             InvalidArgument: a name that is not a graphfeed segment.
-            Unavailable: no such segment in ``directory``.
-            FailedPrecondition: it cannot be opened or mapped.
+            FailedPrecondition: no such segment in ``directory`` (the caller's own segment: asking
+                again cannot help), or it cannot be opened or mapped, or is not this user's.
         """
         if not SEGMENT_RE.match(name or ""):
             raise InvalidArgument(f"{name!r} is not a graphfeed shared-memory segment name")
         path = Path(directory) / name
-        fd, st = open_regular(path, os.O_RDWR)
+        fd, st = open_regular(path, os.O_RDWR, " (the caller removed it, or it expired)", FailedPrecondition)
         with self._lock:
             try:
                 key, now = (st.st_dev, st.st_ino), self._clock()

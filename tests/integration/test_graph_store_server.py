@@ -141,6 +141,10 @@ BAD_CALLS: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], gr
     ),
     "unknown node data": (lambda s: _node_data(s, "embedding", np.array([0])), grpc.StatusCode.NOT_FOUND, "embedding"),
     "unknown split": (lambda s: s.GetSplit(pb.GetSplitRequest(name="holdout"), timeout=10), grpc.StatusCode.NOT_FOUND, "holdout"),
+    # Echoed back clipped: 16 KB in the status message would exceed gRPC's metadata limit.
+    "16 KB split name": (
+        lambda s: s.GetSplit(pb.GetSplitRequest(name="x" * 16_000), timeout=10), grpc.StatusCode.NOT_FOUND, "characters cut",
+    ),
     "first_position >= 2^63": (
         lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=_ids(np.array([0])), fanout=2, first_position=1 << 63), timeout=10),
         grpc.StatusCode.INVALID_ARGUMENT, "first_position",

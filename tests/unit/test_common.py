@@ -65,3 +65,13 @@ def test_every_subcommand_has_help(argv: list[str]) -> None:
 def test_train_needs_a_loader_or_graph_stores_and_a_sampler(argv: list[str], message: str) -> None:
     out = subprocess.run([sys.executable, "-m", "graphfeed", "train", *argv], capture_output=True, text=True, encoding="utf-8", timeout=120)
     assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+def test_error_messages_are_clipped_so_echoed_input_keeps_its_status() -> None:
+    from graphfeed.common.errors import MAX_MESSAGE_CHARS, NotFound, clip
+
+    assert clip("short") == "short"
+    err = NotFound("no split named " + "x" * 20_000)
+    text = str(err)
+    assert len(text) <= MAX_MESSAGE_CHARS and text.startswith("no split named xxx") and text.endswith("characters cut)")
+    assert str(NotFound("y" * MAX_MESSAGE_CHARS)) == "y" * MAX_MESSAGE_CHARS

@@ -8,12 +8,28 @@ from __future__ import annotations
 
 import grpc
 
+MAX_MESSAGE_CHARS = 1000  # a status message travels in trailing metadata (8 KiB in all by default)
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut: messages echo client
+    input (a name, a list of ids), and an echo must neither exceed gRPC's metadata limit (which
+    turns the answer into RESOURCE_EXHAUSTED) nor flood a log."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    return f"{text[: limit - 40]}... ({cut + 40} characters cut)"
+
 
 class GraphfeedError(Exception):
-    """Base class. ``code`` is the gRPC status a server answers with."""
+    """Base class. ``code`` is the gRPC status a server answers with. The message is clipped
+    (:func:`clip`), so an error that echoes a huge input still has the right status."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
     retryable: bool = False  # idempotent calls failing with ``code`` are retried (RETRYABLE_CODES)
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(clip(str(message)), *args)
 
 
 class InvalidArgument(GraphfeedError):

@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from graphfeed.common import bulk
-from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, from_rpc_error
+from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, InvalidArgument, from_rpc_error
 from graphfeed.common.metrics import RpcMetrics, serve_metrics
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
             def unary_unary(request: object, context: grpc.ServicerContext) -> object:
                 start = time.perf_counter()
                 try:
-                    resp = inner(request, context)
+                    resp = inner(_decoded(request, full), context)
                 except Exception as exc:  # noqa: BLE001 - mapped to a status right here
                     record(start, code_of(context, exc))
                     _abort(context, exc, full)
@@ -183,7 +183,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
             def unary_stream(request: object, context: grpc.ServicerContext) -> Iterator[object]:
                 start = time.perf_counter()
                 try:
-                    for resp in inner_stream(request, context):
+                    for resp in inner_stream(_decoded(request, full), context):
                         sent()
                         yield resp
                 except Exception as exc:  # noqa: BLE001 - mapped to a status right here
@@ -208,14 +208,36 @@ def _counting_serializer(serialize, counter):  # noqa: ANN001, ANN202
     return counted
 
 
+@dataclass(frozen=True)
+class Undecodable:
+    """What a request deserializer returns for bytes that are not the request message: the
+    handler answers INVALID_ARGUMENT. Raising from a deserializer instead makes grpcio answer
+    INTERNAL, log a traceback per request and (1.85) keep ~19 KB per call."""
+
+    reason: str
+
+
 def _counting_deserializer(deserialize, counter):  # noqa: ANN001, ANN202
-    """``deserialize`` (bytes -> message; None: bytes pass through) that adds each length to ``counter``."""
+    """``deserialize`` (bytes -> message; None: bytes pass through) that adds each length to
+    ``counter`` and never raises (:class:`Undecodable`)."""
 
     def counted(raw):  # noqa: ANN001, ANN202
         counter.inc(len(raw))
-        return deserialize(raw) if deserialize is not None else raw
+        if deserialize is None:
+            return raw
+        try:
+            return deserialize(raw)
+        except Exception as e:  # noqa: BLE001 - any parse failure is the client's malformed request
+            return Undecodable(f"{type(e).__name__}: {e}")
 
     return counted
+
+
+def _decoded(request: object, method: str) -> object:
+    """``request``, or InvalidArgument when its bytes could not be parsed."""
+    if isinstance(request, Undecodable):
+        raise InvalidArgument(f"{method}: the request is not a valid message ({request.reason})")
+    return request
 
 
 def dial_host(host: str) -> str:

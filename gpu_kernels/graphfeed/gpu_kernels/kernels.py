@@ -291,13 +291,12 @@ def sample_csr(
     return offsets, indices[pos], edge_ids[pos]
 
 
-
 def _temporal_inputs(be: Backend, csr: tuple[Any, ...], rows: Any, times: Any) -> list[Any]:
     """``indptr, nbr, ts, eid, rows, times`` as device int64 vectors, checked as
     ``reference.sample_temporal`` checks them (one device sync)."""
     named = zip(("indptr", "nbr", "ts", "eid", "rows", "times"), (*csr, rows, times))
     arrays = [_check_ids(be, a, None, what) for what, a in named]
-    indptr, nbr, _, _, rows, times = arrays
+    indptr, _, _, _, rows, times = arrays
     sizes = [int(a.size) for a in arrays]
     if sizes[0] == 0:
         raise ValueError("indptr must have at least one entry")

@@ -310,7 +310,7 @@ def sample_temporal(
     """
     k = check_temporal_args(fanout, strategy, seed, first_position)
     indptr_, nbr_, ts_, eid_ = _check_temporal_csr(indptr, nbr, ts, eid)
-    rows_ = _check_ids(rows, len(indptr_) - 1, "rows")
+    rows_ = _check_ids(np.asarray(rows), len(indptr_) - 1, "rows")
     times_ = _int_vector(times, "times")
     if times_.shape != rows_.shape:
         raise ValueError(f"times must have one entry per row ({len(rows_)}), got {len(times_)}")

@@ -9,6 +9,9 @@ output is uniform. The semantics are those of ``graphfeed.graph_store.sampling.s
 offsets from ``min(deg, k)`` (``k`` or 0 with replacement, ``deg`` for ``-1``), ascending CSR
 positions within a seed, repeated rows sampled independently. The graph-store's compiled CPU
 sampler draws the same stream, so CPU, GPU and this reference agree bit for bit.
+:func:`sample_temporal` (issue 16) samples among the edges of a time-sorted row strictly before
+each root's time: the most recent ones, or uniformly with ``sample_csr``'s draws for a row of
+degree ``n_i`` (the number of edges before the time).
 
 Imports nothing but NumPy, so it runs on any machine, including the GPU image.
 """

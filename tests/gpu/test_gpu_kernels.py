@@ -1,6 +1,7 @@
 """The kernels on a real GPU against the NumPy references: gathers and cache lookups bit for
 bit (device tables and zero-copy pinned host tables, float32/float16, odd widths, misaligned
-rows), sampling bit for bit and by distribution, the GPU tier, and the DLPack hand-off.
+rows), sampling (uniform on a CSR, and temporal: recent and uniform before t) bit for bit and
+by distribution, the GPU tier, and the DLPack hand-off.
 
 Skipped without CUDA + CuPy. Needs only numpy, cupy and pytest (torch optional), so it runs on
 the bare GPU image: ``python bench/gpu.py --part test`` (no conftest, no project venv).
@@ -125,6 +126,39 @@ def test_sampling_with_replacement_is_uniform(cp, K) -> None:  # noqa: ANN001, N
     _, _, eids = K.sample_csr(np.array([0, deg]), e, e, np.zeros(draws, dtype=np.int64), k, True, 9)
     counts = np.bincount(cp.asnumpy(eids), minlength=deg)
     assert _chi2_ok(counts.tolist(), [draws * k / deg] * deg)
+
+
+def _temporal_graph() -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """The sampling CSR with timestamps ascending per row (ties included), and roots at times
+    before, inside and after their rows' edges."""
+    rng = np.random.default_rng(5)
+    row_of = np.repeat(np.arange(len(_DEG)), _DEG)
+    ts = np.sort(row_of * 10**6 + rng.integers(0, 2000, INDPTR[-1])) - row_of * 10**6  # sorted within each row
+    times = rng.integers(-100, 2100, len(ROWS))
+    return (INDPTR, INDICES, ts, EIDS), ROWS, times
+
+
+@pytest.mark.parametrize("strategy", ["recent", "uniform"])
+@pytest.mark.parametrize("fanout", [-1, 0, 1, 5, 10, 25, 32, 33, 64, 65, 100, 200])
+def test_temporal_sampling_is_bit_identical(cp, K, fanout: int, strategy: str) -> None:  # noqa: ANN001, N803
+    csr, rows, times = _temporal_graph()
+    dev = [cp.asarray(a) for a in (*csr, rows, times)]
+    for seed, first in ((0, 0), (123456789, 17), (2**64 - 1, 2**40)):
+        got = K.sample_temporal(*dev, fanout, strategy, seed, first)
+        want = reference.sample_temporal(*csr, rows, times, fanout, strategy, seed, first)
+        for g, w in zip(got, want):
+            assert np.array_equal(cp.asnumpy(g), w)
+
+
+def test_temporal_uniform_before_t_is_uniform_over_subsets(cp, K) -> None:  # noqa: ANN001, N803
+    deg, before, k, draws = 30, 7, 3, 200_000  # ts = position: 7 edges before t = 7
+    e = np.arange(deg, dtype=np.int64)
+    times = np.full(draws, before, dtype=np.int64)
+    _, _, _, eids = K.sample_temporal(np.array([0, deg]), e, e, e, np.zeros(draws, dtype=np.int64), times, k, "uniform", 5)
+    counts = Counter(map(tuple, cp.asnumpy(eids).reshape(draws, k)))
+    outcomes = math.comb(before, k)
+    assert len(counts) == outcomes
+    assert _chi2_ok(list(counts.values()), [draws / outcomes] * outcomes)
 
 
 def test_gpu_tier_round_trip_and_dlpack(cp) -> None:  # noqa: ANN001

@@ -7,9 +7,13 @@ Parts (``--part``, default ``auto`` = every part this machine can run, then ``me
   10M-row tables, random ids, 10k/100k/1M-row batches: pinned host->device copy bandwidth (the
   limit), zero-copy gather GB/s, CPU gather + copy (``torch.index_select`` on the host, then
   ``.cuda()``; also into a pinned buffer + non-blocking copy); GPU cache gather GB/s at hit
-  rates 0/50/90 % (misses read zero-copy from the pinned table); GPU uniform sampling edges/s.
+  rates 0/50/90 % (misses read zero-copy from the pinned table); GPU uniform sampling edges/s;
+  GPU temporal sampling roots/s (``recent`` and ``uniform``, fanout 10, 1M roots with hashed
+  times on the 2M-node graph with hashed edge times sorted per row).
 * ``cpu``   (needs DGL): DGL's CPU ``sample_neighbors`` and graphfeed's NumPy sampler on the
-  same CSR (built from integer hashes, so both machines build the identical graph).
+  same CSR (built from integer hashes, so both machines build the identical graph); temporal
+  sampling by the NumPy reference and, when it is there and verified against the reference,
+  the graph-store's compiled sampler (``graphfeed.graph_store.temporal_sampling``).
 * ``merge``: joins ``gpu.json`` and ``cpu.json`` found in ``--out`` into ``gpu_bench.json`` and
   ``gpu_bench.md`` (ratios vs the issue's targets).
 * ``test``: runs tests/gpu with pytest (no conftest: the bare GPU image lacks the project's deps).
@@ -21,6 +25,7 @@ puts the checkout's namespace portions on ``sys.path`` and calls :func:`main`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -37,7 +42,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[3]  # bench/graphfeed/bench/gpu.py
 ROW_DIM = 128  # float32 -> 512-byte rows
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
-
 
 
 from graphfeed.gpu_kernels import reference  # noqa: E402
@@ -85,6 +89,29 @@ def sampling_seeds(num_nodes: int, batch: int, seed: int = 2) -> np.ndarray:
     return _hash_below(seed, np.arange(batch, dtype=np.int64), 0, num_nodes)
 
 
+T_SPAN = 1 << 31  # edge timestamps are hashed into [0, T_SPAN)
+TEMPORAL_FANOUT = 10
+
+
+TemporalCsr = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # indptr, nbr, ts, eid
+
+
+def synthetic_temporal(num_nodes: int, seed: int = 1) -> TemporalCsr:
+    """:func:`synthetic_csr` with a timestamp per edge, hashed into ``[0, T_SPAN)`` and sorted
+    within each row (the time-sorted CSR temporal sampling reads): ``(indptr, nbr, ts, eid)``."""
+    indptr, nbr = synthetic_csr(num_nodes, seed)
+    row_of = np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr))
+    key = row_of * T_SPAN + _hash_below(seed + 2, np.arange(len(nbr), dtype=np.int64), 0, T_SPAN)
+    key.sort()  # row is the high part: sorts each row's timestamps, rows stay in place
+    key -= row_of * T_SPAN
+    return indptr, nbr, key, np.arange(len(nbr), dtype=np.int64)
+
+
+def temporal_roots(num_nodes: int, batch: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """``batch`` (row, time) roots from hashes: uniform rows, times uniform over the edges' span."""
+    return sampling_seeds(num_nodes, batch, seed), _hash_below(seed, np.arange(batch, dtype=np.int64), 1, T_SPAN)
+
+
 def _median_s(fn: Callable[[], Any], repeat: int, sync: Callable[[], None], warmup: int = 2) -> float:
     for _ in range(warmup):
         fn()
@@ -122,6 +149,12 @@ def _verify(cp: Any, kernels: Any) -> None:
         got = kernels.sample_csr(indptr, indices, np.arange(len(indices)), seeds, fanout, replace, 7)
         want = reference.sample_csr(indptr, indices, np.arange(len(indices)), seeds, fanout, replace, 7)
         assert all(np.array_equal(cp.asnumpy(g), w) for g, w in zip(got, want)), f"sampling {fanout} {replace}"
+    graph = synthetic_temporal(20_000)
+    rows, times = temporal_roots(20_000, 5000)
+    for fanout, strategy in [(10, "recent"), (10, "uniform"), (100, "uniform"), (-1, "recent")]:
+        on_gpu = kernels.sample_temporal(*graph, rows, times, fanout, strategy, 7, 3)
+        on_cpu = reference.sample_temporal(*graph, rows, times, fanout, strategy, 7, 3)
+        assert all(np.array_equal(cp.asnumpy(g), w) for g, w in zip(on_gpu, on_cpu)), f"temporal {fanout} {strategy}"
 
 
 def _torch_cuda() -> Any:
@@ -196,6 +229,21 @@ def _sampling_rows(cp: Any, kernels: Any, graph_nodes: int, batches: list[int], 
     return rows
 
 
+def _temporal_gpu_rows(cp: Any, kernels: Any, graph_nodes: int, roots: int, repeat: int) -> list[dict[str, Any]]:
+    """Temporal sampling (fanout 10, both strategies) of ``roots`` (row, time) roots, roots/s."""
+    graph = synthetic_temporal(graph_nodes)
+    dev = [cp.asarray(a) for a in (*graph, *temporal_roots(graph_nodes, roots))]
+    sync = cp.cuda.Device().synchronize
+    rows = []
+    for strategy in ("recent", "uniform"):
+        run = partial(kernels.sample_temporal, *dev, TEMPORAL_FANOUT, strategy, 1)
+        edges = int(run()[0][-1])
+        t = _median_s(run, repeat, sync)
+        rows.append({"graph_nodes": graph_nodes, "graph_edges": len(graph[1]), "roots": roots, "fanout": TEMPORAL_FANOUT,
+                     "strategy": strategy, "edges": edges, "seconds": t, "roots_per_s": roots / t})  # fmt: skip
+    return rows
+
+
 def run_gpu(sizes: Sizes) -> dict[str, Any]:
     from graphfeed.gpu_kernels import kernels
     from graphfeed.gpu_kernels._cuda import cupy_module
@@ -216,14 +264,52 @@ def run_gpu(sizes: Sizes) -> dict[str, Any]:
             cache += _cache_rows(cp, kernels, table, batch, repeat, rng)
         table.close()
     sampling = _sampling_rows(cp, kernels, sizes.graph_nodes, batches, repeat)
+    temporal = _temporal_gpu_rows(cp, kernels, sizes.graph_nodes, max(batches), repeat)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     torch = _torch_cuda()
     meta = {"device": props["name"].decode(), "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
             "torch": getattr(torch, "__version__", None), "cpus": os.cpu_count(), "sizes": sizes.__dict__, "verified": True}  # fmt: skip
-    return {"meta": meta, "transfer": transfer, "cache": cache, "sampling_gpu": sampling}
+    return {"meta": meta, "transfer": transfer, "cache": cache, "sampling_gpu": sampling, "temporal_gpu": temporal}
 
 
 # -- the CPU part (DGL) ------------------------------------------------------------------------
+
+
+def _graph_store_temporal(graph: TemporalCsr, rows: np.ndarray, times: np.ndarray) -> tuple[Any, str]:
+    """The graph-store's compiled temporal sampler (``graphfeed.graph_store.temporal_sampling``,
+    same arguments as the reference) when it is there and gives the reference's bytes on a
+    sample of the roots, else None and why not."""
+    try:
+        sample_temporal = importlib.import_module("graphfeed.graph_store.temporal_sampling").sample_temporal
+    except (ImportError, AttributeError) as e:
+        return None, f"not available: {e}"
+    for strategy in ("recent", "uniform"):
+        try:
+            got = sample_temporal(*graph, rows, times, TEMPORAL_FANOUT, strategy, 1)
+        except Exception as e:  # noqa: BLE001 - a different signature: report it, keep the other numbers
+            return None, f"{type(e).__name__}: {e}"
+        want = reference.sample_temporal(*graph, rows, times, TEMPORAL_FANOUT, strategy, 1)
+        if not all(np.array_equal(np.asarray(g), w) for g, w in zip(got, want)):
+            return None, f"differs from the reference ({strategy})"
+    return sample_temporal, "verified against the reference"
+
+
+def _temporal_cpu_rows(graph_nodes: int, roots: int, repeat: int) -> tuple[list[dict[str, Any]], str]:
+    """The NumPy reference and (when there) the graph-store's sampler on the GPU part's data."""
+    graph = synthetic_temporal(graph_nodes)
+    rows, times = temporal_roots(graph_nodes, roots)
+    compiled, status = _graph_store_temporal(graph, rows[:10_000], times[:10_000])
+    out = []
+    for strategy in ("recent", "uniform"):
+        run = partial(reference.sample_temporal, *graph, rows, times, TEMPORAL_FANOUT, strategy, 1)
+        edges = int(run()[0][-1])
+        row = {"graph_nodes": graph_nodes, "graph_edges": len(graph[1]), "roots": roots, "fanout": TEMPORAL_FANOUT,
+               "strategy": strategy, "edges": edges, "numpy_roots_per_s": roots / _median_s(run, repeat, lambda: None, 0)}  # fmt: skip
+        if compiled is not None:
+            t = _median_s(partial(compiled, *graph, rows, times, TEMPORAL_FANOUT, strategy, 1), repeat, lambda: None, 1)
+            row["graph_store_roots_per_s"] = roots / t
+        out.append(row)
+    return out, status
 
 
 def run_cpu(sizes: Sizes) -> dict[str, Any]:
@@ -247,14 +333,32 @@ def run_cpu(sizes: Sizes) -> dict[str, Any]:
             rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
                          "replace": replace, "edges": edges, "dgl_edges_per_s": edges / t_dgl,
                          "numpy_edges_per_s": edges / t_np})  # fmt: skip
+    temporal, graph_store = _temporal_cpu_rows(graph_nodes, max(batches), repeat)
     meta = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "dgl": dgl.__version__, "sizes": sizes.__dict__}  # fmt: skip
-    return {"meta": meta, "sampling_cpu": rows}
+            "dgl": dgl.__version__, "sizes": sizes.__dict__, "graph_store_temporal": graph_store}  # fmt: skip
+    return {"meta": meta, "sampling_cpu": rows, "temporal_cpu": temporal}
 
 
 # -- merge, report, CLI ----------------------------------------------------------------------
 
-TARGETS = {"zero_copy_vs_pinned_copy": 0.8, "zero_copy_vs_cpu_gather_copy": 1.6, "gpu_vs_dgl_sampling": 10.0}
+TARGETS = {"zero_copy_vs_pinned_copy": 0.8, "zero_copy_vs_cpu_gather_copy": 1.6, "gpu_vs_dgl_sampling": 10.0, "gpu_vs_cpu_temporal": 10.0}
+
+
+def _merge_temporal(gpu_rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """GPU and CPU temporal rows side by side; the ratio is against the faster CPU sampler."""
+    key = lambda r: (r["graph_nodes"], r["roots"], r["fanout"], r["strategy"])  # noqa: E731
+    cpu = {key(r): r for r in cpu_rows}
+    merged = []
+    for r in gpu_rows:
+        row = dict(r)
+        c = cpu.get(key(r), {})
+        row.update({k: c[k] for k in ("numpy_roots_per_s", "graph_store_roots_per_s") if k in c})
+        best_cpu = max([row.get("numpy_roots_per_s") or 0.0, row.get("graph_store_roots_per_s") or 0.0])
+        if best_cpu:
+            row["gpu_vs_cpu_temporal"] = row["roots_per_s"] / best_cpu
+        merged.append(row)
+    gpu_keys = {key(r) for r in gpu_rows}
+    return merged + [dict(r) for r in cpu_rows if key(r) not in gpu_keys]
 
 
 def merge(out_dir: Path) -> dict[str, Any]:
@@ -277,8 +381,9 @@ def merge(out_dir: Path) -> dict[str, Any]:
         sampling.append(row)
     gpu_keys = {key(r) for r in sampling}
     sampling += [dict(r) for k, r in dgl.items() if k not in gpu_keys]  # CPU numbers without a GPU run
+    temporal = _merge_temporal(gpu.get("temporal_gpu", []), cpu.get("temporal_cpu", []))
     return {"targets": TARGETS, "gpu_meta": gpu.get("meta"), "cpu_meta": cpu.get("meta"), "transfer": transfer,
-            "cache": gpu.get("cache", []), "sampling": sampling}  # fmt: skip
+            "cache": gpu.get("cache", []), "sampling": sampling, "temporal": temporal}  # fmt: skip
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -290,7 +395,7 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
-    align = ["---" if h in ("graph nodes / edges", "replace") else "---:" for h in header]  # text left, numbers right
+    align = ["---" if h in ("graph nodes / edges", "replace", "strategy") else "---:" for h in header]  # text left, numbers right
     return ["", f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|",
             *("| " + " | ".join(r) + " |" for r in rows)]  # fmt: skip
 
@@ -301,9 +406,14 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
     lines = [
         f"Command: `{command}`",
         "",
-        (f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, {g.get('cpus', '—')} CPUs;"
-         f" kernels verified against the NumPy references first: {g.get('verified', '—')})"),
-        f"CPU part: {c.get('cpus', 'not run')} CPUs, DGL {c.get('dgl', '—')}, torch threads {c.get('torch_threads', '—')}",
+        (
+            f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, {g.get('cpus', '—')} CPUs;"
+            f" kernels verified against the NumPy references first: {g.get('verified', '—')})"
+        ),
+        (
+            f"CPU part: {c.get('cpus', 'not run')} CPUs, DGL {c.get('dgl', '—')}, torch threads {c.get('torch_threads', '—')};"
+            f" graph-store temporal sampler: {c.get('graph_store_temporal', '—')}"
+        ),
     ]
     lines += _table(
         "Host -> GPU, 128-dim float32 rows, random ids (GB/s of gathered rows)",
@@ -328,6 +438,13 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
         [[f"{_fmt(r['graph_nodes'])} / {_fmt(r['graph_edges'])}", _fmt(r["batch_seeds"]), str(r["fanout"]), str(r["replace"]),
           _fmt(mega(r, "edges_per_s")), _fmt(mega(r, "dgl_edges_per_s")), _fmt(mega(r, "numpy_edges_per_s")),
           _fmt(r.get("gpu_vs_dgl_sampling"))] for r in res["sampling"]],
+    )  # fmt: skip
+    lines += _table(
+        f"Temporal neighbor sampling (fanout {TEMPORAL_FANOUT}, edges strictly before each root's time), M roots/s",
+        ["graph nodes / edges", "roots", "strategy", "GPU kernel", "graph-store CPU", "NumPy CPU", "GPU / best CPU (target >= 10)"],
+        [[f"{_fmt(r['graph_nodes'])} / {_fmt(r['graph_edges'])}", _fmt(r["roots"]), r["strategy"], _fmt(mega(r, "roots_per_s"), 2),
+          _fmt(mega(r, "graph_store_roots_per_s"), 2), _fmt(mega(r, "numpy_roots_per_s"), 2), _fmt(r.get("gpu_vs_cpu_temporal"))]
+         for r in res.get("temporal", [])],
     )  # fmt: skip
     return "\n".join(lines) + "\n"
 

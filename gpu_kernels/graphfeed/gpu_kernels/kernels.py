@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -22,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from graphfeed.gpu_kernels._cuda import cupy_module
-from graphfeed.gpu_kernels.reference import SMALL_FANOUT
+from graphfeed.gpu_kernels.reference import SMALL_FANOUT, check_temporal_args
 
 KERNEL_DIR = Path(__file__).resolve().parent
 # kernel name prefix -> source file
-SOURCES = {"gather_rows": "gather.cu", "cache_gather": "cache_lookup.cu", "sample_uniform": "sample.cu"}
+SOURCES = {"gather_rows": "gather.cu", "cache_gather": "cache_lookup.cu", "sample_uniform": "sample.cu", "temporal": "temporal.cu"}
+_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
 _UNITS = (16, 8, 4, 2, 1)  # bytes per load, widest first
 
 
@@ -64,15 +66,17 @@ def _kernel_names(source: str) -> list[str]:
     """The ``extern "C"`` kernels a .cu file defines (the unit-width variants included)."""
     if source == "sample.cu":
         return ["sample_uniform"]
+    if source == "temporal.cu":
+        return ["temporal_count", "temporal_sample"]
     prefix = "gather_rows" if source == "gather.cu" else "cache_gather"
     return [f"{prefix}_u{u}" for u in _UNITS]
 
 
 def _module_source(path: Path) -> str:
-    """The source with ``#include "common.cuh"`` inlined, so that CuPy's compile cache (keyed
-    by the source text) sees changes to the header."""
-    common = (KERNEL_DIR / "common.cuh").read_text()
-    return path.read_text().replace('#include "common.cuh"', common)
+    """The source with its local headers (``#include "common.cuh"``, ...) inlined, recursively,
+    so that CuPy's compile cache (keyed by the source text) sees changes to any header (include
+    guards drop the repeats)."""
+    return _INCLUDE.sub(lambda m: _module_source(KERNEL_DIR / m.group(1)), path.read_text())
 
 
 class CudaBackend(Backend):
@@ -285,3 +289,75 @@ def sample_csr(
     keys = xp.sort((seg << 32) | tmp.astype(xp.int64))
     pos = begin[keys >> 32] + (keys & 0xFFFFFFFF)
     return offsets, indices[pos], edge_ids[pos]
+
+
+def _temporal_inputs(be: Backend, csr: tuple[Any, ...], rows: Any, times: Any) -> list[Any]:
+    """``indptr, nbr, ts, eid, rows, times`` as device int64 vectors, checked as
+    ``reference.sample_temporal`` checks them (one device sync)."""
+    named = zip(("indptr", "nbr", "ts", "eid", "rows", "times"), (*csr, rows, times))
+    arrays = [_check_ids(be, a, None, what) for what, a in named]
+    indptr, _, _, _, rows, times = arrays
+    sizes = [int(a.size) for a in arrays]
+    if sizes[0] == 0:
+        raise ValueError("indptr must have at least one entry")
+    if len(set(sizes[1:4])) != 1 or sizes[5] != sizes[4]:
+        raise ValueError(f"nbr, ts, eid must have one length and times one entry per row, got sizes {sizes[1:]}")
+    stats = be.xp.stack([rows.min(), rows.max(), indptr[-1]]) if sizes[4] else indptr[-1:]
+    values = [int(v) for v in be.to_host(stats)]
+    if values[-1] > sizes[1]:
+        raise ValueError(f"nbr, ts and eid must have one length >= indptr[-1] = {values[-1]}, got {sizes[1]}")
+    if sizes[4] and (values[0] < 0 or values[1] >= sizes[0] - 1):
+        raise ValueError(f"rows must be in [0, {sizes[0] - 1}), got [{values[0]}, {values[1]}]")
+    return arrays
+
+
+def sample_temporal(
+    indptr: Any,
+    nbr: Any,
+    ts: Any,
+    eid: Any,
+    rows: Any,
+    times: Any,
+    fanout: int,
+    strategy: str,
+    seed: int,
+    first_position: int = 0,
+    *,
+    backend: Backend | None = None,
+) -> tuple[Any, Any, Any, Any]:
+    """Temporal neighbor sampling (edges strictly before each root's time, ``"recent"`` or
+    ``"uniform"``): a thread per root finds ``n_i``, then a warp per root samples. Bit-identical
+    to ``reference.sample_temporal`` (see there for arguments and results, returned here as
+    device arrays)."""
+    be = backend or cuda_backend()
+    xp = be.xp
+    k = check_temporal_args(fanout, strategy, seed, first_position)
+    indptr, nbr, ts, eid, rows, times = _temporal_inputs(be, (indptr, nbr, ts, eid), rows, times)
+    n = int(rows.size)
+    if n == 0:
+        return xp.zeros(1, dtype=xp.int64), *(xp.empty(0, dtype=xp.int64) for _ in range(3))
+    before = xp.empty(n, dtype=xp.int64)
+    be.launch("temporal_count", be.grid(math.ceil(n / 32)), (indptr, ts, rows, times, np.int64(n), before))
+    offsets = xp.zeros(n + 1, dtype=xp.int64)
+    offsets[1:] = xp.cumsum(before if k == -1 else xp.minimum(before, k))
+    total, most = (int(v) for v in be.to_host(xp.stack([offsets[-1], before.max()])))  # one device sync
+    uniform = strategy == "uniform"
+    if uniform and most >= 2**31:
+        raise ValueError("uniform sampling needs fewer than 2**31 edges before a root's time")
+    out = [xp.empty(total, dtype=xp.int64) for _ in range(3)]
+    if total == 0:
+        return offsets, *out
+    small = not uniform or k <= SMALL_FANOUT  # "recent" copies a range: never the host-sorted path
+    tmp = out[0][:0] if small else xp.empty(total, dtype=xp.int32)
+    args = (
+        indptr, nbr, ts, eid, rows, before, np.int64(n), offsets, np.int64(k), np.int32(not uniform),
+        np.uint64(int(seed)), np.int64(first_position), np.int32(small), *out, tmp if tmp.size else np.uint64(0),
+    )  # fmt: skip
+    be.launch("temporal_sample", be.grid(n), args)
+    if small:
+        return offsets, *out
+    # Uniform with k > 64: sort (root, local position) keys, then gather, as sample_csr does.
+    seg = xp.searchsorted(offsets[1:], xp.arange(total, dtype=xp.int64), side="right").astype(xp.int64)
+    keys = xp.sort((seg << 32) | tmp.astype(xp.int64))
+    pos = indptr[rows][keys >> 32] + (keys & 0xFFFFFFFF)
+    return offsets, nbr[pos], ts[pos], eid[pos]

@@ -9,6 +9,9 @@ output is uniform. The semantics are those of ``graphfeed.graph_store.sampling.s
 offsets from ``min(deg, k)`` (``k`` or 0 with replacement, ``deg`` for ``-1``), ascending CSR
 positions within a seed, repeated rows sampled independently. The graph-store's compiled CPU
 sampler draws the same stream, so CPU, GPU and this reference agree bit for bit.
+:func:`sample_temporal` (issue 16) samples among the edges of a time-sorted row strictly before
+each root's time: the most recent ones, or uniformly with ``sample_csr``'s draws for a row of
+degree ``n_i`` (the number of edges before the time).
 
 Imports nothing but NumPy, so it runs on any machine, including the GPU image.
 """
@@ -150,6 +153,20 @@ def _reservoir(i: np.ndarray, deg: np.ndarray, k: int, seed: int) -> np.ndarray:
     return chosen
 
 
+def _without_replacement(deg: np.ndarray, k: int, seed: int, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counts ``min(deg, k)`` and the concatenated, ascending local positions of a uniform
+    ``min(deg, k)``-subset of ``range(deg)`` per item (``k >= 0``), drawn at batch ``position``."""
+    counts = np.minimum(deg, k)
+    local = _segment_arange(counts)
+    big = np.flatnonzero(deg > k)
+    if len(big):
+        pick = _floyd if k <= SMALL_FANOUT else _reservoir
+        chosen = np.sort(pick(position[big], deg[big], k, seed), axis=1)
+        starts = np.cumsum(counts) - counts
+        local[(starts[big][:, None] + np.arange(k, dtype=np.int64)).reshape(-1)] = chosen.reshape(-1)
+    return counts, local
+
+
 def sample_csr(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -198,15 +215,121 @@ def sample_csr(
         draws.sort(axis=1)
         local = draws.reshape(-1)
     else:
-        counts = np.minimum(deg, k)
-        local = _segment_arange(counts)
-        big = np.flatnonzero(deg > k)
-        if len(big):
-            pick = _floyd if k <= SMALL_FANOUT else _reservoir
-            chosen = np.sort(pick(big, deg[big], k, seed), axis=1)
-            starts = np.cumsum(counts) - counts
-            local[(starts[big][:, None] + np.arange(k, dtype=np.int64)).reshape(-1)] = chosen.reshape(-1)
+        counts, local = _without_replacement(deg, k, seed, np.arange(len(rows), dtype=np.int64))
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     pos = np.repeat(begin, counts) + local
     return offsets, np.asarray(indices)[pos].astype(np.int64), np.asarray(edge_ids)[pos].astype(np.int64)
+
+
+# -- temporal sampling -------------------------------------------------------------------------
+
+STRATEGIES = ("recent", "uniform")
+
+
+def check_temporal_args(fanout: int, strategy: str, seed: int, first_position: int) -> int:
+    """Validates the scalar arguments of ``sample_temporal`` (shared with the kernel's wrapper);
+    returns ``fanout`` as an int."""
+    if int(fanout) < -1:
+        raise ValueError(f"fanout must be -1 or >= 0, got {fanout}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not 0 <= int(seed) < 1 << 64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    if not 0 <= int(first_position) < 1 << 63:
+        raise ValueError(f"first_position must be in [0, 2**63), got {first_position}")
+    return int(fanout)
+
+
+def _int_vector(a: ArrayLike, what: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"{what} must be a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_temporal_csr(indptr: ArrayLike, nbr: ArrayLike, ts: ArrayLike, eid: ArrayLike) -> list[np.ndarray]:
+    """``indptr, nbr, ts, eid`` as int64 vectors: ``indptr`` non-empty, the three per-position
+    arrays of one length, at least ``indptr[-1]``."""
+    arrays = [_int_vector(a, what) for a, what in ((indptr, "indptr"), (nbr, "nbr"), (ts, "ts"), (eid, "eid"))]
+    if len(arrays[0]) == 0:
+        raise ValueError("indptr must have at least one entry")
+    lengths = {len(a) for a in arrays[1:]}
+    if len(lengths) != 1 or lengths.pop() < arrays[0][-1]:
+        raise ValueError(f"nbr, ts and eid must have one length >= indptr[-1] = {arrays[0][-1]}, got {[len(a) for a in arrays[1:]]}")
+    return arrays
+
+
+def count_before(begin: np.ndarray, end: np.ndarray, ts: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``n_i`` = how many of ``ts[begin[i]:end[i]]`` (ascending) are ``< times[i]``: one binary
+    search per root, all roots a step at a time (the kernel runs the same search per thread)."""
+    lo, hi = begin.copy(), end.copy()
+    active = np.flatnonzero(lo < hi)
+    while active.size:
+        left, right = lo[active], hi[active]
+        mid = (left + right) >> 1
+        before = ts[mid] < times[active]
+        lo[active] = np.where(before, mid + 1, left)
+        hi[active] = np.where(before, right, mid)
+        active = active[lo[active] < hi[active]]
+    return lo - begin
+
+
+def sample_temporal(
+    indptr: ArrayLike,
+    nbr: ArrayLike,
+    ts: ArrayLike,
+    eid: ArrayLike,
+    rows: ArrayLike,
+    times: ArrayLike,
+    fanout: int,
+    strategy: str,
+    seed: int,
+    first_position: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Samples up to ``fanout`` edges of each root's row that are strictly before its time.
+
+    Args:
+        indptr: int [R+1] row pointers of a time-sorted CSR (ascending ``ts`` within a row:
+            a precondition, not checked).
+        nbr, ts, eid: int [E] neighbour, timestamp and edge id of each position.
+        rows: int [N] root rows in ``[0, R)``; repeats are sampled independently.
+        times: int [N] root times; root ``i`` sees the ``n_i`` edges of its row with
+            ``ts < times[i]`` (an event never sees itself or later events).
+        fanout: ``-1`` all ``n_i``, else ``c_i = min(n_i, fanout)``.
+        strategy: ``"recent"`` (the last ``c_i`` of the ``n_i``) or ``"uniform"`` (a uniform
+            ``c_i``-subset of them, exactly ``sample_csr``'s draws for a row of degree ``n_i``).
+        seed: uint64, the only source of randomness (``"uniform"`` only).
+        first_position: batch position of ``rows[0]``: sampling ``rows[j:]`` with
+            ``first_position=j`` gives the tail of sampling ``rows``.
+
+    Returns:
+        ``(offsets, nbr, ts, eid)``: int64 [N+1] offsets and the sampled edges' ``nbr``,
+        ``ts`` and ``eid`` (int64), in ascending row position (= time) per root.
+
+    Raises:
+        ValueError: bad shapes/dtypes, rows out of range, ``fanout < -1``, an unknown strategy,
+            ``seed``/``first_position`` out of range, or (uniform) an ``n_i >= 2**31``.
+    """
+    k = check_temporal_args(fanout, strategy, seed, first_position)
+    indptr_, nbr_, ts_, eid_ = _check_temporal_csr(indptr, nbr, ts, eid)
+    rows_ = _check_ids(np.asarray(rows), len(indptr_) - 1, "rows")
+    times_ = _int_vector(times, "times")
+    if times_.shape != rows_.shape:
+        raise ValueError(f"times must have one entry per row ({len(rows_)}), got {len(times_)}")
+    begin = indptr_[rows_]
+    before = count_before(begin, indptr_[rows_ + 1], ts_, times_)
+    if k == -1:
+        counts, local = before, _segment_arange(before)
+    elif strategy == "recent":
+        counts = np.minimum(before, k)
+        local = np.repeat(before - counts, counts) + _segment_arange(counts)
+    else:
+        if before.size and before.max() >= 2**31:
+            raise ValueError("uniform sampling needs fewer than 2**31 edges before a root's time")
+        positions = np.arange(len(rows_), dtype=np.int64) + int(first_position)
+        counts, local = _without_replacement(before, k, int(seed), positions)
+    offsets = np.zeros(len(rows_) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    pos = np.repeat(begin, counts) + local
+    return offsets, nbr_[pos], ts_[pos], eid_[pos]

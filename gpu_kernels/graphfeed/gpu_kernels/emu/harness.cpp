@@ -5,6 +5,7 @@
 #include "gather.cu"
 #include "cache_lookup.cu"
 #include "sample.cu"
+#include "temporal.cu"
 
 GF_EMU_EXPORT(gather_rows_u16)
 GF_EMU_EXPORT(gather_rows_u8)
@@ -17,3 +18,5 @@ GF_EMU_EXPORT(cache_gather_u4)
 GF_EMU_EXPORT(cache_gather_u2)
 GF_EMU_EXPORT(cache_gather_u1)
 GF_EMU_EXPORT(sample_uniform)
+GF_EMU_EXPORT(temporal_count)
+GF_EMU_EXPORT(temporal_sample)

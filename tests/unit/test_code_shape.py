@@ -69,7 +69,7 @@ def _graph() -> dict[str, set[str]]:
     for module, path in MODULES.items():
         if _generated(path):
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         graph[module] = {m for m in _imports(tree, module, path.name == "__init__.py") if m != module}
     return graph
 
@@ -106,7 +106,7 @@ def test_the_namespace_map_finds_the_packages() -> None:
 def test_no_module_over_400_lines() -> None:
     scanned = [p for p in MODULES.values() if not _generated(p) and "bench" not in p.relative_to(REPO).parts[:1]]
     scanned += sorted((REPO / "tests").rglob("*.py"))
-    long = {str(p.relative_to(REPO)): n for p in scanned if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {str(p.relative_to(REPO)): n for p in scanned if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by role): {long}"
 
 
@@ -116,7 +116,7 @@ def test_servicer_methods_are_thin() -> None:
     assert servicers
     long = {}
     for path in servicers:
-        for cls in ast.parse(path.read_text()).body:
+        for cls in ast.parse(path.read_text(encoding="utf-8")).body:
             if not (isinstance(cls, ast.ClassDef) and any("Servicer" in ast.unparse(b) for b in cls.bases)):
                 continue
             for fn in cls.body:

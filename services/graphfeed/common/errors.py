@@ -62,6 +62,18 @@ class FailedPrecondition(GraphfeedError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class Unauthenticated(GraphfeedError):
+    """The call carries no valid credentials (no or an unknown bearer token, no client certificate)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(GraphfeedError):
+    """The caller is known (a verified client certificate) but not allowed."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class Unavailable(GraphfeedError):
     """A peer could not be reached; the call may be retried."""
 

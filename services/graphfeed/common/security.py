@@ -1,0 +1,200 @@
+"""TLS, mutual TLS and bearer tokens for every graphfeed service and client.
+
+Without them anyone who reaches a port reads every feature and label. The pieces:
+
+- :func:`server_credentials`: TLS with the service's certificate and key; with a client CA,
+  mutual TLS (the client must present a certificate that CA signed).
+- :func:`channel_credentials`: a client's side (the CA it trusts; its own certificate for mTLS).
+- :class:`Authenticator`: the server-side check on every call: a bearer token from a file of
+  accepted tokens (``authorization: Bearer <token>`` metadata), and, with mTLS, the client
+  certificate's identity (common name or a DNS/URI SAN) in an allow list. A call without a
+  valid token is UNAUTHENTICATED; a known client whose identity is not allowed is
+  PERMISSION_DENIED. The gRPC health service is public (kubelet probes carry no token);
+  reflection is not.
+- :func:`with_token`: a client channel that sends this process's token on every call.
+
+Files, not values: certificates, keys and tokens are read from paths (a Kubernetes Secret or a
+cert-manager Certificate mounted as files), and token files are re-read when they change, so
+a rotated Secret takes effect without a restart.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from graphfeed.common.errors import FailedPrecondition, PermissionDenied, Unauthenticated
+
+# Callable without a token: the kubelet's and load balancers' health checks.
+PUBLIC_METHODS = ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch")
+_AUTH_KEY = "authorization"
+
+
+def _read(path: Path | str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise FailedPrecondition(f"cannot read the {what} {path}: {e.strerror}") from None
+
+
+def server_credentials(cert: Path | str, key: Path | str, client_ca: Path | str | None = None) -> grpc.ServerCredentials:
+    """TLS credentials of a server (PEM files); with ``client_ca``, clients must present a
+    certificate signed by it (mutual TLS)."""
+    return grpc.ssl_server_credentials(
+        [(_read(key, "TLS key"), _read(cert, "TLS certificate"))],
+        root_certificates=_read(client_ca, "client CA") if client_ca else None,
+        require_client_auth=client_ca is not None,
+    )
+
+
+def channel_credentials(
+    ca: Path | str | None = None, cert: Path | str | None = None, key: Path | str | None = None
+) -> grpc.ChannelCredentials:
+    """TLS credentials of a client: ``ca`` to verify servers (None: the system's roots);
+    ``cert``/``key`` to present for mutual TLS."""
+    if (cert is None) != (key is None):
+        raise FailedPrecondition("a client certificate needs its key and a key its certificate")
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(ca, "CA certificate") if ca else None,
+        private_key=_read(key, "TLS key") if key else None,
+        certificate_chain=_read(cert, "TLS certificate") if cert else None,
+    )
+
+
+class TokenFile:
+    """Accepted bearer tokens, one per line (blank lines and ``#`` comments ignored), re-read
+    when the file changes. Thread-safe."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._tokens: tuple[bytes, ...] = ()
+        if not self.tokens():
+            raise FailedPrecondition(f"the token file {self.path} holds no token")
+
+    def tokens(self) -> tuple[bytes, ...]:
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            raise FailedPrecondition(f"cannot read the token file {self.path}: {e.strerror}") from None
+        stamp = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp != self._stamp:
+                lines = _read(self.path, "token file").decode().splitlines()
+                self._tokens = tuple(t.strip().encode() for t in lines if t.strip() and not t.lstrip().startswith("#"))
+                self._stamp = stamp
+            return self._tokens
+
+    def accepts(self, token: bytes) -> bool:
+        """Constant-time comparison against every accepted token."""
+        return any(hmac.compare_digest(token, t) for t in self.tokens())
+
+
+def peer_identities(context: grpc.ServicerContext) -> set[str]:
+    """The verified client certificate's common name and SANs (empty without mutual TLS)."""
+    auth = context.auth_context() or {}
+    keys = ("x509_common_name", "x509_subject_alternative_name")
+    return {v.decode() for k in keys for v in auth.get(k, [])}
+
+
+@dataclass
+class Authenticator:
+    """Who may call: a bearer token from ``tokens`` (None: no token needed) and, when
+    ``identities`` is given, a client certificate naming one of them (needs mutual TLS)."""
+
+    tokens: TokenFile | None = None
+    identities: frozenset[str] | None = None
+    public: tuple[str, ...] = PUBLIC_METHODS
+
+    @property
+    def open(self) -> bool:
+        """Nothing is required: every call proceeds."""
+        return self.tokens is None and self.identities is None
+
+    def check(self, method: str, metadata: Iterable[tuple[str, str | bytes]], context: grpc.ServicerContext) -> None:
+        """Raises Unauthenticated or PermissionDenied unless the call may proceed (the service
+        interceptor, outside this one, maps them to their statuses and counts them)."""
+        if self.open or method in self.public:
+            return
+        if self.tokens is not None:
+            header = next((v for k, v in metadata if k == _AUTH_KEY), None)
+            raw = header.encode() if isinstance(header, str) else header
+            if raw is None or not raw.startswith(b"Bearer "):
+                raise Unauthenticated(f"{method}: no bearer token (metadata 'authorization: Bearer <token>')")
+            if not self.tokens.accepts(raw[len(b"Bearer ") :].strip()):
+                raise Unauthenticated(f"{method}: the bearer token is not accepted")
+        if self.identities is not None:
+            who = peer_identities(context)
+            if not who:
+                raise Unauthenticated(f"{method}: no verified client certificate (mutual TLS)")
+            if not who & self.identities:
+                named = ", ".join(sorted(who))[:200]
+                raise PermissionDenied(f"{method}: client {named} is not allowed")
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Runs :meth:`Authenticator.check` before every unary and server-streaming handler. Goes
+    after the service interceptor in ``grpc.server(interceptors=...)``, so that refusals are
+    mapped to statuses and counted like every other error."""
+
+    def __init__(self, auth: Authenticator) -> None:
+        self._auth = auth
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None or self._auth.open:
+            return handler
+        method, metadata, auth = details.method, tuple(details.invocation_metadata or ()), self._auth
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            def unary(request: object, context: grpc.ServicerContext) -> object:
+                auth.check(method, metadata, context)
+                return inner(request, context)
+
+            return handler._replace(unary_unary=unary)
+        if handler.unary_stream:
+            inner_stream = handler.unary_stream
+
+            def stream(request: object, context: grpc.ServicerContext) -> object:
+                auth.check(method, metadata, context)
+                yield from inner_stream(request, context)
+
+            return handler._replace(unary_stream=stream)
+        return handler
+
+
+class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    def __init__(self, token: str) -> None:
+        self._header = (_AUTH_KEY, f"Bearer {token}")
+
+    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return details._replace(metadata=[*(details.metadata or ()), self._header])
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):  # noqa: ANN001, ANN202
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):  # noqa: ANN001, ANN202
+        return continuation(self._details(client_call_details), request)
+
+
+def read_token(path: Path | str) -> str:
+    """The first token of a token file (a client's own)."""
+    tokens = TokenFile(path).tokens()
+    return tokens[0].decode()
+
+
+def with_token(channel: grpc.Channel, token: str | None) -> grpc.Channel:
+    """``channel`` sending ``authorization: Bearer <token>`` on every call (``token`` None: as is)."""
+    return channel if not token else grpc.intercept_channel(channel, _TokenInterceptor(token))

@@ -1,0 +1,116 @@
+"""TLS, mutual TLS and bearer tokens on a real graph-store server, with certificates made at
+test time by openssl: who gets in, who gets UNAUTHENTICATED or PERMISSION_DENIED, and that
+health stays public for probes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from graphfeed.common.metrics import RpcMetrics
+from graphfeed.common.partition import part_dir_name
+from graphfeed.common.rpc import ServerInterceptor
+from graphfeed.common.security import Authenticator, AuthInterceptor, TokenFile, channel_credentials, server_credentials, with_token
+from graphfeed.common.transport import ServerTransport
+from graphfeed.graph_store.metrics import GraphStoreMetrics
+from graphfeed.graph_store.servicer import GraphStoreServicer
+from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.v1 import graph_store_pb2 as pb
+from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.integration
+TOKEN = "s3cret-token-for-trainers"  # noqa: S105 - a test token
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run([shutil.which("openssl") or "openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@dataclass
+class Pki:
+    dir: Path
+
+    def __getitem__(self, name: str) -> Path:
+        return self.dir / name
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA; a server certificate for 127.0.0.1/localhost; client certificates for "trainer"
+    (allowed) and "intruder" (signed by the same CA, not allowed); a token file."""
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make the test certificates (apt-get install openssl)")
+    d = tmp_path_factory.mktemp("pki")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=graphfeed-test-ca",
+             "-keyout", "ca.key", "-out", "ca.pem", cwd=d)  # fmt: skip
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, ext in (("server", ["-extfile", "san.ext"]), ("trainer", []), ("intruder", [])):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+                 "-out", f"{name}.pem", *ext, cwd=d)  # fmt: skip
+    (d / "tokens").write_text(f"# accepted bearer tokens\n{TOKEN}\n")
+    return Pki(d)
+
+
+@pytest.fixture(scope="module")
+def address(pki: Pki, cora_root: Path) -> Iterator[str]:
+    """A graph-store over Cora's partition 0 with mTLS (allowing "trainer") and tokens."""
+    store = GraphStore.open(cora_root / part_dir_name(0))
+    registry = CollectorRegistry()
+    auth = Authenticator(tokens=TokenFile(pki["tokens"]), identities=frozenset({"trainer"}))
+    interceptors = [ServerInterceptor(RpcMetrics.create(registry)), AuthInterceptor(auth)]  # auth inside: counted
+    server = grpc.server(futures.ThreadPoolExecutor(4), interceptors=interceptors)
+    pb_grpc.add_GraphStoreServiceServicer_to_server(
+        GraphStoreServicer(store, GraphStoreMetrics.create(registry), ServerTransport(None)), server
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(pki["server.pem"], pki["server.key"], pki["ca.pem"]))
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(0.5).wait()
+    store.close()
+
+
+def _call(address: str, creds: grpc.ChannelCredentials | None, token: str | None = None) -> grpc.StatusCode:
+    channel = grpc.secure_channel(address, creds) if creds is not None else grpc.insecure_channel(address)
+    with channel:
+        stub = pb_grpc.GraphStoreServiceStub(with_token(channel, token))
+        try:
+            stub.GetSplit(pb.GetSplitRequest(name="train"), timeout=10)
+            return grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            return e.code()
+
+
+def test_only_an_allowed_client_with_a_token_gets_in(pki: Pki, address: str) -> None:
+    trainer = channel_credentials(pki["ca.pem"], pki["trainer.pem"], pki["trainer.key"])
+    intruder = channel_credentials(pki["ca.pem"], pki["intruder.pem"], pki["intruder.key"])
+    assert _call(address, trainer, TOKEN) == grpc.StatusCode.OK
+    assert _call(address, trainer) == grpc.StatusCode.UNAUTHENTICATED  # no token
+    assert _call(address, trainer, "guessed") == grpc.StatusCode.UNAUTHENTICATED
+    assert _call(address, intruder, TOKEN) == grpc.StatusCode.PERMISSION_DENIED  # known CA, wrong identity
+    # No client certificate, or no TLS at all: the handshake fails before any RPC.
+    assert _call(address, channel_credentials(pki["ca.pem"]), TOKEN) == grpc.StatusCode.UNAVAILABLE
+    assert _call(address, None, TOKEN) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_health_is_public_and_tokens_rotate_without_a_restart(pki: Pki, address: str) -> None:
+    trainer = channel_credentials(pki["ca.pem"], pki["trainer.pem"], pki["trainer.key"])
+    with grpc.secure_channel(address, trainer) as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+    assert status == health_pb2.HealthCheckResponse.SERVING  # a kubelet probe has no token
+    pki["tokens"].write_text("rotated-token-2\n")
+    try:
+        assert _call(address, trainer, TOKEN) == grpc.StatusCode.UNAUTHENTICATED
+        assert _call(address, trainer, "rotated-token-2") == grpc.StatusCode.OK
+    finally:
+        pki["tokens"].write_text(f"{TOKEN}\n")

@@ -1,0 +1,408 @@
+"""One partition's temporal graph: durable edge appends and temporal sampling, without gRPC.
+
+This is GNNFlow's dynamic-graph store (issue 16) inside a graph-store. The pieces:
+
+- :mod:`~graphfeed.graph_store.temporal_index`: the time-indexed adjacency (GNNFlow's per-node
+  block lists as a base CSR + append blocks chained per row) and immutable snapshots;
+- :mod:`~graphfeed.graph_store.temporal_log`: the RocksDB log that makes an append durable
+  before it is acknowledged and replays it at open;
+- :mod:`~graphfeed.graph_store.temporal_sampling`: the compiled recent / uniform-before-t sampler.
+
+:class:`TemporalStore` validates every request, keeps the idempotence table (batch id -> ack)
+and serializes appends under one lock: validate -> answer a retry from the table -> sort the
+batch by ``(dst, t)`` -> check time order per row -> write the log (fsync) -> add the block ->
+publish the new snapshot (one reference assignment, the only thing readers see). Samples never
+take the lock; they read whichever snapshot is current when they start, so a sample running
+during an append sees every batch before it or also that whole batch, never half of one.
+Rows, edge ids and the ownership rule are those of ``TEMPORAL_SPEC``: appended edges get
+``eid = (1 << 62) | (partition << 40) | seq``; a node ``g >= num_nodes`` belongs to ``g % P``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from graphfeed.common.partition import PartitionReader
+from graphfeed.graph_store import temporal_index as ti
+from graphfeed.graph_store.temporal_log import LoggedAck, LoggedBatch, TemporalLog, content_digest
+from graphfeed.graph_store.temporal_sampling import gather_features, sample_snapshot
+
+log = logging.getLogger(__name__)
+
+_MAX_NAMED = 5  # offending ids quoted in an error
+_NO_ROW = 1 << 62  # row of an owned node that has no edge yet: beyond every array
+_STRATEGIES = ("recent", "uniform")
+
+
+class OutOfOrder(InvalidArgument):
+    """An appended edge is older than the last edge already stored for its row."""
+
+
+@dataclass(frozen=True)
+class AppendAck:
+    """The answer to an append (also to a retry of it, with ``duplicate=True``)."""
+
+    first_eid: int  # eid of the batch's first stored edge (in stored (dst, t) order)
+    num_edges: int
+    duplicate: bool  # True when batch_id had already been acknowledged (nothing applied)
+    visible_seq: int  # batches applied after this one (monotone); sampling sees it from now on
+
+
+@dataclass(frozen=True)
+class TemporalSample:
+    """Per root ``i``, edges ``[offsets[i], offsets[i+1])`` in ascending time."""
+
+    offsets: np.ndarray  # int64 [N+1]
+    nbr: np.ndarray  # int64 [S] neighbour gids
+    ts: np.ndarray  # int64 [S]
+    eid: np.ndarray  # int64 [S]
+    efeat: np.ndarray | None  # float32 [S, D], None when D == 0 or not asked
+
+
+@dataclass(frozen=True)
+class TemporalInfo:
+    """Size and state of the temporal graph of one partition."""
+
+    num_edges: int  # base + appended edges
+    num_appended: int  # edges appended since ingest (the next edge seq)
+    num_rows: int  # owned ingest nodes + nodes that arrived by append
+    num_blocks: int  # append blocks not compacted yet
+    min_t: int | None  # None when there is no edge
+    max_t: int | None
+    edge_feat_dim: int
+    seq: int  # batches acknowledged
+    log_bytes: int = 0  # bytes of edge data written to the log by this process
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which gids this partition owns."""
+
+    partition_id: int
+    num_partitions: int
+    num_nodes: int
+    start: int
+    stop: int
+
+
+class TemporalStore:
+    """Temporal adjacency of one partition: appends (durable, idempotent) and temporal sampling.
+
+    Build it with :meth:`open`. Thread-safe: appends and compaction serialize on a lock,
+    samples run concurrently with them (and with each other, GIL released).
+
+    Args:
+        base: the partition's time-sorted CSR (see :func:`~graphfeed.graph_store.temporal_index.time_sorted_base`).
+        layout: what the partition owns.
+        append_log: the durable log, or None for a read-only store (appends refused).
+        max_append_edges: most edges in one batch (default 1,000,000).
+        max_ids_per_request: most roots in one sample call (default 4,000,000).
+        max_fanout: largest fanout besides -1 (default 1000).
+        max_blocks: compact when this many blocks are pending (default 256).
+        compact_min_edges: also compact when the blocks hold more edges than
+            ``max(compact_min_edges, base edges)`` (default 1,000,000): amortized O(1) per edge.
+    """
+
+    def __init__(self, base: ti.Csr, layout: _Layout, append_log: TemporalLog | None, *, max_append_edges: int = 1_000_000,
+                 max_ids_per_request: int = 4_000_000, max_fanout: int = 1000, max_blocks: int = 256,
+                 compact_min_edges: int = 1_000_000) -> None:  # fmt: skip
+        self.layout = layout
+        self.max_append_edges, self.max_ids_per_request, self.max_fanout = max_append_edges, max_ids_per_request, max_fanout
+        self.max_blocks, self.compact_min_edges = max_blocks, compact_min_edges
+        self._log = append_log
+        self._lock = threading.Lock()
+        self._closed = False
+        ts = np.asarray(base.ts)
+        empty = np.empty(0, dtype=np.int64)
+        self._snap = ti.Snapshot(
+            base=base, arena=ti.empty_arena(base.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0,
+            num_rows=layout.stop - layout.start, new_gids=empty, new_rows=empty, seq=0, num_appended=0,
+            min_t=int(ts.min()) if len(ts) else None, max_t=int(ts.max()) if len(ts) else None,
+        )  # fmt: skip
+        self._acks: dict[str, LoggedAck] = {}
+        if append_log is not None:
+            self._replay(append_log)
+
+    @classmethod
+    def open(cls, reader_or_part_dir: PartitionReader | Path | str, log_dir: Path | None, *, num_partitions: int | None = None,
+             partition_id: int | None = None, **limits: int) -> TemporalStore:  # fmt: skip
+        """Opens the temporal graph of a partition.
+
+        Args:
+            reader_or_part_dir: an opened :class:`PartitionReader` (only its memory-mapped topology
+                is used; its RocksDB handle may be closed) or a partition directory.
+            log_dir: the append log (RocksDB, created if missing); None: appends are refused.
+            num_partitions, partition_id: checked against the partition's manifest when given.
+            limits: ``max_append_edges``, ``max_ids_per_request``, ``max_fanout``, ``max_blocks``,
+                ``compact_min_edges`` (see the class).
+
+        Raises:
+            FailedPrecondition: layout mismatch, or a log written for another layout.
+        """
+        owned = not isinstance(reader_or_part_dir, PartitionReader)
+        reader = PartitionReader(Path(reader_or_part_dir)) if owned else reader_or_part_dir
+        try:
+            m = reader.manifest
+            layout = _Layout(reader.partition_id, m.num_partitions, m.num_nodes, reader.start, reader.stop)
+            if (num_partitions, partition_id) != (None, None) and (num_partitions, partition_id) != (m.num_partitions, reader.partition_id):
+                raise FailedPrecondition(
+                    f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, "
+                    f"not {partition_id} of {num_partitions}"
+                )
+            ts = reader.edge_ts if reader.edge_ts is not None else np.zeros(len(reader.indices), dtype=np.int64)
+            base = ti.time_sorted_base(
+                reader.indptr, nbr=reader.indices, ts=ts, eid=reader.edge_ids, feat=getattr(reader, "edge_feat", None)
+            )
+        finally:
+            if owned:
+                reader.close()
+        dim = base.feat.shape[1]
+        layout_record = {"partition_id": layout.partition_id, "num_partitions": layout.num_partitions, "edge_feat_dim": dim}
+        append_log = None if log_dir is None else TemporalLog(Path(log_dir), layout_record)
+        return cls(base, layout, append_log, **limits)
+
+    # -- appends -------------------------------------------------------------------------
+
+    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> AppendAck:
+        """Appends a batch of edges ``src -> dst`` at times ``t``; durable before it returns.
+
+        Args:
+            batch_id: the client's id for this batch (non-empty, <= 256 characters); a retry
+                with the same id and content gets the first ack back with ``duplicate=True``.
+            src, dst: int [n] gids, ``>= 0``; every ``dst`` owned by this partition.
+            t: int [n] timestamps; per ``dst`` not older than its last stored edge (the
+                batch itself need not be sorted: it is stored sorted by ``(dst, t)``, stably).
+            efeat: float [n, D] edge features (D = :attr:`edge_feat_dim`); None when D == 0.
+
+        Raises:
+            InvalidArgument: bad dtype/shape/length, negative ids; :class:`OutOfOrder`.
+            ResourceExhausted: more than ``max_append_edges`` edges.
+            FailedPrecondition: a dst not owned here; the id reused with other content; no log.
+        """
+        src, dst, t, feat = self._check_batch(batch_id, src, dst, t, efeat)
+        digest = content_digest(src, dst, t, feat)
+        with self._lock:
+            self._check_open()
+            done = self._acks.get(batch_id)
+            if done is not None:
+                if done.digest != digest:
+                    raise FailedPrecondition(f"batch id {batch_id!r} was already acknowledged with different edges")
+                return AppendAck(done.first_eid, done.num_edges, True, done.visible_seq)
+            order = np.lexsort((t, dst))  # stable: equal (dst, t) keep arrival order
+            src, dst, t, feat = src[order], dst[order], t[order], feat[order]
+            snap = self._snap
+            rows, new_gids, new_rows = self._rows_for_append(snap, dst)
+            self._check_time_order(snap, rows, dst, t)
+            first_seq = snap.num_appended
+            ack = LoggedAck(digest, self._eid(first_seq), len(src), snap.seq + 1)
+            assert self._log is not None  # _check_batch refused appends without a log
+            self._log.write(batch_id, ack, first_seq, src, dst, t, feat)
+            self._apply(snap, rows, new_gids, new_rows, src, t, feat)
+            self._acks[batch_id] = ack
+            return AppendAck(ack.first_eid, ack.num_edges, False, ack.visible_seq)
+
+    def _eid(self, seq: int) -> int:
+        return (1 << 62) | (self.layout.partition_id << 40) | seq
+
+    def _check_batch(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
+                     efeat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        self._check_open()
+        if self._log is None:
+            raise FailedPrecondition(f"partition {self.layout.partition_id} serves no appends (no append log configured)")
+        if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
+            raise InvalidArgument(f"batch_id must be a non-empty string of at most 256 characters, got {batch_id!r}")
+        arrays = [_int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t"))]
+        n = len(arrays[0])
+        if any(len(a) != n for a in arrays):
+            raise InvalidArgument(f"src, dst and t must have the same length, got {[len(a) for a in arrays]}")
+        if n > self.max_append_edges:
+            raise ResourceExhausted(f"{n} edges in one batch exceed the limit of {self.max_append_edges}; split the batch")
+        for a, what in zip(arrays[:2], ("src", "dst"), strict=True):
+            if n and a.min() < 0:
+                raise InvalidArgument(f"{what} must be node ids >= 0, got {int(a.min())}")
+        feat = _feat_array(efeat, n, self.edge_feat_dim)
+        self._check_owned(arrays[1], "dst")
+        return arrays[0], arrays[1], arrays[2], feat
+
+    def _check_owned(self, gids: np.ndarray, what: str) -> None:
+        lay = self.layout
+        old = gids < lay.num_nodes
+        bad = np.where(old, (gids < lay.start) | (gids >= lay.stop), gids % lay.num_partitions != lay.partition_id)
+        if bad.any():
+            offending = np.unique(gids[bad])
+            named = ", ".join(str(int(g)) for g in offending[:_MAX_NAMED])
+            more = f" and {len(offending) - _MAX_NAMED} more" if len(offending) > _MAX_NAMED else ""
+            raise FailedPrecondition(
+                f"{what} {named}{more} not owned by partition {lay.partition_id} of {lay.num_partitions}, which owns "
+                f"[{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} with id % {lay.num_partitions} == {lay.partition_id}"
+            )
+
+    def _rows_for_append(self, snap: ti.Snapshot, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows = dst - self.layout.start
+        new = dst >= self.layout.num_nodes
+        new_gids, new_rows = snap.new_gids, snap.new_rows
+        if new.any():
+            rows[new], new_gids, new_rows = ti.new_rows_for(snap, dst[new], self.layout.stop - self.layout.start)
+        return rows, new_gids, new_rows
+
+    def _check_time_order(self, snap: ti.Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.ndarray) -> None:
+        if not len(rows):
+            return
+        first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])  # each row's oldest edge in the batch
+        last = ti.last_times(snap, rows[first])
+        bad = np.flatnonzero(t[first] < last)
+        if len(bad):
+            i = first[bad[0]]
+            raise OutOfOrder(
+                f"edge into node {int(dst[i])} at t={int(t[i])} is older than its last stored edge at t={int(last[bad[0]])}"
+                f" ({len(bad)} node(s) out of order); appends must not go back in time per node"
+            )
+
+    def _apply(self, snap: ti.Snapshot, rows: np.ndarray, new_gids: np.ndarray, new_rows: np.ndarray, src: np.ndarray,
+               t: np.ndarray, feat: np.ndarray) -> None:  # fmt: skip
+        """Adds one sorted batch as a block and publishes the new snapshot (lock held)."""
+        n = len(src)
+        eid = self._eid(snap.num_appended) + np.arange(n, dtype=np.int64)
+        arena = ti.add_block(snap, rows, src, t, eid, feat) if n else snap.arena
+        m = len(np.unique(rows)) if n else 0
+        lo = [x for x in (snap.min_t, int(t[0:n].min()) if n else None) if x is not None]
+        hi = [x for x in (snap.max_t, int(t[0:n].max()) if n else None) if x is not None]
+        self._snap = replace(
+            snap, arena=arena, n_entries=snap.n_entries + m, n_blocks=snap.n_blocks + (1 if n else 0),
+            n_arena_edges=snap.n_arena_edges + n, num_rows=max(snap.num_rows, int(new_rows.max()) + 1 if len(new_rows) else 0),
+            new_gids=new_gids, new_rows=new_rows, seq=snap.seq + 1, num_appended=snap.num_appended + n,
+            min_t=min(lo) if lo else None, max_t=max(hi) if hi else None,
+        )  # fmt: skip
+        s = self._snap
+        if s.n_blocks >= self.max_blocks or s.n_arena_edges >= max(self.compact_min_edges, len(s.base.ts)):
+            self._snap = ti.compact(s)
+
+    def _replay(self, append_log: TemporalLog) -> None:
+        """Applies every logged batch in order (they were checked when first acknowledged)."""
+        count = 0
+        for batch in append_log.batches():
+            self._replay_one(batch)
+            count += 1
+        self._acks = append_log.acks()
+        if count:
+            log.info("partition %d: replayed %d appended batches (%d edges) from %s",
+                     self.layout.partition_id, count, self._snap.num_appended, append_log.path)  # fmt: skip
+
+    def _replay_one(self, batch: LoggedBatch) -> None:
+        snap = self._snap
+        if batch.seq != snap.seq + 1 or batch.first_edge_seq != snap.num_appended:
+            raise FailedPrecondition(f"append log: batch {batch.seq} follows batch {snap.seq}; the log is damaged")
+        rows, new_gids, new_rows = self._rows_for_append(snap, batch.dst)
+        self._apply(snap, rows, new_gids, new_rows, batch.src, batch.t, batch.efeat)
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
+               first_position: int = 0, with_features: bool = True) -> TemporalSample:  # fmt: skip
+        """Samples each root's in-neighbours strictly before its time (``TEMPORAL_SPEC``).
+
+        Args:
+            nodes: int [N] owned gids (an owned node with no edge yet gets none).
+            times: int [N] root times; an edge at exactly ``times[i]`` is not seen.
+            fanout: ``-1`` for every edge before the time, else ``[0, max_fanout]``.
+            strategy: ``"recent"`` (the last ``fanout`` edges) or ``"uniform"`` (``fanout``
+                distinct edges drawn as ``sample_csr`` draws on the truncated row).
+            seed: uint64 seed of the uniform draws; ``first_position``: batch position of ``nodes[0]``.
+            with_features: gather the sampled edges' feature rows (when ``edge_feat_dim > 0``).
+
+        Raises:
+            InvalidArgument: bad shapes/dtypes, negative ids, bad fanout/strategy/seed.
+            ResourceExhausted: more than ``max_ids_per_request`` roots.
+            FailedPrecondition: a node not owned by this partition (up to 5 named).
+        """
+        self._check_open()
+        if strategy not in _STRATEGIES:
+            raise InvalidArgument(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
+        if not isinstance(fanout, (int, np.integer)) or not -1 <= fanout <= self.max_fanout:
+            raise InvalidArgument(f"fanout must be -1 (all) or in [0, {self.max_fanout}], got {fanout!r}")
+        if not 0 <= int(seed) < 1 << 64 or not 0 <= int(first_position) < 1 << 63:
+            raise InvalidArgument(f"seed must be in [0, 2**64) and first_position in [0, 2**63), got {seed}, {first_position}")
+        gids, times = _int_array(nodes, "nodes"), _int_array(times, "times")
+        if len(gids) != len(times):
+            raise InvalidArgument(f"nodes and times must have the same length, got {len(gids)} and {len(times)}")
+        if len(gids) > self.max_ids_per_request:
+            raise ResourceExhausted(f"{len(gids)} roots exceed the limit of {self.max_ids_per_request}; split the request")
+        if len(gids) and gids.min() < 0:
+            raise InvalidArgument(f"nodes must be ids >= 0, got {int(gids.min())}")
+        self._check_owned(gids, "nodes")
+        snap = self._snap  # one read: the whole call sees this snapshot
+        want = with_features and self.edge_feat_dim > 0
+        offsets, nbr, ts, eid, pos = sample_snapshot(
+            snap, self._rows_of(snap, gids), times, int(fanout), strategy == "recent", int(seed), int(first_position), want
+        )
+        return TemporalSample(offsets, nbr, ts, eid, gather_features(snap, pos) if pos is not None else None)
+
+    def _rows_of(self, snap: ti.Snapshot, gids: np.ndarray) -> np.ndarray:
+        """Rows of owned gids; an appended-id node not seen yet gets a row with no edges."""
+        rows = gids - self.layout.start
+        new = gids >= self.layout.num_nodes
+        if new.any():
+            g = gids[new]
+            at = np.minimum(np.searchsorted(snap.new_gids, g), max(len(snap.new_gids) - 1, 0))
+            found = snap.new_gids[at] == g if len(snap.new_gids) else np.zeros(len(g), dtype=bool)
+            rows[new] = np.where(found, snap.new_rows[at] if len(snap.new_rows) else 0, _NO_ROW)
+        return rows
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def edge_feat_dim(self) -> int:
+        """Width ``D`` of the edge features (0: none)."""
+        return int(self._snap.base.feat.shape[1])
+
+    def info(self) -> TemporalInfo:
+        """Sizes and sequence numbers (of the current snapshot)."""
+        s = self._snap
+        log_bytes = self._log.bytes_written if self._log is not None else 0
+        return TemporalInfo(s.num_edges, s.num_appended, s.num_rows, s.n_blocks, s.min_t, s.max_t, self.edge_feat_dim, s.seq, log_bytes)
+
+    def compact(self) -> None:
+        """Merges the pending blocks into the base CSR now (samples are unchanged by it)."""
+        with self._lock:
+            self._check_open()
+            if self._snap.n_blocks:
+                self._snap = ti.compact(self._snap)
+
+    def close(self) -> None:
+        """Closes the append log; the store must not be used afterwards. Idempotent."""
+        with self._lock:
+            self._closed = True
+            if self._log is not None:
+                self._log.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FailedPrecondition(f"temporal store of partition {self.layout.partition_id} is closed")
+
+
+def _int_array(a: np.ndarray, what: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise InvalidArgument(f"{what} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        raise InvalidArgument(f"{what} must be an integer array, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
+        raise InvalidArgument(f"{what} must fit int64, got {int(arr.max())}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
+    if efeat is None:
+        if dim:
+            raise InvalidArgument(f"efeat is required: this graph has {dim} edge-feature columns")
+        return np.empty((n, 0), dtype=np.float32)
+    arr = np.asarray(efeat)
+    if arr.shape != (n, dim) or arr.dtype.kind != "f":
+        raise InvalidArgument(f"efeat must be float [{n}, {dim}], got {arr.dtype} {list(arr.shape)}")
+    return np.ascontiguousarray(arr, dtype=np.float32)

@@ -145,15 +145,16 @@ class TemporalStore:
         Raises:
             FailedPrecondition: layout mismatch, or a log written for another layout.
         """
-        owned = not isinstance(reader_or_part_dir, PartitionReader)
-        reader = PartitionReader(Path(reader_or_part_dir)) if owned else reader_or_part_dir
+        if isinstance(reader_or_part_dir, PartitionReader):
+            reader, owned = reader_or_part_dir, False
+        else:
+            reader, owned = PartitionReader(Path(reader_or_part_dir)), True
         try:
             m = reader.manifest
             layout = _Layout(reader.partition_id, m.num_partitions, m.num_nodes, reader.start, reader.stop)
             if (num_partitions, partition_id) != (None, None) and (num_partitions, partition_id) != (m.num_partitions, reader.partition_id):
                 raise FailedPrecondition(
-                    f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, "
-                    f"not {partition_id} of {num_partitions}"
+                    f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, not {partition_id} of {num_partitions}"
                 )
             ts = reader.edge_ts if reader.edge_ts is not None else np.zeros(len(reader.indices), dtype=np.int64)
             base = ti.time_sorted_base(
@@ -201,8 +202,7 @@ class TemporalStore:
             self._check_time_order(snap, rows, dst, t)
             first_seq = snap.num_appended
             ack = LoggedAck(digest, self._eid(first_seq), len(src), snap.seq + 1)
-            assert self._log is not None  # _check_batch refused appends without a log
-            self._log.write(batch_id, ack, first_seq, src, dst, t, feat)
+            self._writable_log().write(batch_id, ack, first_seq, src, dst, t, feat)
             self._apply(snap, rows, new_gids, new_rows, src, t, feat)
             self._acks[batch_id] = ack
             return AppendAck(ack.first_eid, ack.num_edges, False, ack.visible_seq)
@@ -212,12 +212,10 @@ class TemporalStore:
 
     def _check_batch(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
                      efeat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-        self._check_open()
-        if self._log is None:
-            raise FailedPrecondition(f"partition {self.layout.partition_id} serves no appends (no append log configured)")
+        self._writable_log()
         if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
             raise InvalidArgument(f"batch_id must be a non-empty string of at most 256 characters, got {batch_id!r}")
-        arrays = [_int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t"))]
+        arrays = [ti.int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t"))]
         n = len(arrays[0])
         if any(len(a) != n for a in arrays):
             raise InvalidArgument(f"src, dst and t must have the same length, got {[len(a) for a in arrays]}")
@@ -226,7 +224,7 @@ class TemporalStore:
         for a, what in zip(arrays[:2], ("src", "dst"), strict=True):
             if n and a.min() < 0:
                 raise InvalidArgument(f"{what} must be node ids >= 0, got {int(a.min())}")
-        feat = _feat_array(efeat, n, self.edge_feat_dim)
+        feat = ti.feat_array(efeat, n, self.edge_feat_dim)
         self._check_owned(arrays[1], "dst")
         return arrays[0], arrays[1], arrays[2], feat
 
@@ -328,7 +326,7 @@ class TemporalStore:
             raise InvalidArgument(f"fanout must be -1 (all) or in [0, {self.max_fanout}], got {fanout!r}")
         if not 0 <= int(seed) < 1 << 64 or not 0 <= int(first_position) < 1 << 63:
             raise InvalidArgument(f"seed must be in [0, 2**64) and first_position in [0, 2**63), got {seed}, {first_position}")
-        gids, times = _int_array(nodes, "nodes"), _int_array(times, "times")
+        gids, times = ti.int_array(nodes, "nodes"), ti.int_array(times, "times")
         if len(gids) != len(times):
             raise InvalidArgument(f"nodes and times must have the same length, got {len(gids)} and {len(times)}")
         if len(gids) > self.max_ids_per_request:
@@ -381,28 +379,12 @@ class TemporalStore:
             if self._log is not None:
                 self._log.close()
 
+    def _writable_log(self) -> TemporalLog:
+        self._check_open()
+        if self._log is None:
+            raise FailedPrecondition(f"partition {self.layout.partition_id} serves no appends (no append log configured)")
+        return self._log
+
     def _check_open(self) -> None:
         if self._closed:
             raise FailedPrecondition(f"temporal store of partition {self.layout.partition_id} is closed")
-
-
-def _int_array(a: np.ndarray, what: str) -> np.ndarray:
-    arr = np.asarray(a)
-    if arr.ndim != 1:
-        raise InvalidArgument(f"{what} must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
-        raise InvalidArgument(f"{what} must be an integer array, got dtype {arr.dtype}")
-    if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
-        raise InvalidArgument(f"{what} must fit int64, got {int(arr.max())}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
-    if efeat is None:
-        if dim:
-            raise InvalidArgument(f"efeat is required: this graph has {dim} edge-feature columns")
-        return np.empty((n, 0), dtype=np.float32)
-    arr = np.asarray(efeat)
-    if arr.shape != (n, dim) or arr.dtype.kind != "f":
-        raise InvalidArgument(f"efeat must be float [{n}, {dim}], got {arr.dtype} {list(arr.shape)}")
-    return np.ascontiguousarray(arr, dtype=np.float32)

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from graphfeed.common.errors import InvalidArgument
+
 _I64_MIN = np.iinfo(np.int64).min
 
 
@@ -220,3 +222,27 @@ def new_rows_for(snap: Snapshot, gids: np.ndarray, num_owned: int) -> tuple[np.n
         new_gids, new_rows = new_gids[order], new_rows[order]
     rows = new_rows[np.searchsorted(new_gids, gids)]
     return rows, new_gids, new_rows
+
+
+def int_array(a: np.ndarray, what: str) -> np.ndarray:
+    """``a`` as contiguous int64 after checking it is a 1-D integer array (InvalidArgument)."""
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise InvalidArgument(f"{what} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        raise InvalidArgument(f"{what} must be an integer array, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
+        raise InvalidArgument(f"{what} must fit int64, got {int(arr.max())}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
+    """Edge features as float32 [n, dim] (an empty [n, 0] when dim is 0), checked (InvalidArgument)."""
+    if efeat is None:
+        if dim:
+            raise InvalidArgument(f"efeat is required: this graph has {dim} edge-feature columns")
+        return np.empty((n, 0), dtype=np.float32)
+    arr = np.asarray(efeat)
+    if arr.shape != (n, dim) or arr.dtype.kind != "f":
+        raise InvalidArgument(f"efeat must be float [{n}, {dim}], got {arr.dtype} {list(arr.shape)}")
+    return np.ascontiguousarray(arr, dtype=np.float32)

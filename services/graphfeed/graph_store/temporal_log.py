@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
@@ -85,7 +86,7 @@ class TemporalLog:
         self._sync = WriteOptions()
         self._sync.sync = True
         self.bytes_written = 0
-        stored = self._db.get(_LAYOUT)
+        stored = cast("bytes | None", self._db.get(_LAYOUT))
         if stored is None:
             self._db.put(_LAYOUT, json.dumps(layout, sort_keys=True).encode(), self._sync)
         elif json.loads(stored) != layout:
@@ -94,13 +95,13 @@ class TemporalLog:
 
     def seq(self) -> int:
         """Batches acknowledged so far."""
-        value = self._db.get(_SEQ)
+        value = cast("bytes | None", self._db.get(_SEQ))
         return 0 if value is None else int.from_bytes(value, "big")
 
     def acks(self) -> dict[str, LoggedAck]:
         """Every acknowledged batch id and its ack."""
         out: dict[str, LoggedAck] = {}
-        for key, value in self._db.items(from_key=_ID):
+        for key, value in self._items(_ID):
             if not key.startswith(_ID):
                 break
             out[key[len(_ID) :].decode()] = LoggedAck(**json.loads(value))
@@ -108,10 +109,14 @@ class TemporalLog:
 
     def batches(self) -> Iterator[LoggedBatch]:
         """The acknowledged batches in sequence order."""
-        for key, value in self._db.items(from_key=_BATCH):
+        for key, value in self._items(_BATCH):
             if not key.startswith(_BATCH):
                 break
             yield _decode(int.from_bytes(key[len(_BATCH) :], "big"), value)
+
+    def _items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        # raw_mode: keys and values are bytes (the stub types them as any value)
+        return cast("Iterator[tuple[bytes, bytes]]", iter(self._db.items(from_key=prefix)))
 
     def write(self, batch_id: str, ack: LoggedAck, first_edge_seq: int, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
               efeat: np.ndarray) -> None:  # fmt: skip

@@ -53,7 +53,7 @@ def _bisect_left(a, x, lo, hi):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _locate(b_indptr, b_ts, a_ts, e_lo, e_hi, e_prev, e_cum, head, n_entries, rows, times, fanout, offsets, n_out, k_out):  # noqa: ANN001, ANN202, E501
+def _locate(b_indptr, b_ts, a_ts, e_lo, e_hi, e_prev, e_cum, head, n_entries, rows, times, fanout, offsets, n_out, k_out):  # noqa: ANN001, ANN202
     """Pass 1: ``n_i``, the newest entry holding a position ``< n_i`` (or -1: base) and offsets."""
     nb = len(b_indptr) - 1
     nh = len(head)
@@ -107,7 +107,7 @@ def _choose(key, deg, k, buf, lo):  # noqa: ANN001, ANN202
 
 @_jit
 def _fill(b_indptr, b_nbr, b_ts, b_eid, a_nbr, a_ts, a_eid, e_lo, e_hi, e_prev, e_cum, rows, n_arr, k_arr,  # noqa: ANN001, ANN202
-          recent, seed, base, offsets, want_pos, o_nbr, o_ts, o_eid, o_pos):  # fmt: skip
+          recent, seed, base, offsets, want_pos, o_nbr, o_ts, o_eid, o_pos):  # noqa: ANN001  # fmt: skip
     """Pass 2: logical positions (recent or drawn) mapped to base / arena positions."""
     useed = np.uint64(seed)
     nb = len(b_indptr) - 1

@@ -63,6 +63,7 @@ class ArenaView:
     e_prev: np.ndarray  # previous entry of the same row, or -1
     e_cum: np.ndarray  # the row's block edges up to and including this entry
     e_row: np.ndarray  # the entry's row
+    e_first: np.ndarray  # ts of the row's oldest block edge: older roots skip the whole chain
     head: np.ndarray  # int64 [row cap] newest entry of each row, or -1
 
 
@@ -102,7 +103,7 @@ def _grown(arr: np.ndarray, used: int, need: int, fill: int | None = None) -> np
 def empty_arena(dim: int) -> ArenaView:
     """An arena with no blocks, for ``dim`` edge-feature columns."""
     z = np.empty(0, dtype=np.int64)
-    return ArenaView(z, z, z, np.empty((0, dim), np.float32), z, z, z, z, z, z)
+    return ArenaView(z, z, z, np.empty((0, dim), np.float32), z, z, z, z, z, z, z)
 
 
 def add_block(snap: Snapshot, rows: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray,
@@ -118,7 +119,7 @@ def add_block(snap: Snapshot, rows: np.ndarray, nbr: np.ndarray, ts: np.ndarray,
     ends = np.r_[starts[1:], n]
     e_row = rows[starts]
     grow = {name: _grown(getattr(a, name), n0, n0 + n) for name in ("nbr", "ts", "eid", "feat")}
-    ent = {name: _grown(getattr(a, name), k0, k0 + m) for name in ("e_lo", "e_hi", "e_prev", "e_cum", "e_row")}
+    ent = {name: _grown(getattr(a, name), k0, k0 + m) for name in ("e_lo", "e_hi", "e_prev", "e_cum", "e_row", "e_first")}
     head = _grown(a.head, len(a.head), int(e_row.max()) + 1 if m else 0, fill=-1)
     grow["nbr"][n0 : n0 + n] = nbr
     grow["ts"][n0 : n0 + n] = ts
@@ -131,6 +132,7 @@ def add_block(snap: Snapshot, rows: np.ndarray, nbr: np.ndarray, ts: np.ndarray,
     ent["e_prev"][k0 : k0 + m] = prev
     ent["e_cum"][k0 : k0 + m] = cum_prev + (ends - starts)
     ent["e_row"][k0 : k0 + m] = e_row
+    ent["e_first"][k0 : k0 + m] = np.where(prev >= 0, ent["e_first"][np.maximum(prev, 0)], ts[starts])
     head[e_row] = k0 + np.arange(m, dtype=np.int64)  # last: readers of older snapshots skip these
     return ArenaView(**grow, **ent, head=head)
 

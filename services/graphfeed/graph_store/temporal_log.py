@@ -1,8 +1,11 @@
 """Durability of temporal appends: a RocksDB log of acknowledged batches, replayed at open.
 
 GNNFlow keeps its dynamic graph in (GPU/host) memory only; graphfeed acknowledges an append
-only once it is durable. Each acknowledged batch is ONE RocksDB write batch written with
-``sync=True`` (the WAL is fsync'd before :meth:`TemporalLog.write` returns), holding:
+only once it is durable. Each acknowledged batch is ONE RocksDB write batch, and the WAL is
+fsync'd before :meth:`TemporalLog.write` returns (the write goes to the WAL, then
+``flush_wal(sync=True)``: the same guarantee as a ``sync=True`` write, but rocksdict holds the
+GIL through a synced write and releases it in ``flush_wal``, so samples are not stalled for the
+fsync). The write batch holds:
 
 - ``b/<seq:8 bytes big-endian>``: the batch as stored (sorted by ``(dst, t)``): a 24-byte
   header (``num_edges``, ``edge_feat_dim``, ``first edge seq``, int64) then the raw int64
@@ -85,6 +88,7 @@ class TemporalLog:
         self._db = Rdict(str(self.path), options=opt)
         self._sync = WriteOptions()
         self._sync.sync = True
+        self._wal_only = WriteOptions()  # into the WAL (not synced): write() syncs it without the GIL
         self.bytes_written = 0
         stored = cast("bytes | None", self._db.get(_LAYOUT))
         if stored is None:
@@ -129,7 +133,8 @@ class TemporalLog:
         record = {"digest": ack.digest, "first_eid": ack.first_eid, "num_edges": ack.num_edges, "visible_seq": ack.visible_seq}
         wb.put(_ID + batch_id.encode(), json.dumps(record).encode())
         wb.put(_SEQ, ack.visible_seq.to_bytes(8, "big"))
-        self._db.write(wb, self._sync)
+        self._db.write(wb, self._wal_only)
+        self._db.flush_wal(True)  # fsync: durable from here on
         self.bytes_written += len(value)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -145,6 +146,31 @@ def test_reopen_replays_every_batch_and_remembers_batch_ids(open_store: Open) ->
         acks[3].first_eid, 2, True, acks[3].visible_seq
     )
     assert r.append("b7", np.array([1]), np.array([1]), np.array([200])).first_eid == APPENDED | 14
+
+
+def test_concurrent_appenders_each_see_their_batch_right_after_the_ack(open_store: Open) -> None:
+    """Four threads append to their own rows at once (sharing fsyncs): every ack is visible at once."""
+    s, errors, acks = open_store(0), [], []
+
+    def appender(w: int) -> None:
+        try:
+            for b in range(15):
+                ack = s.append(f"w{w}-{b}", np.array([w, w]), np.array([w, 10 + w]), np.array([100 + b, 100 + b]))
+                r = s.sample(np.array([w, 10 + w]), np.array([1 << 60, 1 << 60]), 1)  # most recent edge of each row
+                assert r.eid.tolist() == [ack.first_eid, ack.first_eid + 1], (w, b, r.eid, ack)
+                acks.append(ack)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=appender, args=(w,)) for w in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert not errors, errors
+    assert sorted(a.visible_seq for a in acks) == list(range(1, 61))
+    assert sorted(a.first_eid for a in acks) == [APPENDED | q for q in range(0, 120, 2)]
+    assert s.info().seq == 60 and s.info().num_appended == 120
 
 
 def test_a_log_of_another_partition_is_refused(graph: Path, tmp_path: Path) -> None:

@@ -8,12 +8,15 @@ This is GNNFlow's dynamic-graph store (issue 16) inside a graph-store. The piece
   before it is acknowledged and replays it at open;
 - :mod:`~graphfeed.graph_store.temporal_sampling`: the compiled recent / uniform-before-t sampler.
 
-:class:`TemporalStore` validates every request, keeps the idempotence table (batch id -> ack)
-and serializes appends under one lock: validate -> answer a retry from the table -> sort the
-batch by ``(dst, t)`` -> check time order per row -> write the log (fsync) -> add the block ->
-publish the new snapshot (one reference assignment, the only thing readers see). Samples never
-take the lock; they read whichever snapshot is current when they start, so a sample running
-during an append sees every batch before it or also that whole batch, never half of one.
+:class:`TemporalStore` validates every request and keeps the idempotence table (batch id ->
+ack). An append runs in two phases. Under the append lock (the order of batches): answer a
+retry from the table, or sort the batch by ``(dst, t)``, check time order per row, write it to
+the RocksDB WAL (not yet synced) and add its block to the *latest* snapshot. Then, without the
+lock: fsync the WAL (``flush_wal``, GIL released; concurrent appenders share one fsync, i.e.
+group commit) and *publish* the latest snapshot (one reference assignment, the only thing
+samples read), then acknowledge. So an acknowledged batch is durable and visible, a sample
+never sees a batch that is not durable, and never half of one: samples take no lock and read
+whichever published snapshot is current when they start.
 Rows, edge ids and the ownership rule are those of ``TEMPORAL_SPEC``: appended edges get
 ``eid = (1 << 62) | (partition << 40) | seq``; a node ``g >= num_nodes`` belongs to ``g % P``.
 """
@@ -35,8 +38,6 @@ from graphfeed.graph_store.temporal_sampling import gather_features, sample_snap
 
 log = logging.getLogger(__name__)
 
-_MAX_NAMED = 5  # offending ids quoted in an error
-_NO_ROW = 1 << 62  # row of an owned node that has no edge yet: beyond every array
 _STRATEGIES = ("recent", "uniform")
 
 
@@ -80,17 +81,6 @@ class TemporalInfo:
     log_bytes: int = 0  # bytes of edge data written to the log by this process
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """Which gids this partition owns."""
-
-    partition_id: int
-    num_partitions: int
-    num_nodes: int
-    start: int
-    stop: int
-
-
 class TemporalStore:
     """Temporal adjacency of one partition: appends (durable, idempotent) and temporal sampling.
 
@@ -109,18 +99,22 @@ class TemporalStore:
             ``max(compact_min_edges, base edges)`` (default 1,000,000): amortized O(1) per edge.
     """
 
-    def __init__(self, base: ti.Csr, layout: _Layout, append_log: TemporalLog | None, *, max_append_edges: int = 1_000_000,
+    def __init__(self, base: ti.Csr, layout: ti.Layout, append_log: TemporalLog | None, *, max_append_edges: int = 1_000_000,
                  max_ids_per_request: int = 4_000_000, max_fanout: int = 1000, max_blocks: int = 256,
                  compact_min_edges: int = 1_000_000) -> None:  # fmt: skip
         self.layout = layout
         self.max_append_edges, self.max_ids_per_request, self.max_fanout = max_append_edges, max_ids_per_request, max_fanout
         self.max_blocks, self.compact_min_edges = max_blocks, compact_min_edges
         self._log = append_log
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # orders appends: staging, the log's WAL, the blocks
+        self._publish_lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # no append between staging and publishing
+        self._inflight = 0
         self._closed = False
+        self._broken: str | None = None  # why the log failed: appends are refused until reopened
         ts = np.asarray(base.ts)
         empty = np.empty(0, dtype=np.int64)
-        self._snap = ti.Snapshot(
+        self._latest = ti.Snapshot(
             base=base, arena=ti.empty_arena(base.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0,
             num_rows=layout.stop - layout.start, new_gids=empty, new_rows=empty, seq=0, num_appended=0,
             min_t=int(ts.min()) if len(ts) else None, max_t=int(ts.max()) if len(ts) else None,
@@ -128,6 +122,7 @@ class TemporalStore:
         self._acks: dict[str, LoggedAck] = {}
         if append_log is not None:
             self._replay(append_log)
+        self._snap = self._latest  # what samples read: only batches whose WAL is synced
 
     @classmethod
     def open(cls, reader_or_part_dir: PartitionReader | Path | str, log_dir: Path | None, *, num_partitions: int | None = None,
@@ -151,7 +146,7 @@ class TemporalStore:
             reader, owned = PartitionReader(Path(reader_or_part_dir)), True
         try:
             m = reader.manifest
-            layout = _Layout(reader.partition_id, m.num_partitions, m.num_nodes, reader.start, reader.stop)
+            layout = ti.Layout(reader.partition_id, m.num_partitions, m.num_nodes, reader.start, reader.stop)
             if (num_partitions, partition_id) != (None, None) and (num_partitions, partition_id) != (m.num_partitions, reader.partition_id):
                 raise FailedPrecondition(
                     f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, not {partition_id} of {num_partitions}"
@@ -191,21 +186,51 @@ class TemporalStore:
         with self._lock:
             self._check_open()
             done = self._acks.get(batch_id)
-            if done is not None:
-                if done.digest != digest:
-                    raise FailedPrecondition(f"batch id {batch_id!r} was already acknowledged with different edges")
-                return AppendAck(done.first_eid, done.num_edges, True, done.visible_seq)
-            order = np.lexsort((t, dst))  # stable: equal (dst, t) keep arrival order
-            src, dst, t, feat = src[order], dst[order], t[order], feat[order]
-            snap = self._snap
-            rows, new_gids, new_rows = self._rows_for_append(snap, dst)
-            self._check_time_order(snap, rows, dst, t)
-            first_seq = snap.num_appended
-            ack = LoggedAck(digest, self._eid(first_seq), len(src), snap.seq + 1)
-            self._writable_log().write(batch_id, ack, first_seq, src, dst, t, feat)
-            self._apply(snap, rows, new_gids, new_rows, src, t, feat)
-            self._acks[batch_id] = ack
-            return AppendAck(ack.first_eid, ack.num_edges, False, ack.visible_seq)
+            fresh = done is None
+            if done is None:
+                done = self._stage(batch_id, digest, src, dst, t, feat)
+            target = self._latest
+            self._inflight += 1
+        try:
+            if done.digest != digest:
+                raise FailedPrecondition(f"batch id {batch_id!r} was already acknowledged with different edges")
+            self._sync_and_publish(target)  # a retry of a batch still in flight waits for its sync too
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._idle.notify_all()
+        return AppendAck(done.first_eid, done.num_edges, not fresh, done.visible_seq)
+
+    def _stage(self, batch_id: str, digest: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray) -> LoggedAck:
+        """Sorts, checks and writes one batch to the WAL (not yet synced) and to the blocks (lock held)."""
+        order = np.lexsort((t, dst))  # stable: equal (dst, t) keep arrival order
+        src, dst, t, feat = src[order], dst[order], t[order], feat[order]
+        snap = self._latest
+        rows, new_gids, new_rows = ti.rows_for_append(snap, self.layout, dst)
+        self._check_time_order(snap, rows, dst, t)
+        first_seq = snap.num_appended
+        ack = LoggedAck(digest, self._eid(first_seq), len(src), snap.seq + 1)
+        self._writable_log().write(batch_id, ack, first_seq, src, dst, t, feat)
+        self._apply(snap, rows, new_gids, new_rows, src, t, feat)
+        self._acks[batch_id] = ack
+        return ack
+
+    def _sync_and_publish(self, target: ti.Snapshot) -> None:
+        """Makes every batch of ``target`` durable, then lets samples see it (lock not held).
+
+        Concurrent appenders sync at once and RocksDB groups them into one fsync (group
+        commit); ``target`` holds only batches written to the WAL before this sync began.
+        """
+        if self._log is not None and target.seq > self._snap.seq:
+            try:
+                self._log.sync()
+            except Exception as exc:
+                self._broken = f"the append log failed ({exc}); reopen the store"
+                raise FailedPrecondition(self._broken) from exc
+        with self._publish_lock:
+            now = self._snap
+            if target.seq > now.seq or (target.seq == now.seq and target.n_blocks < now.n_blocks):  # newer, or compacted
+                self._snap = target
 
     def _eid(self, seq: int) -> int:
         return (1 << 62) | (self.layout.partition_id << 40) | seq
@@ -225,29 +250,8 @@ class TemporalStore:
             if n and a.min() < 0:
                 raise InvalidArgument(f"{what} must be node ids >= 0, got {int(a.min())}")
         feat = ti.feat_array(efeat, n, self.edge_feat_dim)
-        self._check_owned(arrays[1], "dst")
+        ti.check_owned(self.layout, arrays[1], "dst")
         return arrays[0], arrays[1], arrays[2], feat
-
-    def _check_owned(self, gids: np.ndarray, what: str) -> None:
-        lay = self.layout
-        old = gids < lay.num_nodes
-        bad = np.where(old, (gids < lay.start) | (gids >= lay.stop), gids % lay.num_partitions != lay.partition_id)
-        if bad.any():
-            offending = np.unique(gids[bad])
-            named = ", ".join(str(int(g)) for g in offending[:_MAX_NAMED])
-            more = f" and {len(offending) - _MAX_NAMED} more" if len(offending) > _MAX_NAMED else ""
-            raise FailedPrecondition(
-                f"{what} {named}{more} not owned by partition {lay.partition_id} of {lay.num_partitions}, which owns "
-                f"[{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} with id % {lay.num_partitions} == {lay.partition_id}"
-            )
-
-    def _rows_for_append(self, snap: ti.Snapshot, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rows = dst - self.layout.start
-        new = dst >= self.layout.num_nodes
-        new_gids, new_rows = snap.new_gids, snap.new_rows
-        if new.any():
-            rows[new], new_gids, new_rows = ti.new_rows_for(snap, dst[new], self.layout.stop - self.layout.start)
-        return rows, new_gids, new_rows
 
     def _check_time_order(self, snap: ti.Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.ndarray) -> None:
         if not len(rows):
@@ -264,22 +268,22 @@ class TemporalStore:
 
     def _apply(self, snap: ti.Snapshot, rows: np.ndarray, new_gids: np.ndarray, new_rows: np.ndarray, src: np.ndarray,
                t: np.ndarray, feat: np.ndarray) -> None:  # fmt: skip
-        """Adds one sorted batch as a block and publishes the new snapshot (lock held)."""
+        """Adds one sorted batch as a block to the latest (unpublished) snapshot (lock held)."""
         n = len(src)
         eid = self._eid(snap.num_appended) + np.arange(n, dtype=np.int64)
         arena = ti.add_block(snap, rows, src, t, eid, feat) if n else snap.arena
         m = len(np.unique(rows)) if n else 0
         lo = [x for x in (snap.min_t, int(t[0:n].min()) if n else None) if x is not None]
         hi = [x for x in (snap.max_t, int(t[0:n].max()) if n else None) if x is not None]
-        self._snap = replace(
+        self._latest = replace(
             snap, arena=arena, n_entries=snap.n_entries + m, n_blocks=snap.n_blocks + (1 if n else 0),
             n_arena_edges=snap.n_arena_edges + n, num_rows=max(snap.num_rows, int(new_rows.max()) + 1 if len(new_rows) else 0),
             new_gids=new_gids, new_rows=new_rows, seq=snap.seq + 1, num_appended=snap.num_appended + n,
             min_t=min(lo) if lo else None, max_t=max(hi) if hi else None,
         )  # fmt: skip
-        s = self._snap
+        s = self._latest
         if s.n_blocks >= self.max_blocks or s.n_arena_edges >= max(self.compact_min_edges, len(s.base.ts)):
-            self._snap = ti.compact(s)
+            self._latest = ti.compact(s)
 
     def _replay(self, append_log: TemporalLog) -> None:
         """Applies every logged batch in order (they were checked when first acknowledged)."""
@@ -290,13 +294,13 @@ class TemporalStore:
         self._acks = append_log.acks()
         if count:
             log.info("partition %d: replayed %d appended batches (%d edges) from %s",
-                     self.layout.partition_id, count, self._snap.num_appended, append_log.path)  # fmt: skip
+                     self.layout.partition_id, count, self._latest.num_appended, append_log.path)  # fmt: skip
 
     def _replay_one(self, batch: LoggedBatch) -> None:
-        snap = self._snap
+        snap = self._latest
         if batch.seq != snap.seq + 1 or batch.first_edge_seq != snap.num_appended:
             raise FailedPrecondition(f"append log: batch {batch.seq} follows batch {snap.seq}; the log is damaged")
-        rows, new_gids, new_rows = self._rows_for_append(snap, batch.dst)
+        rows, new_gids, new_rows = ti.rows_for_append(snap, self.layout, batch.dst)
         self._apply(snap, rows, new_gids, new_rows, batch.src, batch.t, batch.efeat)
 
     # -- sampling --------------------------------------------------------------------------
@@ -333,24 +337,13 @@ class TemporalStore:
             raise ResourceExhausted(f"{len(gids)} roots exceed the limit of {self.max_ids_per_request}; split the request")
         if len(gids) and gids.min() < 0:
             raise InvalidArgument(f"nodes must be ids >= 0, got {int(gids.min())}")
-        self._check_owned(gids, "nodes")
+        ti.check_owned(self.layout, gids, "nodes")
         snap = self._snap  # one read: the whole call sees this snapshot
         want = with_features and self.edge_feat_dim > 0
         offsets, nbr, ts, eid, pos = sample_snapshot(
-            snap, self._rows_of(snap, gids), times, int(fanout), strategy == "recent", int(seed), int(first_position), want
+            snap, ti.rows_of(snap, self.layout, gids), times, int(fanout), strategy == "recent", int(seed), int(first_position), want
         )
         return TemporalSample(offsets, nbr, ts, eid, gather_features(snap, pos) if pos is not None else None)
-
-    def _rows_of(self, snap: ti.Snapshot, gids: np.ndarray) -> np.ndarray:
-        """Rows of owned gids; an appended-id node not seen yet gets a row with no edges."""
-        rows = gids - self.layout.start
-        new = gids >= self.layout.num_nodes
-        if new.any():
-            g = gids[new]
-            at = np.minimum(np.searchsorted(snap.new_gids, g), max(len(snap.new_gids) - 1, 0))
-            found = snap.new_gids[at] == g if len(snap.new_gids) else np.zeros(len(g), dtype=bool)
-            rows[new] = np.where(found, snap.new_rows[at] if len(snap.new_rows) else 0, _NO_ROW)
-        return rows
 
     # -- state ---------------------------------------------------------------------------
 
@@ -369,13 +362,16 @@ class TemporalStore:
         """Merges the pending blocks into the base CSR now (samples are unchanged by it)."""
         with self._lock:
             self._check_open()
-            if self._snap.n_blocks:
-                self._snap = ti.compact(self._snap)
+            if self._latest.n_blocks:
+                self._latest = ti.compact(self._latest)
+            target = self._latest
+        self._sync_and_publish(target)
 
     def close(self) -> None:
         """Closes the append log; the store must not be used afterwards. Idempotent."""
         with self._lock:
             self._closed = True
+            self._idle.wait_for(lambda: self._inflight == 0)  # appends already staged finish their sync
             if self._log is not None:
                 self._log.close()
 
@@ -388,3 +384,5 @@ class TemporalStore:
     def _check_open(self) -> None:
         if self._closed:
             raise FailedPrecondition(f"temporal store of partition {self.layout.partition_id} is closed")
+        if self._broken is not None:
+            raise FailedPrecondition(self._broken)

@@ -30,9 +30,23 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 
 _I64_MIN = np.iinfo(np.int64).min
+_MAX_NAMED = 5  # offending ids quoted in an error
+_NO_ROW = 1 << 62  # row of an owned node that has no edge yet: beyond every array
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which gids a partition owns: ``[start, stop)`` and the appended ids ``g >= num_nodes``
+    with ``g % num_partitions == partition_id``."""
+
+    partition_id: int
+    num_partitions: int
+    num_nodes: int
+    start: int
+    stop: int
 
 
 @dataclass(frozen=True)
@@ -248,3 +262,39 @@ def feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
     if arr.shape != (n, dim) or arr.dtype.kind != "f":
         raise InvalidArgument(f"efeat must be float [{n}, {dim}], got {arr.dtype} {list(arr.shape)}")
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:
+    """Raises FailedPrecondition naming (up to 5) ``gids`` this partition does not own."""
+    old = gids < lay.num_nodes
+    bad = np.where(old, (gids < lay.start) | (gids >= lay.stop), gids % lay.num_partitions != lay.partition_id)
+    if bad.any():
+        offending = np.unique(gids[bad])
+        named = ", ".join(str(int(g)) for g in offending[:_MAX_NAMED])
+        more = f" and {len(offending) - _MAX_NAMED} more" if len(offending) > _MAX_NAMED else ""
+        raise FailedPrecondition(
+            f"{what} {named}{more} not owned by partition {lay.partition_id} of {lay.num_partitions}, which owns "
+            f"[{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} with id % {lay.num_partitions} == {lay.partition_id}"
+        )
+
+
+def rows_for_append(snap: Snapshot, lay: Layout, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of owned ``dst`` gids, new rows allocated for unseen appended ids (see :func:`new_rows_for`)."""
+    rows = dst - lay.start
+    new = dst >= lay.num_nodes
+    new_gids, new_rows = snap.new_gids, snap.new_rows
+    if new.any():
+        rows[new], new_gids, new_rows = new_rows_for(snap, dst[new], lay.stop - lay.start)
+    return rows, new_gids, new_rows
+
+
+def rows_of(snap: Snapshot, lay: Layout, gids: np.ndarray) -> np.ndarray:
+    """Rows of owned gids for reading; an appended id not seen yet gets a row with no edges."""
+    rows = gids - lay.start
+    new = gids >= lay.num_nodes
+    if new.any():
+        g = gids[new]
+        at = np.minimum(np.searchsorted(snap.new_gids, g), max(len(snap.new_gids) - 1, 0))
+        found = snap.new_gids[at] == g if len(snap.new_gids) else np.zeros(len(g), dtype=bool)
+        rows[new] = np.where(found, snap.new_rows[at] if len(snap.new_rows) else 0, _NO_ROW)
+    return rows

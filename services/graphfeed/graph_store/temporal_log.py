@@ -1,11 +1,12 @@
 """Durability of temporal appends: a RocksDB log of acknowledged batches, replayed at open.
 
 GNNFlow keeps its dynamic graph in (GPU/host) memory only; graphfeed acknowledges an append
-only once it is durable. Each acknowledged batch is ONE RocksDB write batch, and the WAL is
-fsync'd before :meth:`TemporalLog.write` returns (the write goes to the WAL, then
-``flush_wal(sync=True)``: the same guarantee as a ``sync=True`` write, but rocksdict holds the
-GIL through a synced write and releases it in ``flush_wal``, so samples are not stalled for the
-fsync). The write batch holds:
+only once it is durable. Each batch is ONE RocksDB write batch put into the WAL by
+:meth:`TemporalLog.write`, and the store acknowledges it only after :meth:`TemporalLog.sync`
+(``flush_wal(sync=True)``: fsync of the WAL) has returned. That is the guarantee of a
+``sync=True`` write, split in two because rocksdict holds the GIL through a synced write but
+releases it in ``flush_wal`` (samples keep running during the fsync), and because appenders
+that sync at the same time share one fsync (group commit). The write batch holds:
 
 - ``b/<seq:8 bytes big-endian>``: the batch as stored (sorted by ``(dst, t)``): a 24-byte
   header (``num_edges``, ``edge_feat_dim``, ``first edge seq``, int64) then the raw int64
@@ -122,9 +123,13 @@ class TemporalLog:
         # raw_mode: keys and values are bytes (the stub types them as any value)
         return cast("Iterator[tuple[bytes, bytes]]", iter(self._db.items(from_key=prefix)))
 
+    def sync(self) -> None:
+        """Fsyncs the WAL (GIL released): every batch written before the call is durable after it."""
+        self._db.flush_wal(True)
+
     def write(self, batch_id: str, ack: LoggedAck, first_edge_seq: int, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
               efeat: np.ndarray) -> None:  # fmt: skip
-        """Writes one batch, its ack and the new seq atomically; durable (WAL fsync'd) on return."""
+        """Writes one batch, its ack and the new seq atomically into the WAL; durable after :meth:`sync`."""
         n, dim = len(src), efeat.shape[1]
         header = np.array([n, dim, first_edge_seq], dtype=np.int64)
         value = b"".join(np.ascontiguousarray(a).tobytes() for a in (header, src, dst, t, efeat.astype(np.float32, copy=False)))
@@ -134,7 +139,6 @@ class TemporalLog:
         wb.put(_ID + batch_id.encode(), json.dumps(record).encode())
         wb.put(_SEQ, ack.visible_seq.to_bytes(8, "big"))
         self._db.write(wb, self._wal_only)
-        self._db.flush_wal(True)  # fsync: durable from here on
         self.bytes_written += len(value)
 
     def close(self) -> None:

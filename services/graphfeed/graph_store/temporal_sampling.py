@@ -73,6 +73,22 @@ def _prefetch_root(b_indptr, b_ts, head, rows, i, n):  # noqa: ANN001, ANN202
 
 
 @_jit
+def _prefetch_rows(b_indptr, b_nbr, b_ts, b_eid, rows, n_arr, k_arr, offsets, j, j2):  # noqa: ANN001, ANN202
+    """Puts in flight the base lines root ``j`` will copy (its newest ``c_j`` edges) and the indptr entry of ``j2``."""
+    nb = len(b_indptr) - 1
+    if j2 < len(rows) and rows[j2] < nb:
+        prefetch(b_indptr, rows[j2])
+    c = offsets[j + 1] - offsets[j]
+    if rows[j] < nb and c > 0 and k_arr[j] < 0:
+        hi = b_indptr[rows[j]] + n_arr[j] - 1
+        lo = hi - c + 1
+        for q in (lo, hi):
+            prefetch(b_nbr, q)
+            prefetch(b_ts, q)
+            prefetch(b_eid, q)
+
+
+@_jit
 def _locate(b_indptr, b_ts, a_ts, e_lo, e_hi, e_prev, e_cum, e_first, head, n_entries, rows, times, fanout, offsets, n_out, k_out):  # noqa: ANN001, ANN202
     """Pass 1: ``n_i``, the newest entry holding a position ``< n_i`` (or -1: base) and offsets."""
     nb = len(b_indptr) - 1
@@ -137,13 +153,8 @@ def _fill(b_indptr, b_nbr, b_ts, b_eid, a_nbr, a_ts, a_eid, e_lo, e_hi, e_prev, 
     nb = len(b_indptr) - 1
     nr = len(rows)
     for i in range(nr):
-        if i + _AHEAD < nr and rows[i + _AHEAD] < nb:  # the lines the root ahead reads last (recent: its newest)
-            q = b_indptr[rows[i + _AHEAD]] + n_arr[i + _AHEAD] - 1
-            if n_arr[i + _AHEAD] > 0 and k_arr[i + _AHEAD] < 0:
-                prefetch(b_nbr, q)
-                prefetch(b_eid, q)
-        if i + 2 * _AHEAD < nr and rows[i + 2 * _AHEAD] < nb:
-            prefetch(b_indptr, rows[i + 2 * _AHEAD])
+        if i + 2 * _AHEAD < nr:
+            _prefetch_rows(b_indptr, b_nbr, b_ts, b_eid, rows, n_arr, k_arr, offsets, i + 2 * _AHEAD, i + 4 * _AHEAD)
         out = offsets[i]
         c = offsets[i + 1] - out
         if c == 0:

@@ -131,7 +131,8 @@ class TemporalStore:
 
         Args:
             reader_or_part_dir: an opened :class:`PartitionReader` (only its memory-mapped topology
-                is used; its RocksDB handle may be closed) or a partition directory.
+                is used; its RocksDB handle may be closed) or a partition directory. Ingest-time
+                edges without ``edge_ts.npy`` count as edges at ``t = 0``.
             log_dir: the append log (RocksDB, created if missing); None: appends are refused.
             num_partitions, partition_id: checked against the partition's manifest when given.
             limits: ``max_append_edges``, ``max_ids_per_request``, ``max_fanout``, ``max_blocks``,

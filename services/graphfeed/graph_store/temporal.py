@@ -273,7 +273,7 @@ class TemporalStore:
         n = len(src)
         eid = self._eid(snap.num_appended) + np.arange(n, dtype=np.int64)
         arena = ti.add_block(snap, rows, src, t, eid, feat) if n else snap.arena
-        m = len(np.unique(rows)) if n else 0
+        m = int(np.count_nonzero(rows[1:] != rows[:-1])) + 1 if n else 0  # entries: rows are grouped
         lo = [x for x in (snap.min_t, int(t[0:n].min()) if n else None) if x is not None]
         hi = [x for x in (snap.max_t, int(t[0:n].max()) if n else None) if x is not None]
         self._latest = replace(

@@ -84,8 +84,10 @@ class TemporalInfo:
 class TemporalStore:
     """Temporal adjacency of one partition: appends (durable, idempotent) and temporal sampling.
 
-    Build it with :meth:`open`. Thread-safe: appends and compaction serialize on a lock,
-    samples run concurrently with them (and with each other, GIL released).
+    Build it with :meth:`open`. Thread-safe: appends are staged one at a time under a lock and
+    fsync'd together; samples run concurrently with them (and with each other, GIL released).
+    Compaction runs inside the append that crosses a threshold (under the lock, O(all edges)),
+    so that append's latency includes it; the thresholds keep it amortized O(1) per edge.
 
     Args:
         base: the partition's time-sorted CSR (see :func:`~graphfeed.graph_store.temporal_index.time_sorted_base`).

@@ -198,23 +198,29 @@ _CHILD = textwrap.dedent(
     import numpy as np
     from graphfeed.graph_store.temporal import TemporalStore
     s = TemporalStore.open(sys.argv[1], sys.argv[2])
-    for i in range(100000):
-        n = 500
-        dst = np.arange(n) % 20
-        ack = s.append(f"k{i}", np.full(n, i % 40), dst, np.full(n, 1000 + i))
-        print(json.dumps([f"k{i}", ack.first_eid, ack.num_edges]), flush=True)
+    for i in range(int(sys.argv[3]), 10**6):
+        ack = s.append(f"k{i}", *[np.asarray(a) for a in json.loads(sys.argv[4].replace("T", str(1000 + i)).replace("I", str(i)))])
+        print(json.dumps([i, ack.first_eid, ack.num_edges]), flush=True)
     """
 )
+_BATCH = "[[I, I, I], [0, 7, 19], [T, T, T]]"  # batch i: 3 edges from i into rows 0, 7, 19 at t = 1000 + i
 
 
-def test_sigkill_right_after_acks_loses_no_acknowledged_edge(graph: Path, tmp_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(graph / "part-00000"), str(tmp_path / "klog")],
+def _batch(i: int) -> list[np.ndarray]:
+    return [np.asarray(a) for a in json.loads(_BATCH.replace("T", str(1000 + i)).replace("I", str(i)))]
+
+
+def _kill_trial(part: Path, log_dir: Path, start: int, acks_wanted: int) -> int:
+    """Child appends batches start, start+1, ...; SIGKILL right after ``acks_wanted`` acks; the
+    parent reopens, retries every batch the child may have been sending, and checks that every
+    batch so far is stored exactly once. Returns the next batch number."""
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(part), str(log_dir), str(start), _BATCH],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])  # fmt: skip
-    acked: list[list] = []
+    acked: list[list[int]] = []
     deadline = time.monotonic() + 60
     try:
         assert child.stdout is not None
-        while len(acked) < 30 and time.monotonic() < deadline:
+        while len(acked) < acks_wanted and time.monotonic() < deadline:
             line = child.stdout.readline()
             if not line:
                 break
@@ -222,17 +228,30 @@ def test_sigkill_right_after_acks_loses_no_acknowledged_edge(graph: Path, tmp_pa
         os.kill(child.pid, signal.SIGKILL)  # right after an ack, likely mid-way through the next batch
     finally:
         _, err = child.communicate(timeout=30)
-    assert len(acked) == 30, f"child stopped after {len(acked)} acks (rc {child.returncode}): {err}"
+    assert len(acked) == acks_wanted, f"child stopped after {len(acked)} acks (rc {child.returncode}): {err}"
     assert child.returncode == -signal.SIGKILL
-    s = TemporalStore.open(graph / "part-00000", tmp_path / "klog")
+    s = TemporalStore.open(part, log_dir)
     try:
-        stored = np.concatenate([[e[2] for e in row] for row in _all_edges(s, np.arange(20))])
-        appended = stored[stored >= APPENDED]
-        assert len(np.unique(appended)) == len(appended)  # nothing twice
-        want = np.concatenate([np.arange(first, first + n) for _, first, n in acked])
-        assert np.isin(want, appended).all()  # every acknowledged edge is there
-        name, first, n = acked[-1]
-        retry = s.append(name, np.full(n, (len(acked) - 1) % 40), np.arange(n) % 20, np.full(n, 1000 + len(acked) - 1))
-        assert retry.duplicate and retry.first_eid == first
+        last = acked[-1][0]
+        for i, first, _ in acked:  # a client retrying an acknowledged batch gets its ack again
+            retry = s.append(f"k{i}", *_batch(i))
+            assert retry.duplicate and retry.first_eid == first
+        s.append(f"k{last + 1}", *_batch(last + 1))  # the batch in flight at the kill: applied at most once
+        edges = _all_edges(s, np.array([0, 7, 19]))
+        for row in edges:
+            times = [t for _, t, eid in row if eid >= APPENDED]
+            assert times == [1000 + i for i in range(last + 2)], "an acknowledged edge lost or an edge stored twice"
     finally:
         s.close()
+    return last + 2
+
+
+def test_sigkill_right_after_acks_loses_no_acknowledged_edge(graph: Path, tmp_path: Path) -> None:
+    assert _kill_trial(graph / "part-00000", tmp_path / "klog", 0, 20) == 21
+
+
+@pytest.mark.slow
+def test_ten_sigkills_during_appends_lose_nothing_and_apply_nothing_twice(graph: Path, tmp_path: Path) -> None:
+    start, rng = 0, np.random.default_rng(0)
+    for _ in range(10):  # one log through every trial: each reopen replays all earlier trials too
+        start = _kill_trial(graph / "part-00000", tmp_path / "klog", start, int(rng.integers(1, 40)))

@@ -66,6 +66,8 @@ def test_append_is_visible_after_the_ack_with_spec_edge_ids(open_store: Open) ->
     info = s.info()
     assert (info.num_appended, info.seq, info.num_blocks, info.max_t) == (3, 1, 1, 100)
     assert info.num_edges == N // 2 * J + 3
+    tie = s.append("tie", np.array([9, 3, 8, 7]), np.array([21, 20, 21, 21]), np.array([200, 200, 200, 200]))
+    assert _all_edges(s, np.array([21]))[0][-3:] == [(9, 200, tie.first_eid + 1), (8, 200, tie.first_eid + 2), (7, 200, tie.first_eid + 3)]
 
 
 def test_new_nodes_get_rows_and_are_owned_by_id_mod_p(open_store: Open) -> None:

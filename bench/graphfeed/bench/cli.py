@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "link-sweep": "graphfeed.bench.link_sweep",
     "link": "graphfeed.bench.links",
     "fuzz": "graphfeed.bench.fuzz",
+    "temporal": "graphfeed.bench.temporal",
 }
 
 

@@ -16,6 +16,7 @@ from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFoun
 from graphfeed.common.partition import PartitionReader
 from graphfeed.common.rows import scatter_rows, take_rows
 from graphfeed.graph_store.sampling import Alloc, sample_csr
+from graphfeed.graph_store.temporal import TemporalStore
 from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,12 @@ class GraphStore:
         max_fanout: largest ``fanout`` accepted besides ``-1`` (default 1000).
         chunk_bytes: most bytes of rows per chunk from :meth:`iter_node_data` (default 4 MiB;
             a chunk always holds at least one row).
+        append_dir: the temporal append log (RocksDB); with it, :attr:`temporal` takes appends.
+        temporal_limits: limits of the :class:`~graphfeed.graph_store.temporal.TemporalStore`.
+
+    Attributes:
+        temporal: the partition's temporal graph (appends, temporal sampling), created when the
+            partition has edge timestamps or ``append_dir`` is given; else None.
     """
 
     def __init__(
@@ -84,6 +91,8 @@ class GraphStore:
         max_ids_per_request: int = 4_000_000,
         max_fanout: int = 1000,
         chunk_bytes: int = 4 << 20,
+        append_dir: Path | None = None,
+        **temporal_limits: int,
     ) -> None:
         self._reader = reader
         self._closed = False
@@ -106,6 +115,11 @@ class GraphStore:
             # partition; a bounded cache will keep a read-only handle instead.
             reader.close()
         self._degrees = np.diff(np.asarray(reader.indptr, dtype=np.int64))
+        self.temporal: TemporalStore | None = None
+        if reader.edge_ts is not None or append_dir is not None:
+            self.temporal = TemporalStore.open(
+                reader, append_dir, max_ids_per_request=max_ids_per_request, max_fanout=max_fanout, **temporal_limits
+            )
         self._info = _partition_info(reader)
         log.info(
             "partition %d of %r: gids [%d, %d), %d in-edges, node data %s",
@@ -113,9 +127,9 @@ class GraphStore:
         )
 
     @classmethod
-    def open(cls, part_dir: Path, **limits: int) -> GraphStore:
-        """Opens a partition directory (``<root>/part-NNNNN``); ``limits`` as in the constructor."""
-        return cls(PartitionReader(Path(part_dir)), **limits)
+    def open(cls, part_dir: Path, append_dir: Path | None = None, **limits: int) -> GraphStore:
+        """Opens a partition directory (``<root>/part-NNNNN``); ``append_dir``, ``limits`` as in the constructor."""
+        return cls(PartitionReader(Path(part_dir)), append_dir=append_dir, **limits)
 
     def info(self) -> PartitionInfo:
         """Describes this partition and the whole graph."""
@@ -286,3 +300,5 @@ class GraphStore:
         self._closed = True
         self._tables = {}
         self._splits = {}
+        if self.temporal is not None:
+            self.temporal.close()

@@ -1,0 +1,391 @@
+"""One partition's temporal graph: durable edge appends and temporal sampling, without gRPC.
+
+This is GNNFlow's dynamic-graph store (issue 16) inside a graph-store. The pieces:
+
+- :mod:`~graphfeed.graph_store.temporal_index`: the time-indexed adjacency (GNNFlow's per-node
+  block lists as a base CSR + append blocks chained per row) and immutable snapshots;
+- :mod:`~graphfeed.graph_store.temporal_log`: the RocksDB log that makes an append durable
+  before it is acknowledged and replays it at open;
+- :mod:`~graphfeed.graph_store.temporal_sampling`: the compiled recent / uniform-before-t sampler.
+
+:class:`TemporalStore` validates every request and keeps the idempotence table (batch id ->
+ack). An append runs in two phases. Under the append lock (the order of batches): answer a
+retry from the table, or sort the batch by ``(dst, t)``, check time order per row, write it to
+the RocksDB WAL (not yet synced) and add its block to the *latest* snapshot. Then, without the
+lock: fsync the WAL (``flush_wal``, GIL released; concurrent appenders share one fsync, i.e.
+group commit) and *publish* the latest snapshot (one reference assignment, the only thing
+samples read), then acknowledge. So an acknowledged batch is durable and visible, a sample
+never sees a batch that is not durable, and never half of one: samples take no lock and read
+whichever published snapshot is current when they start.
+Rows, edge ids and the ownership rule are those of ``TEMPORAL_SPEC``: appended edges get
+``eid = (1 << 62) | (partition << 40) | seq``; a node ``g >= num_nodes`` belongs to ``g % P``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from graphfeed.common.partition import PartitionReader
+from graphfeed.graph_store import temporal_index as ti
+from graphfeed.graph_store.temporal_log import LoggedAck, LoggedBatch, TemporalLog, content_digest
+from graphfeed.graph_store.temporal_sampling import gather_features, sample_snapshot
+
+log = logging.getLogger(__name__)
+
+_STRATEGIES = ("recent", "uniform")
+
+
+class OutOfOrder(InvalidArgument):
+    """An appended edge is older than the last edge already stored for its row."""
+
+
+@dataclass(frozen=True)
+class AppendAck:
+    """The answer to an append (also to a retry of it, with ``duplicate=True``)."""
+
+    first_eid: int  # eid of the batch's first stored edge (in stored (dst, t) order)
+    num_edges: int
+    duplicate: bool  # True when batch_id had already been acknowledged (nothing applied)
+    visible_seq: int  # batches applied after this one (monotone); sampling sees it from now on
+
+
+@dataclass(frozen=True)
+class TemporalSample:
+    """Per root ``i``, edges ``[offsets[i], offsets[i+1])`` in ascending time."""
+
+    offsets: np.ndarray  # int64 [N+1]
+    nbr: np.ndarray  # int64 [S] neighbour gids
+    ts: np.ndarray  # int64 [S]
+    eid: np.ndarray  # int64 [S]
+    efeat: np.ndarray | None  # float32 [S, D], None when D == 0 or not asked
+
+
+@dataclass(frozen=True)
+class TemporalInfo:
+    """Size and state of the temporal graph of one partition."""
+
+    num_edges: int  # base + appended edges
+    num_appended: int  # edges appended since ingest (the next edge seq)
+    num_rows: int  # owned ingest nodes + nodes that arrived by append
+    num_blocks: int  # append blocks not compacted yet
+    min_t: int | None  # None when there is no edge
+    max_t: int | None
+    edge_feat_dim: int
+    seq: int  # batches acknowledged
+    log_bytes: int = 0  # bytes of edge data written to the log by this process
+
+
+class TemporalStore:
+    """Temporal adjacency of one partition: appends (durable, idempotent) and temporal sampling.
+
+    Build it with :meth:`open`. Thread-safe: appends are staged one at a time under a lock and
+    fsync'd together; samples run concurrently with them (and with each other, GIL released).
+    Compaction runs inside the append that crosses a threshold (under the lock, O(all edges)),
+    so that append's latency includes it; the thresholds keep it amortized O(1) per edge.
+
+    Args:
+        base: the partition's time-sorted CSR (see :func:`~graphfeed.graph_store.temporal_index.time_sorted_base`).
+        layout: what the partition owns.
+        append_log: the durable log, or None for a read-only store (appends refused).
+        max_append_edges: most edges in one batch (default 1,000,000).
+        max_ids_per_request: most roots in one sample call (default 4,000,000).
+        max_fanout: largest fanout besides -1 (default 1000).
+        max_blocks: compact when this many blocks are pending (default 256).
+        compact_min_edges: also compact when the blocks hold more edges than
+            ``max(compact_min_edges, base edges)`` (default 1,000,000): amortized O(1) per edge.
+    """
+
+    def __init__(self, base: ti.Csr, layout: ti.Layout, append_log: TemporalLog | None, *, max_append_edges: int = 1_000_000,
+                 max_ids_per_request: int = 4_000_000, max_fanout: int = 1000, max_blocks: int = 256,
+                 compact_min_edges: int = 1_000_000) -> None:  # fmt: skip
+        self.layout = layout
+        self.max_append_edges, self.max_ids_per_request, self.max_fanout = max_append_edges, max_ids_per_request, max_fanout
+        self.max_blocks, self.compact_min_edges = max_blocks, compact_min_edges
+        self._log = append_log
+        self._lock = threading.Lock()  # orders appends: staging, the log's WAL, the blocks
+        self._publish_lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # no append between staging and publishing
+        self._inflight = 0
+        self._closed = False
+        self._broken: str | None = None  # why the log failed: appends are refused until reopened
+        ts = np.asarray(base.ts)
+        empty = np.empty(0, dtype=np.int64)
+        self._latest = ti.Snapshot(
+            base=base, arena=ti.empty_arena(base.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0,
+            num_rows=layout.stop - layout.start, new_gids=empty, new_rows=empty, seq=0, num_appended=0,
+            min_t=int(ts.min()) if len(ts) else None, max_t=int(ts.max()) if len(ts) else None,
+        )  # fmt: skip
+        self._acks: dict[str, LoggedAck] = {}
+        if append_log is not None:
+            self._replay(append_log)
+        self._snap = self._latest  # what samples read: only batches whose WAL is synced
+
+    @classmethod
+    def open(cls, reader_or_part_dir: PartitionReader | Path | str, log_dir: Path | None, *, num_partitions: int | None = None,
+             partition_id: int | None = None, **limits: int) -> TemporalStore:  # fmt: skip
+        """Opens the temporal graph of a partition.
+
+        Args:
+            reader_or_part_dir: an opened :class:`PartitionReader` (only its memory-mapped topology
+                is used; its RocksDB handle may be closed) or a partition directory. Ingest-time
+                edges without ``edge_ts.npy`` count as edges at ``t = 0``.
+            log_dir: the append log (RocksDB, created if missing); None: appends are refused.
+            num_partitions, partition_id: checked against the partition's manifest when given.
+            limits: ``max_append_edges``, ``max_ids_per_request``, ``max_fanout``, ``max_blocks``,
+                ``compact_min_edges`` (see the class).
+
+        Raises:
+            FailedPrecondition: layout mismatch, or a log written for another layout.
+        """
+        if isinstance(reader_or_part_dir, PartitionReader):
+            reader, owned = reader_or_part_dir, False
+        else:
+            reader, owned = PartitionReader(Path(reader_or_part_dir)), True
+        try:
+            m = reader.manifest
+            layout = ti.Layout(reader.partition_id, m.num_partitions, m.num_nodes, reader.start, reader.stop)
+            if (num_partitions, partition_id) != (None, None) and (num_partitions, partition_id) != (m.num_partitions, reader.partition_id):
+                raise FailedPrecondition(
+                    f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, not {partition_id} of {num_partitions}"
+                )
+            ts = reader.edge_ts if reader.edge_ts is not None else np.zeros(len(reader.indices), dtype=np.int64)
+            base = ti.time_sorted_base(
+                reader.indptr, nbr=reader.indices, ts=ts, eid=reader.edge_ids, feat=getattr(reader, "edge_feat", None)
+            )
+        finally:
+            if owned:
+                reader.close()
+        dim = base.feat.shape[1]
+        layout_record = {"partition_id": layout.partition_id, "num_partitions": layout.num_partitions, "edge_feat_dim": dim}
+        append_log = None if log_dir is None else TemporalLog(Path(log_dir), layout_record)
+        return cls(base, layout, append_log, **limits)
+
+    # -- appends -------------------------------------------------------------------------
+
+    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> AppendAck:
+        """Appends a batch of edges ``src -> dst`` at times ``t``; durable before it returns.
+
+        Args:
+            batch_id: the client's id for this batch (non-empty, <= 256 characters); a retry
+                with the same id and content gets the first ack back with ``duplicate=True``.
+            src, dst: int [n] gids, ``>= 0``; every ``dst`` owned by this partition.
+            t: int [n] timestamps; per ``dst`` not older than its last stored edge (the
+                batch itself need not be sorted: it is stored sorted by ``(dst, t)``, stably).
+            efeat: float [n, D] edge features (D = :attr:`edge_feat_dim`); None when D == 0.
+
+        Raises:
+            InvalidArgument: bad dtype/shape/length, negative ids; :class:`OutOfOrder`.
+            ResourceExhausted: more than ``max_append_edges`` edges.
+            FailedPrecondition: a dst not owned here; the id reused with other content; no log.
+        """
+        src, dst, t, feat = self._check_batch(batch_id, src, dst, t, efeat)
+        digest = content_digest(src, dst, t, feat)
+        with self._lock:
+            self._check_open()
+            done = self._acks.get(batch_id)
+            fresh = done is None
+            if done is None:
+                done = self._stage(batch_id, digest, src, dst, t, feat)
+            target = self._latest
+            self._inflight += 1
+        try:
+            if done.digest != digest:
+                raise FailedPrecondition(f"batch id {batch_id!r} was already acknowledged with different edges")
+            self._sync_and_publish(target)  # a retry of a batch still in flight waits for its sync too
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._idle.notify_all()
+        return AppendAck(done.first_eid, done.num_edges, not fresh, done.visible_seq)
+
+    def _stage(self, batch_id: str, digest: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray) -> LoggedAck:
+        """Sorts, checks and writes one batch to the WAL (not yet synced) and to the blocks (lock held)."""
+        order = np.lexsort((t, dst))  # stable: equal (dst, t) keep arrival order
+        src, dst, t, feat = src[order], dst[order], t[order], feat[order]
+        snap = self._latest
+        rows, new_gids, new_rows = ti.rows_for_append(snap, self.layout, dst)
+        self._check_time_order(snap, rows, dst, t)
+        first_seq = snap.num_appended
+        ack = LoggedAck(digest, self._eid(first_seq), len(src), snap.seq + 1)
+        self._writable_log().write(batch_id, ack, first_seq, src, dst, t, feat)
+        self._apply(snap, rows, new_gids, new_rows, src, t, feat)
+        self._acks[batch_id] = ack
+        return ack
+
+    def _sync_and_publish(self, target: ti.Snapshot) -> None:
+        """Makes every batch of ``target`` durable, then lets samples see it (lock not held).
+
+        Concurrent appenders sync at once and RocksDB groups them into one fsync (group
+        commit); ``target`` holds only batches written to the WAL before this sync began.
+        """
+        if self._log is not None and target.seq > self._snap.seq:
+            try:
+                self._log.sync()
+            except Exception as exc:
+                self._broken = f"the append log failed ({exc}); reopen the store"
+                raise FailedPrecondition(self._broken) from exc
+        with self._publish_lock:
+            now = self._snap
+            if target.seq > now.seq or (target.seq == now.seq and target.n_blocks < now.n_blocks):  # newer, or compacted
+                self._snap = target
+
+    def _eid(self, seq: int) -> int:
+        return (1 << 62) | (self.layout.partition_id << 40) | seq
+
+    def _check_batch(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
+                     efeat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        self._writable_log()
+        if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
+            raise InvalidArgument(f"batch_id must be a non-empty string of at most 256 characters, got {batch_id!r}")
+        arrays = [ti.int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t"))]
+        n = len(arrays[0])
+        if any(len(a) != n for a in arrays):
+            raise InvalidArgument(f"src, dst and t must have the same length, got {[len(a) for a in arrays]}")
+        if n > self.max_append_edges:
+            raise ResourceExhausted(f"{n} edges in one batch exceed the limit of {self.max_append_edges}; split the batch")
+        for a, what in zip(arrays[:2], ("src", "dst"), strict=True):
+            if n and a.min() < 0:
+                raise InvalidArgument(f"{what} must be node ids >= 0, got {int(a.min())}")
+        feat = ti.feat_array(efeat, n, self.edge_feat_dim)
+        ti.check_owned(self.layout, arrays[1], "dst")
+        return arrays[0], arrays[1], arrays[2], feat
+
+    def _check_time_order(self, snap: ti.Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.ndarray) -> None:
+        if not len(rows):
+            return
+        first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])  # each row's oldest edge in the batch
+        last = ti.last_times(snap, rows[first])
+        bad = np.flatnonzero(t[first] < last)
+        if len(bad):
+            i = first[bad[0]]
+            raise OutOfOrder(
+                f"edge into node {int(dst[i])} at t={int(t[i])} is older than its last stored edge at t={int(last[bad[0]])}"
+                f" ({len(bad)} node(s) out of order); appends must not go back in time per node"
+            )
+
+    def _apply(self, snap: ti.Snapshot, rows: np.ndarray, new_gids: np.ndarray, new_rows: np.ndarray, src: np.ndarray,
+               t: np.ndarray, feat: np.ndarray) -> None:  # fmt: skip
+        """Adds one sorted batch as a block to the latest (unpublished) snapshot (lock held)."""
+        n = len(src)
+        eid = self._eid(snap.num_appended) + np.arange(n, dtype=np.int64)
+        arena = ti.add_block(snap, rows, src, t, eid, feat) if n else snap.arena
+        m = int(np.count_nonzero(rows[1:] != rows[:-1])) + 1 if n else 0  # entries: rows are grouped
+        lo = [x for x in (snap.min_t, int(t[0:n].min()) if n else None) if x is not None]
+        hi = [x for x in (snap.max_t, int(t[0:n].max()) if n else None) if x is not None]
+        self._latest = replace(
+            snap, arena=arena, n_entries=snap.n_entries + m, n_blocks=snap.n_blocks + (1 if n else 0),
+            n_arena_edges=snap.n_arena_edges + n, num_rows=max(snap.num_rows, int(new_rows.max()) + 1 if len(new_rows) else 0),
+            new_gids=new_gids, new_rows=new_rows, seq=snap.seq + 1, num_appended=snap.num_appended + n,
+            min_t=min(lo) if lo else None, max_t=max(hi) if hi else None,
+        )  # fmt: skip
+        s = self._latest
+        if s.n_blocks >= self.max_blocks or s.n_arena_edges >= max(self.compact_min_edges, len(s.base.ts)):
+            self._latest = ti.compact(s)
+
+    def _replay(self, append_log: TemporalLog) -> None:
+        """Applies every logged batch in order (they were checked when first acknowledged)."""
+        count = 0
+        for batch in append_log.batches():
+            self._replay_one(batch)
+            count += 1
+        self._acks = append_log.acks()
+        if count:
+            log.info("partition %d: replayed %d appended batches (%d edges) from %s",
+                     self.layout.partition_id, count, self._latest.num_appended, append_log.path)  # fmt: skip
+
+    def _replay_one(self, batch: LoggedBatch) -> None:
+        snap = self._latest
+        if batch.seq != snap.seq + 1 or batch.first_edge_seq != snap.num_appended:
+            raise FailedPrecondition(f"append log: batch {batch.seq} follows batch {snap.seq}; the log is damaged")
+        rows, new_gids, new_rows = ti.rows_for_append(snap, self.layout, batch.dst)
+        self._apply(snap, rows, new_gids, new_rows, batch.src, batch.t, batch.efeat)
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
+               first_position: int = 0, with_features: bool = True) -> TemporalSample:  # fmt: skip
+        """Samples each root's in-neighbours strictly before its time (``TEMPORAL_SPEC``).
+
+        Args:
+            nodes: int [N] owned gids (an owned node with no edge yet gets none).
+            times: int [N] root times; an edge at exactly ``times[i]`` is not seen.
+            fanout: ``-1`` for every edge before the time, else ``[0, max_fanout]``.
+            strategy: ``"recent"`` (the last ``fanout`` edges) or ``"uniform"`` (``fanout``
+                distinct edges drawn as ``sample_csr`` draws on the truncated row).
+            seed: uint64 seed of the uniform draws; ``first_position``: batch position of ``nodes[0]``.
+            with_features: gather the sampled edges' feature rows (when ``edge_feat_dim > 0``).
+
+        Raises:
+            InvalidArgument: bad shapes/dtypes, negative ids, bad fanout/strategy/seed.
+            ResourceExhausted: more than ``max_ids_per_request`` roots.
+            FailedPrecondition: a node not owned by this partition (up to 5 named).
+        """
+        self._check_open()
+        if strategy not in _STRATEGIES:
+            raise InvalidArgument(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
+        if not isinstance(fanout, (int, np.integer)) or not -1 <= fanout <= self.max_fanout:
+            raise InvalidArgument(f"fanout must be -1 (all) or in [0, {self.max_fanout}], got {fanout!r}")
+        if not 0 <= int(seed) < 1 << 64 or not 0 <= int(first_position) < 1 << 63:
+            raise InvalidArgument(f"seed must be in [0, 2**64) and first_position in [0, 2**63), got {seed}, {first_position}")
+        gids, times = ti.int_array(nodes, "nodes"), ti.int_array(times, "times")
+        if len(gids) != len(times):
+            raise InvalidArgument(f"nodes and times must have the same length, got {len(gids)} and {len(times)}")
+        if len(gids) > self.max_ids_per_request:
+            raise ResourceExhausted(f"{len(gids)} roots exceed the limit of {self.max_ids_per_request}; split the request")
+        if len(gids) and gids.min() < 0:
+            raise InvalidArgument(f"nodes must be ids >= 0, got {int(gids.min())}")
+        ti.check_owned(self.layout, gids, "nodes")
+        snap = self._snap  # one read: the whole call sees this snapshot
+        want = with_features and self.edge_feat_dim > 0
+        offsets, nbr, ts, eid, pos = sample_snapshot(
+            snap, ti.rows_of(snap, self.layout, gids), times, int(fanout), strategy == "recent", int(seed), int(first_position), want
+        )
+        return TemporalSample(offsets, nbr, ts, eid, gather_features(snap, pos) if pos is not None else None)
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def edge_feat_dim(self) -> int:
+        """Width ``D`` of the edge features (0: none)."""
+        return int(self._snap.base.feat.shape[1])
+
+    def info(self) -> TemporalInfo:
+        """Sizes and sequence numbers (of the current snapshot)."""
+        s = self._snap
+        log_bytes = self._log.bytes_written if self._log is not None else 0
+        return TemporalInfo(s.num_edges, s.num_appended, s.num_rows, s.n_blocks, s.min_t, s.max_t, self.edge_feat_dim, s.seq, log_bytes)
+
+    def compact(self) -> None:
+        """Merges the pending blocks into the base CSR now (samples are unchanged by it)."""
+        with self._lock:
+            self._check_open()
+            if self._latest.n_blocks:
+                self._latest = ti.compact(self._latest)
+            target = self._latest
+        self._sync_and_publish(target)
+
+    def close(self) -> None:
+        """Closes the append log; the store must not be used afterwards. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._idle.wait_for(lambda: self._inflight == 0)  # appends already staged finish their sync
+            if self._log is not None:
+                self._log.close()
+
+    def _writable_log(self) -> TemporalLog:
+        self._check_open()
+        if self._log is None:
+            raise FailedPrecondition(f"partition {self.layout.partition_id} serves no appends (no append log configured)")
+        return self._log
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FailedPrecondition(f"temporal store of partition {self.layout.partition_id} is closed")
+        if self._broken is not None:
+            raise FailedPrecondition(self._broken)

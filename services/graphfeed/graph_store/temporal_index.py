@@ -1,0 +1,300 @@
+"""The time-indexed adjacency of one partition: a base CSR, append blocks, immutable snapshots.
+
+GNNFlow keeps, per node, a linked list of fixed-size blocks of edges in time order; a query
+"neighbours of v before t" walks v's list from the newest block and binary-searches inside one
+block, and an insertion only ever fills the tail block or links a new one, so history is never
+rewritten. Ours is the same structure laid out for vectorized writes and a compiled reader:
+
+- **Base** (:class:`Csr`): a CSR whose rows are sorted by ``(ts, position)``, built at open from
+  the partition's ``indptr/indices/edge_ids/edge_ts`` (+ ``edge_feat``) and rebuilt by
+  compaction. Rows are dst-local (``gid - start``) for ingest-time nodes; nodes that arrive by
+  append get rows ``num_owned, num_owned + 1, ...`` through a sorted gid -> row index.
+- **Blocks**: one per acknowledged batch. A batch sorted by ``(row, t)`` becomes one *entry* per
+  row it touches: a contiguous segment of the :class:`Arena` (an append-only edge store, grown by
+  doubling). Each entry records its row's previous entry (``e_prev``), so a row's entries form
+  GNNFlow's per-node block list (newest first from ``head[row]``), and the running count of the
+  row's block edges (``e_cum``), so a logical position maps to its entry without a scan.
+- **Snapshots** (:class:`Snapshot`): readers take the current snapshot (one reference read) and
+  never see a half-applied batch: an append writes only past the counts published in earlier
+  snapshots, then publishes a new snapshot. ``head`` is the one array updated in place; a reader
+  skips entries ``>= n_entries`` of its snapshot, so a newer head is harmless.
+- **Compaction** (:func:`compact`): merges base and blocks into a new base in O(E) (scatter by
+  destination, no sort) and starts an empty arena; older snapshots keep the old arrays.
+
+Sampling over a snapshot is :mod:`graphfeed.graph_store.temporal_sampling`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument
+
+_I64_MIN = np.iinfo(np.int64).min
+_MAX_NAMED = 5  # offending ids quoted in an error
+_NO_ROW = 1 << 62  # row of an owned node that has no edge yet: beyond every array
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which gids a partition owns: ``[start, stop)`` and the appended ids ``g >= num_nodes``
+    with ``g % num_partitions == partition_id``."""
+
+    partition_id: int
+    num_partitions: int
+    num_nodes: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Csr:
+    """A time-sorted CSR: row ``r`` is ``[indptr[r], indptr[r+1])``, ascending ``ts`` per row."""
+
+    indptr: np.ndarray  # int64 [R+1]
+    nbr: np.ndarray  # int32/int64 [E] neighbour (source) gid
+    ts: np.ndarray  # int64 [E]
+    eid: np.ndarray  # int32/int64 [E]
+    feat: np.ndarray  # float32 [E, D] (D may be 0)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.indptr) - 1
+
+
+@dataclass(frozen=True)
+class ArenaView:
+    """The arena's buffers as of one snapshot (valid up to the snapshot's counts)."""
+
+    nbr: np.ndarray  # int64 [cap] per arena edge
+    ts: np.ndarray
+    eid: np.ndarray
+    feat: np.ndarray  # float32 [cap, D]
+    e_lo: np.ndarray  # int64 [cap] per entry: arena range [e_lo, e_hi)
+    e_hi: np.ndarray
+    e_prev: np.ndarray  # previous entry of the same row, or -1
+    e_cum: np.ndarray  # the row's block edges up to and including this entry
+    e_row: np.ndarray  # the entry's row
+    e_first: np.ndarray  # ts of the row's oldest block edge: older roots skip the whole chain
+    head: np.ndarray  # int64 [row cap] newest entry of each row, or -1
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a reader needs, immutable once published."""
+
+    base: Csr
+    arena: ArenaView
+    n_entries: int
+    n_blocks: int
+    n_arena_edges: int
+    num_rows: int  # rows in use: num_owned + appended new nodes
+    new_gids: np.ndarray  # int64 sorted gids of nodes that arrived by append
+    new_rows: np.ndarray  # int64 their rows
+    seq: int  # batches applied
+    num_appended: int  # edges appended (the next edge seq)
+    min_t: int | None  # None while there is no edge
+    max_t: int | None
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.base.ts) + self.n_arena_edges
+
+
+def _grown(arr: np.ndarray, used: int, need: int, fill: int | None = None) -> np.ndarray:
+    """``arr`` when it holds ``need`` rows, else a copy of its first ``used`` rows with room to double."""
+    if len(arr) >= need:
+        return arr
+    out = np.empty((max(need, 2 * len(arr), 1024), *arr.shape[1:]), dtype=arr.dtype)
+    out[:used] = arr[:used]
+    if fill is not None:
+        out[used:] = fill
+    return out
+
+
+def empty_arena(dim: int) -> ArenaView:
+    """An arena with no blocks, for ``dim`` edge-feature columns."""
+    z = np.empty(0, dtype=np.int64)
+    return ArenaView(z, z, z, np.empty((0, dim), np.float32), z, z, z, z, z, z, z)
+
+
+def add_block(snap: Snapshot, rows: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray,
+              feat: np.ndarray) -> ArenaView:  # fmt: skip
+    """Writes one block (edges sorted by ``(rows, ts)``) past ``snap``'s counts; returns the new view.
+
+    Only the writer calls this (under its lock); ``snap`` must be the latest snapshot.
+    """
+    a, n0, k0 = snap.arena, snap.n_arena_edges, snap.n_entries
+    n = len(rows)
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if n else np.empty(0, np.int64)
+    m = len(starts)
+    ends = np.r_[starts[1:], n]
+    e_row = rows[starts]
+    grow = {name: _grown(getattr(a, name), n0, n0 + n) for name in ("nbr", "ts", "eid", "feat")}
+    ent = {name: _grown(getattr(a, name), k0, k0 + m) for name in ("e_lo", "e_hi", "e_prev", "e_cum", "e_row", "e_first")}
+    head = _grown(a.head, len(a.head), int(e_row.max()) + 1 if m else 0, fill=-1)
+    grow["nbr"][n0 : n0 + n] = nbr
+    grow["ts"][n0 : n0 + n] = ts
+    grow["eid"][n0 : n0 + n] = eid
+    grow["feat"][n0 : n0 + n] = feat
+    prev = head[e_row]
+    cum_prev = np.where(prev >= 0, ent["e_cum"][np.maximum(prev, 0)], 0)
+    ent["e_lo"][k0 : k0 + m] = n0 + starts
+    ent["e_hi"][k0 : k0 + m] = n0 + ends
+    ent["e_prev"][k0 : k0 + m] = prev
+    ent["e_cum"][k0 : k0 + m] = cum_prev + (ends - starts)
+    ent["e_row"][k0 : k0 + m] = e_row
+    ent["e_first"][k0 : k0 + m] = np.where(prev >= 0, ent["e_first"][np.maximum(prev, 0)], ts[starts])
+    head[e_row] = k0 + np.arange(m, dtype=np.int64)  # last: readers of older snapshots skip these
+    return ArenaView(**grow, **ent, head=head)
+
+
+def last_times(snap: Snapshot, rows: np.ndarray) -> np.ndarray:
+    """The latest stored timestamp of each row (int64 min for a row with no edge); writer only."""
+    a, b = snap.arena, snap.base
+    out = np.full(len(rows), _I64_MIN, dtype=np.int64)
+    k = np.full(len(rows), -1, dtype=np.int64)
+    in_head = rows < len(a.head)
+    k[in_head] = a.head[rows[in_head]]
+    has = k >= 0
+    out[has] = a.ts[a.e_hi[k[has]] - 1]
+    r = rows[~has]
+    in_base = r < b.num_rows
+    r = r[in_base]
+    end = b.indptr[r + 1]
+    nonempty = end > b.indptr[r]
+    vals = np.full(len(r), _I64_MIN, dtype=np.int64)
+    vals[nonempty] = b.ts[end[nonempty] - 1]
+    sub = np.full(int((~has).sum()), _I64_MIN, dtype=np.int64)
+    sub[in_base] = vals
+    out[~has] = sub
+    return out
+
+
+def time_sorted_base(indptr: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray,
+                     feat: np.ndarray | None) -> Csr:  # fmt: skip
+    """The base CSR of a partition: each row sorted by ``(ts, position)``.
+
+    Arrays already in that order are used as they are (memory-mapped, no copy).
+    """
+    indptr = np.asarray(indptr, dtype=np.int64)
+    e = len(ts)
+    feat = np.empty((e, 0), np.float32) if feat is None else feat
+    row = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    same_row = row[1:] == row[:-1]
+    if not np.any(same_row & (np.asarray(ts[1:]) < np.asarray(ts[:-1]))):
+        return Csr(indptr, nbr, np.asarray(ts), eid, feat)
+    order = np.lexsort((np.asarray(ts), row))  # stable: equal ts keep their position order
+    return Csr(indptr, np.asarray(nbr)[order], np.asarray(ts)[order], np.asarray(eid)[order], np.asarray(feat)[order])
+
+
+def compact(snap: Snapshot) -> Snapshot:
+    """A snapshot with the same logical timelines whose blocks are all merged into the base."""
+    b, a = snap.base, snap.arena
+    r_all, ne, na = snap.num_rows, snap.n_entries, snap.n_arena_edges
+    bdeg = np.zeros(r_all, dtype=np.int64)
+    bdeg[: b.num_rows] = np.diff(b.indptr)
+    e_row, e_lo, e_hi = a.e_row[:ne], a.e_lo[:ne], a.e_hi[:ne]
+    e_len = e_hi - e_lo
+    adeg = np.bincount(e_row, weights=e_len, minlength=r_all).astype(np.int64)
+    indptr = np.zeros(r_all + 1, dtype=np.int64)
+    np.cumsum(bdeg + adeg, out=indptr[1:])
+    # Base edge at position p of row r goes to indptr[r] + (p - old_indptr[r]); block edge at
+    # arena position q of entry k goes after the row's base edges and its older entries.
+    b_dest = np.arange(len(b.ts), dtype=np.int64) + np.repeat(indptr[: b.num_rows] - b.indptr[:-1], bdeg[: b.num_rows])
+    shift = indptr[e_row] + bdeg[e_row] + a.e_cum[:ne] - e_len - e_lo
+    a_dest = np.arange(na, dtype=np.int64) + np.repeat(shift, e_len)
+    e = len(b.ts) + na
+    out = {}
+    for name in ("nbr", "ts", "eid", "feat"):
+        src_b, src_a = getattr(b, name), getattr(a, name)
+        arr = np.empty((e, *src_b.shape[1:]), dtype=np.float32 if name == "feat" else np.int64)
+        arr[b_dest] = src_b
+        arr[a_dest] = src_a[:na]
+        out[name] = arr
+    base = Csr(indptr, out["nbr"], out["ts"], out["eid"], out["feat"])
+    return replace(snap, base=base, arena=empty_arena(b.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0)
+
+
+def new_rows_for(snap: Snapshot, gids: np.ndarray, num_owned: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of appended-node gids (``>= num_nodes``), allocating rows for unseen ones.
+
+    Returns:
+        ``(rows, new_gids, new_rows)``: the row of each gid and the updated sorted index.
+    """
+    uniq = np.unique(gids)
+    at = np.searchsorted(snap.new_gids, uniq)
+    known = at < len(snap.new_gids)
+    known[known] = snap.new_gids[at[known]] == uniq[known]
+    fresh = uniq[~known]
+    new_gids, new_rows = snap.new_gids, snap.new_rows
+    if len(fresh):
+        first = max(num_owned, snap.num_rows)
+        new_gids = np.concatenate([snap.new_gids, fresh])
+        new_rows = np.concatenate([snap.new_rows, first + np.arange(len(fresh), dtype=np.int64)])
+        order = np.argsort(new_gids, kind="stable")
+        new_gids, new_rows = new_gids[order], new_rows[order]
+    rows = new_rows[np.searchsorted(new_gids, gids)]
+    return rows, new_gids, new_rows
+
+
+def int_array(a: np.ndarray, what: str) -> np.ndarray:
+    """``a`` as contiguous int64 after checking it is a 1-D integer array (InvalidArgument)."""
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise InvalidArgument(f"{what} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        raise InvalidArgument(f"{what} must be an integer array, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
+        raise InvalidArgument(f"{what} must fit int64, got {int(arr.max())}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
+    """Edge features as float32 [n, dim] (an empty [n, 0] when dim is 0), checked (InvalidArgument)."""
+    if efeat is None:
+        if dim:
+            raise InvalidArgument(f"efeat is required: this graph has {dim} edge-feature columns")
+        return np.empty((n, 0), dtype=np.float32)
+    arr = np.asarray(efeat)
+    if arr.shape != (n, dim) or arr.dtype.kind != "f":
+        raise InvalidArgument(f"efeat must be float [{n}, {dim}], got {arr.dtype} {list(arr.shape)}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:
+    """Raises FailedPrecondition naming (up to 5) ``gids`` this partition does not own."""
+    old = gids < lay.num_nodes
+    bad = np.where(old, (gids < lay.start) | (gids >= lay.stop), gids % lay.num_partitions != lay.partition_id)
+    if bad.any():
+        offending = np.unique(gids[bad])
+        named = ", ".join(str(int(g)) for g in offending[:_MAX_NAMED])
+        more = f" and {len(offending) - _MAX_NAMED} more" if len(offending) > _MAX_NAMED else ""
+        raise FailedPrecondition(
+            f"{what} {named}{more} not owned by partition {lay.partition_id} of {lay.num_partitions}, which owns "
+            f"[{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} with id % {lay.num_partitions} == {lay.partition_id}"
+        )
+
+
+def rows_for_append(snap: Snapshot, lay: Layout, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of owned ``dst`` gids, new rows allocated for unseen appended ids (see :func:`new_rows_for`)."""
+    rows = dst - lay.start
+    new = dst >= lay.num_nodes
+    new_gids, new_rows = snap.new_gids, snap.new_rows
+    if new.any():
+        rows[new], new_gids, new_rows = new_rows_for(snap, dst[new], lay.stop - lay.start)
+    return rows, new_gids, new_rows
+
+
+def rows_of(snap: Snapshot, lay: Layout, gids: np.ndarray) -> np.ndarray:
+    """Rows of owned gids for reading; an appended id not seen yet gets a row with no edges."""
+    rows = gids - lay.start
+    new = gids >= lay.num_nodes
+    if new.any():
+        g = gids[new]
+        at = np.minimum(np.searchsorted(snap.new_gids, g), max(len(snap.new_gids) - 1, 0))
+        found = snap.new_gids[at] == g if len(snap.new_gids) else np.zeros(len(g), dtype=bool)
+        rows[new] = np.where(found, snap.new_rows[at] if len(snap.new_rows) else 0, _NO_ROW)
+    return rows

@@ -237,3 +237,25 @@ def test_emulated_temporal_sampling_edge_cases(emu: EmulatorBackend, strategy: s
     no_edges = (np.zeros(3, dtype=np.int64), empty, empty, empty)  # a graph with two rows and no edge
     offsets, nbr, *_ = kernels.sample_temporal(*no_edges, np.array([0, 1]), np.array([0, 9]), 3, strategy, 0, backend=emu)
     assert offsets.tolist() == [0, 0, 0] and nbr.size == 0
+
+
+@pytest.mark.parametrize("strategy", ["recent", "uniform"])
+@pytest.mark.parametrize("fanout", [0, 1, 5, 64, 65, -1])
+def test_graph_store_sampler_draws_what_the_reference_draws(strategy: str, fanout: int) -> None:
+    """The graph-store's compiled sampler (CPU), the NumPy reference and (test above) the CUDA
+    kernel: one set of draws, bit for bit."""
+    from graphfeed.graph_store.temporal_sampling import sample_temporal
+
+    rng = np.random.default_rng(fanout + 7)
+    deg = rng.integers(0, 150, size=300)
+    indptr = np.zeros(301, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    e = int(indptr[-1])
+    ts = np.concatenate([np.sort(rng.integers(0, 1000, size=d)) for d in deg]).astype(np.int64)
+    nbr, eid = rng.integers(0, 300, size=e).astype(np.int64), np.arange(e, dtype=np.int64)
+    rows = rng.integers(0, 300, size=2000).astype(np.int64)
+    times = rng.integers(-10, 1100, size=2000).astype(np.int64)
+    want = reference.sample_temporal(indptr, nbr, ts, eid, rows, times, fanout, strategy, 2**63 + 5, 11)
+    got = sample_temporal(indptr, nbr, ts, eid, rows, times, fanout, strategy, 2**63 + 5, 11)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(w, g)

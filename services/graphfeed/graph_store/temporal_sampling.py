@@ -27,6 +27,7 @@ for the entries of its own row that are newer than its time. Compaction never ch
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numba
@@ -248,3 +249,32 @@ def gather_features(snap: Snapshot, pos: np.ndarray) -> np.ndarray:
     out[in_base] = b.feat[pos[in_base]]
     out[~in_base] = a.feat[-1 - pos[~in_base]]
     return out
+
+
+def sample_temporal(
+    indptr: np.ndarray,
+    nbr: np.ndarray,
+    ts: np.ndarray,
+    eid: np.ndarray,
+    rows: np.ndarray,
+    times: np.ndarray,
+    fanout: int,
+    strategy: str,
+    seed: int,
+    first_position: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The compiled sampler on a plain time-sorted CSR, with the signature of
+    :func:`graphfeed.gpu_kernels.reference.sample_temporal` (for the GPU bench's CPU column and
+    the test that CPU, NumPy and CUDA draw the same edges)."""
+    from graphfeed.graph_store.temporal_index import Csr, Snapshot, empty_arena  # noqa: PLC0415 - no cycle at import
+
+    if strategy not in ("recent", "uniform"):
+        raise ValueError(f"strategy must be 'recent' or 'uniform', got {strategy!r}")
+    indptr = np.asarray(indptr, dtype=np.int64)
+    base = Csr(indptr, np.asarray(nbr), np.asarray(ts, dtype=np.int64), np.asarray(eid), np.empty((len(ts), 0), np.float32))
+    arena = empty_arena(0)
+    arena = dataclasses.replace(arena, head=np.full(len(indptr) - 1, -1, dtype=np.int64))
+    z = np.empty(0, dtype=np.int64)
+    snap = Snapshot(base, arena, 0, 0, 0, len(indptr) - 1, z, z, 0, 0, None, None)
+    offsets, s_nbr, s_ts, s_eid, _ = sample_snapshot(snap, rows, times, fanout, strategy == "recent", seed, first_position)
+    return offsets, s_nbr, s_ts, s_eid

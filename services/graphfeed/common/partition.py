@@ -197,7 +197,7 @@ def write_partition(root: Path, p: int, manifest: GraphManifest, arrays: Partiti
             table = np.ascontiguousarray(table, dtype=np.dtype(spec.dtype))
             for c, start in enumerate(range(0, len(table), spec.rows_per_chunk)):
                 db.put(f"nd/{name}/{c:08d}".encode(), table[start : start + spec.rows_per_chunk].tobytes(), wo)
-            write_flat_node_data(d, name, [memoryview(table.reshape(-1)).cast("B")] if table.size else [])
+            write_flat_node_data(d, name, [table.reshape(-1).view(np.uint8).data])
         for name, gids in arrays.splits.items():
             db.put(f"split/{name}".encode(), np.sort(np.asarray(gids, dtype=np.int64)).tobytes(), wo)
         db.flush()

@@ -13,6 +13,7 @@ charged for: that is what makes a memory budget real.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import threading
@@ -187,7 +188,7 @@ def _pieces(read_len: np.ndarray, piece_bytes: int) -> list[tuple[int, int]]:
     piece_of = (ends - read_len) // piece_bytes  # by where each read starts: a piece may overrun by one read
     cuts = np.flatnonzero(np.diff(piece_of)) + 1
     bounds = [0, *cuts.tolist(), len(read_len)]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
+    return list(itertools.pairwise(bounds))
 
 
 def _open(path: Path, file_bytes: int, direct: bool) -> int:

@@ -87,7 +87,9 @@ class RowSource:
             InvalidArgument: ``out`` does not take this table's rows.
         """
         if out.dtype != self.dtype or out.shape[1:] != self.row_shape or not out.flags.c_contiguous or not out.flags.writeable:
-            raise InvalidArgument(f"target must be writable C-contiguous [n, {list(self.row_shape)}] {self.dtype}, got {list(out.shape)} {out.dtype}")
+            raise InvalidArgument(
+                f"target must be writable C-contiguous [n, {list(self.row_shape)}] {self.dtype}, got {list(out.shape)} {out.dtype}"
+            )
         if positions is None and len(out) < len(rows):
             raise InvalidArgument(f"target has {len(out)} rows for {len(rows)} ids")
         self._gather(np.asarray(rows, dtype=np.int64), out, positions)
@@ -201,7 +203,12 @@ class RowSources:
             raise
         log.info(
             "partition %d node data: %d of %d rows in memory (%d bytes of a %d-byte budget), the rest read from disk%s",
-            reader.partition_id, keep, n, keep * per_row + _SLOT_BYTES * n, memory_budget, " with O_DIRECT" if direct_io else "",
+            reader.partition_id,
+            keep,
+            n,
+            keep * per_row + _SLOT_BYTES * n,
+            memory_budget,
+            " with O_DIRECT" if direct_io else "",
         )
         return cls(sources, counters, pool)
 

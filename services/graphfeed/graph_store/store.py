@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,7 @@ class GraphStore:
         )
 
     @classmethod
-    def open(cls, part_dir: Path, **limits: int) -> GraphStore:
+    def open(cls, part_dir: Path, **limits: Any) -> GraphStore:
         """Opens a partition directory (``<root>/part-NNNNN``); ``limits`` as in the constructor."""
         return cls(PartitionReader(Path(part_dir)), **limits)
 

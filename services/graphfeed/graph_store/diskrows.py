@@ -3,8 +3,8 @@
 A request's rows are sorted and deduplicated, turned into a read plan (:func:`plan_reads`:
 rows in the same or adjacent blocks share one read, no read longer than ``max_read_bytes``),
 and the plan is cut into pieces of about ``piece_bytes`` that a pool of threads reads into
-per-thread buffers with ``os.preadv`` (which releases the GIL, so several reads are in flight)
-before copying the rows out. Memory beyond the caller's output is one buffer per thread.
+per-thread buffers with ``pread`` called from compiled code (no GIL, so several reads are in
+flight) before copying the rows out. Memory beyond the caller's output is one buffer per thread.
 
 With ``direct=True`` the file is opened ``O_DIRECT``: reads are whole aligned blocks into
 page-aligned buffers and bypass the page cache, which a pod's memory cgroup would otherwise be
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+from numba import types
 
 from graphfeed.common.errors import DataLoss, FailedPrecondition
 
@@ -61,6 +62,23 @@ def plan_reads(offsets, row_bytes, align, max_read):  # noqa: ANN001, ANN201
     if k >= 0:
         read_len[k] = hi_cur - lo_cur
     return read_off[: k + 1], read_len[: k + 1], read_of
+
+
+# pread(int fd, void *buf, size_t count, off_t offset), called from compiled code so that a
+# thread's reads run without the GIL and without Python's ~6 us per call (10k warm 512-byte
+# preads: 38 ms against 100 ms with os.preadv); the pointer passes as an integer (one ABI on 64-bit).
+_pread = types.ExternalFunction("pread", types.int64(types.int32, types.intp, types.intp, types.int64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _pread_all(fd, buf, offsets, lengths, at, file_bytes):  # noqa: ANN001, ANN202
+    """Reads ``lengths[i]`` bytes at ``offsets[i]`` into ``buf[at[i]:]``; returns the first read
+    that failed or came out short (-1 if none), for the caller to redo and report."""
+    for i in range(len(offsets)):
+        want = min(lengths[i], file_bytes - offsets[i])
+        if _pread(fd, buf.ctypes.data + at[i], lengths[i], offsets[i]) < want:
+            return i
+    return -1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -147,16 +165,17 @@ class FlatRows:
     ) -> None:  # fmt: skip
         """Reads ``read_off[a:b]`` into this thread's buffer, then copies their rows to ``target``."""
         buf = self._buffer()
-        view = memoryview(buf)
         at = np.zeros(b - a + 1, np.int64)
         np.cumsum(read_len[a:b], out=at[1:])  # where each read lands in the buffer
-        for i in range(a, b):
-            self._pread(view[at[i - a] : at[i - a + 1]], int(read_off[i]))
+        bad = _pread_all(self._fd, buf, read_off[a:b], read_len[a:b], at, self.file_bytes)
+        if bad >= 0:  # redone in Python, which raises with the reason
+            for i in range(a + bad, b):
+                self._pread(memoryview(buf)[at[i - a] : at[i - a + 1]], int(read_off[i]))
         lo, hi = np.searchsorted(read_of, [a, b])  # the unique rows these reads hold
         rows_src = at[read_of[lo:hi] - a] + uniq[lo:hi] * self.row_bytes - read_off[read_of[lo:hi]]
         entries = by_row[first[lo] : first[hi]]
         per_row = np.diff(first[lo : hi + 1])
-        _copy_out(np.frombuffer(buf, np.uint8), np.repeat(rows_src, per_row), target, positions[entries])
+        _copy_out(buf, np.repeat(rows_src, per_row), target, positions[entries])
 
     def _pread(self, into: memoryview, offset: int) -> None:
         want = min(len(into), self.file_bytes - offset)  # an O_DIRECT read may run past the end
@@ -164,10 +183,10 @@ class FlatRows:
         if got < want:
             raise DataLoss(f"{self.path}: {got} bytes at offset {offset}, expected {want}: the file was truncated")
 
-    def _buffer(self) -> mmap.mmap:
+    def _buffer(self) -> np.ndarray:
         buf = getattr(self._local, "buf", None)
         if buf is None:
-            buf = mmap.mmap(-1, self._piece + self._max_read)  # page-aligned, as O_DIRECT wants
+            buf = np.frombuffer(mmap.mmap(-1, self._piece + self._max_read), np.uint8)  # page-aligned, as O_DIRECT wants
             self._local.buf = buf
         return buf
 

@@ -6,9 +6,11 @@ and the plan is cut into pieces of about ``piece_bytes`` that a pool of threads 
 per-thread buffers with ``pread`` called from compiled code (no GIL, so several reads are in
 flight) before copying the rows out. Memory beyond the caller's output is one buffer per thread.
 
-With ``direct=True`` the file is opened ``O_DIRECT``: reads are whole aligned blocks into
-page-aligned buffers and bypass the page cache, which a pod's memory cgroup would otherwise be
-charged for: that is what makes a memory budget real.
+With ``direct=True`` the file is opened ``O_DIRECT``: reads are whole logical blocks (512 bytes
+on most disks) into page-aligned buffers and bypass the page cache, which a pod's memory cgroup
+would otherwise be charged for: that is what makes a memory budget real. Without it, readahead
+is switched off (``POSIX_FADV_RANDOM``): the default window (8 MiB on the bench machine) reads
+a whole small file for a few rows.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from numba import types
 
 from graphfeed.common.errors import DataLoss, FailedPrecondition
 
-DIRECT_ALIGN = 4096  # O_DIRECT offsets, lengths and buffers: a multiple of the logical block size
+DIRECT_ALIGN = 4096  # O_DIRECT alignment where the device's logical block size cannot be read
 MAX_READ_BYTES = 256 << 10  # one pread at most; longer runs of wanted rows are split
 PIECE_BYTES = 512 << 10  # bytes of reads one thread does before copying its rows out
 
@@ -123,12 +125,12 @@ class FlatRows:
     ) -> None:
         self.path, self.num_rows, self.row_bytes, self.direct = Path(path), num_rows, row_bytes, direct
         self.file_bytes = num_rows * row_bytes
-        self._align = DIRECT_ALIGN if direct else 1
+        self._fd = _open(self.path, self.file_bytes, direct)
+        self.align = _checked_alignment(self._fd, direct_alignment(self.path)) if direct else 1
         self._max_read = max(max_read_bytes, _round_up(row_bytes, DIRECT_ALIGN) + DIRECT_ALIGN)  # one row's widest span
         self._piece = max(piece_bytes, self._max_read)
         self._pool = pool
         self._local = threading.local()
-        self._fd = _open(self.path, self.file_bytes, direct)
 
     def read(self, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> ReadCount:
         """``out[positions[i]] = row rows[i]`` for valid local ``rows`` (repeats read once).
@@ -144,7 +146,7 @@ class FlatRows:
         if len(rows) == 0:
             return ReadCount(0, 0)
         uniq, inverse = np.unique(rows, return_inverse=True)
-        read_off, read_len, read_of = plan_reads(uniq * self.row_bytes, self.row_bytes, self._align, self._max_read)
+        read_off, read_len, read_of = plan_reads(uniq * self.row_bytes, self.row_bytes, self.align, self._max_read)
         # The request entries grouped by unique row: those of uniq[a:b] are by_row[first[a]:first[b]].
         by_row = np.argsort(inverse, kind="stable")
         first = np.searchsorted(inverse[by_row], np.arange(len(uniq) + 1))
@@ -170,7 +172,7 @@ class FlatRows:
         bad = _pread_all(self._fd, buf, read_off[a:b], read_len[a:b], at, self.file_bytes)
         if bad >= 0:  # redone in Python, which raises with the reason
             for i in range(a + bad, b):
-                self._pread(memoryview(buf)[at[i - a] : at[i - a + 1]], int(read_off[i]))
+                self._pread(buf[at[i - a] : at[i - a + 1]].data, int(read_off[i]))
         lo, hi = np.searchsorted(read_of, [a, b])  # the unique rows these reads hold
         rows_src = at[read_of[lo:hi] - a] + uniq[lo:hi] * self.row_bytes - read_off[read_of[lo:hi]]
         entries = by_row[first[lo] : first[hi]]
@@ -210,6 +212,32 @@ def _pieces(read_len: np.ndarray, piece_bytes: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
+def direct_alignment(path: Path) -> int:
+    """The ``O_DIRECT`` alignment of ``path``'s device: its logical block size (often 512 bytes,
+    so that a 512-byte row is one 512-byte read), or 4096 where sysfs does not say."""
+    dev = os.stat(path).st_dev
+    block = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for queue in (block / "queue", block / ".." / "queue"):  # a disk, or the disk of a partition
+        try:
+            return int((queue / "logical_block_size").read_text())
+        except (OSError, ValueError):
+            continue
+    return DIRECT_ALIGN
+
+
+def _checked_alignment(fd: int, align: int) -> int:
+    """``align`` if an ``O_DIRECT`` read of one block at offset ``align`` works, else 4096
+    (a file system may ask for more than its device's logical block)."""
+    buf = mmap.mmap(-1, DIRECT_ALIGN)
+    try:
+        os.preadv(fd, [memoryview(buf)[:align]], align)
+    except OSError:
+        return max(align, DIRECT_ALIGN)
+    finally:
+        buf.close()
+    return align
+
+
 def _open(path: Path, file_bytes: int, direct: bool) -> int:
     """Opens the flat file for reading, refusing one of the wrong size."""
     try:
@@ -220,6 +248,9 @@ def _open(path: Path, file_bytes: int, direct: bool) -> int:
         raise FailedPrecondition(f"{path} holds {size} bytes, expected {file_bytes}: truncated or from another ingest")
     flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
     try:
-        return os.open(path, flags)
+        fd = os.open(path, flags)
     except OSError as e:
         raise FailedPrecondition(f"cannot open {path}{' with O_DIRECT' if direct else ''}: {e}") from e
+    if not direct:  # no readahead: it would read (and cache) megabytes around every wanted row
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    return fd

@@ -40,7 +40,7 @@ from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from graphfeed.bench.report import write
 from graphfeed.common.partition import PartitionReader, flat_node_data_path, part_dir_name
-from graphfeed.graph_store.diskrows import FlatRows
+from graphfeed.graph_store.diskrows import FlatRows, direct_alignment
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
@@ -201,6 +201,7 @@ def run(args: argparse.Namespace) -> None:
         part = build(root, args.rows)
         print(f"built {args.rows} rows in {time.perf_counter() - t0:.1f}s")
         expect = np.fromfile(flat_node_data_path(part, "feat"), np.float32).reshape(-1, F)
+        align = direct_alignment(flat_node_data_path(part, "feat"))
         can_drop = drop_caches()
         rng = np.random.default_rng(1)
         results = []
@@ -216,7 +217,10 @@ def run(args: argparse.Namespace) -> None:
                     results.append({"method": name, "batch": batch, "state": state, **r})
                     print(f"{state:4s} {batch:7d} {name:20s} {r['seconds'] * 1e3:9.1f} ms  amp {r['amplification']:7.2f}")
     del expect
-    result = {"rows": args.rows, "row_bytes": ROW_BYTES, "samples": args.samples, "page_cache_dropped": can_drop, "results": results}
+    result = {
+        "rows": args.rows, "row_bytes": ROW_BYTES, "samples": args.samples, "page_cache_dropped": can_drop,
+        "direct_alignment": align, "results": results,
+    }  # fmt: skip
     write(args.out, result, _table(result))
 
 

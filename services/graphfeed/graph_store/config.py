@@ -33,4 +33,4 @@ class GraphStoreSettings(ServiceSettings):
         description="With a memory budget, read rows from disk with O_DIRECT, bypassing the page cache "
         "(which a pod's memory limit would otherwise be charged for).",
     )
-    io_threads: int = Field(default=4, ge=1, description="With a memory budget, threads reading rows from disk.")
+    io_threads: int = Field(default=8, ge=1, description="With a memory budget, threads reading rows from disk (several reads in flight).")

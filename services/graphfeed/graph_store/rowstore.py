@@ -6,15 +6,17 @@ nodes (the most reused: sampled as neighbors most often, the MassiveGNN/DiskGNN 
 one contiguous array, found through an id -> slot map, and reads the others on demand from a
 flat copy of the table on disk (:class:`~graphfeed.graph_store.diskrows.FlatRows`).
 
-Why a flat file and not RocksDB ``multi_get``: RocksDB holds node data in 1 MiB chunks of
-rows (``common.partition``), so one wanted 512-byte row costs reading its whole chunk: a
-batch of 10k random rows out of 500k touches every chunk, i.e. reads the whole table.
-Re-keying RocksDB per row still pays a key lookup, a block read and a copy per row. The flat
-file is one pread per run of adjacent rows, bypasses the page cache with ``O_DIRECT``, and
-reads 512-byte rows at 4 KiB per row cold: ``graphfeed bench rowstore`` measures the three
-(numbers in BENCHMARKS.md). It is written at ingest (``node_data/<name>.bin``) and, for a
-partition ingested before, exported once from RocksDB at the first budgeted open (a temp file
-renamed into place); a missing or wrong-sized file is exported again, never read.
+Why a flat file and not RocksDB ``multi_get`` (``graphfeed bench rowstore``, 500k rows of 512
+bytes, batches of sorted random ids, page cache dropped, 2-core VM with a virtio disk):
+RocksDB holds node data in 1 MiB chunks of rows (``common.partition``), so one wanted row
+costs its whole chunk: a 10k-row batch read 50x the bytes asked for (5.0k rows/s). Keys per
+row still read 13x (a 4 KiB block per row, plus index blocks) and were the slowest (2.6k
+rows/s: a key built and looked up per row). The flat file with ``O_DIRECT`` reads exactly the
+rows (1.00x: 512-byte reads on a 512-byte logical block device), 12.9k rows/s with 8 threads
+(2.7k with one: the disk wants several reads in flight), and it keeps the page cache out of the
+budget. The file is written at ingest (``node_data/<name>.bin``) and, for a partition ingested
+before, exported once from RocksDB at the first budgeted open (a temp file renamed into place);
+a missing or wrong-sized file is exported again, never read.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ class RowSources:
 
     @classmethod
     def open(
-        cls, reader: PartitionReader, hotness: np.ndarray, memory_budget: int = 0, direct_io: bool = False, io_threads: int = 4
+        cls, reader: PartitionReader, hotness: np.ndarray, memory_budget: int = 0, direct_io: bool = False, io_threads: int = 8
     ) -> RowSources:
         """Opens the node data of ``reader``'s partition (its RocksDB handle must be open).
 

@@ -75,7 +75,7 @@ class GraphStore:
             a chunk always holds at least one row).
         memory_budget: bytes of node data kept in memory; 0 (default) keeps all of it.
         direct_io: with a budget, read the other rows with ``O_DIRECT`` (no page cache).
-        io_threads: with a budget, threads reading rows from disk (default 4).
+        io_threads: with a budget, threads reading rows from disk (default 8).
     """
 
     def __init__(
@@ -87,7 +87,7 @@ class GraphStore:
         chunk_bytes: int = 4 << 20,
         memory_budget: int = 0,
         direct_io: bool = False,
-        io_threads: int = 4,
+        io_threads: int = 8,
     ) -> None:
         self._reader = reader
         self._closed = False

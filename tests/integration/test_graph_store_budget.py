@@ -41,7 +41,7 @@ def test_budgeted_server_serves_exact_rows_and_counts_tiers(arith_root: Path, or
         memory = _metric(text, 'graphfeed_graph_store_node_data_tier_rows_total{tier="memory"}')
         disk = _metric(text, 'graphfeed_graph_store_node_data_tier_rows_total{tier="disk"}')
         assert memory + disk == len(ids) and disk > 0 and memory > 0
-        assert _metric(text, "graphfeed_graph_store_disk_read_bytes_total") >= 4096
+        assert _metric(text, "graphfeed_graph_store_disk_read_bytes_total") >= 512  # whole blocks: 512 B or more
     finally:
         channel.close()
         running.stop(0)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,15 @@ def test_every_public_method_agrees_with_the_in_memory_store(open_store: OpenSto
     seeds = ids[:50]
     x, y = full.sample_neighbors(seeds, 3, False, 7), small.sample_neighbors(seeds, 3, False, 7)
     assert np.array_equal(x.src, y.src) and np.array_equal(x.offsets, y.offsets)
+
+
+def test_concurrent_requests_each_get_their_own_rows(open_store: OpenStore) -> None:
+    full, small = open_store(), open_store(memory_budget=20_000, direct_io=True, io_threads=3)
+    owned = np.arange(full.start, full.stop)
+    batches = [np.random.default_rng(seed).choice(owned, 400) for seed in range(24)]
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda ids: small.get_node_data("feat", ids), batches))
+    assert all(np.array_equal(g, full.get_node_data("feat", ids)) for g, ids in zip(got, batches, strict=True))
 
 
 def test_the_highest_in_degree_rows_are_served_from_memory(open_store: OpenStore) -> None:

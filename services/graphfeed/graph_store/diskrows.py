@@ -4,7 +4,9 @@ A request's rows are sorted and deduplicated, turned into a read plan (:func:`pl
 rows in the same or adjacent blocks share one read, no read longer than ``max_read_bytes``),
 and the plan is cut into pieces of about ``piece_bytes`` that a pool of threads reads into
 per-thread buffers with ``pread`` called from compiled code (no GIL, so several reads are in
-flight) before copying the rows out. Memory beyond the caller's output is one buffer per thread.
+flight) before copying the rows out. Memory beyond the caller's output is one buffer per I/O thread
+(per calling thread without a pool): every read runs on the pool, even a request's only piece,
+so that many gRPC handler threads do not each hold one.
 
 With ``direct=True`` the file is opened ``O_DIRECT``: reads are whole logical blocks (512 bytes
 on most disks) into page-aligned buffers and bypass the page cache, which a pod's memory cgroup
@@ -153,7 +155,7 @@ class FlatRows:
         pieces = _pieces(read_len, self._piece)
         target = out.reshape(len(out), -1).view(np.uint8)
         args = [(int(a), int(b), uniq, read_off, read_len, read_of, by_row, first, target, positions) for a, b in pieces]
-        if self._pool is None or len(args) == 1:
+        if self._pool is None:
             for a in args:
                 self._read_piece(*a)
         else:

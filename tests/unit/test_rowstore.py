@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from graphfeed.cli import build_parser
+from graphfeed.common.config import settings_from_args
 from graphfeed.common.errors import DataLoss, FailedPrecondition
 from graphfeed.common.partition import flat_node_data_path
 from graphfeed.graph_store.config import GraphStoreSettings
@@ -163,6 +165,8 @@ def test_a_flat_copy_truncated_while_serving_is_data_loss_not_wrong_rows(open_st
 def test_memory_budget_setting_takes_byte_suffixes(root: Path) -> None:
     s = GraphStoreSettings(part_dir=root / PART, memory_budget="128MiB", direct_io=True)
     assert (s.memory_budget, s.direct_io, GraphStoreSettings(part_dir=root / PART).memory_budget) == (128 << 20, True, 0)
+    args = build_parser().parse_args(["serve", "graph-store", "--part-dir", str(root / PART), "--memory-budget", "16MiB"])
+    assert settings_from_args(GraphStoreSettings, args).memory_budget == 16 << 20
 
 
 # Run in a fresh interpreter: opens the store, reads every row a few times in random batches and

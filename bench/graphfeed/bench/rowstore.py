@@ -10,7 +10,8 @@ RocksDB keyed per row. Batches of ``--batches`` sorted unique random row ids are
 * ``flat_pread`` / ``flat_direct``: :class:`~graphfeed.graph_store.diskrows.FlatRows`,
   buffered or ``O_DIRECT``, with 1, 4 and 8 I/O threads;
 * ``memmap``: ``np.memmap`` fancy indexing of the flat file (what PyG/DGL users do);
-* ``store_direct_25pct``: the graph-store itself at a budget of 25 % of the table, ``O_DIRECT``.
+* ``store_direct_25pct``: the graph-store itself at a budget of 25 % of the table, ``O_DIRECT``,
+  8 I/O threads.
 
 **cold**: the page cache is dropped (``echo 1 > /proc/sys/vm/drop_caches``, root) and RocksDB
 reopened before every sample; **warm**: the whole file is in the page cache. Disk bytes are
@@ -152,7 +153,7 @@ def _memmap(part: Path) -> tuple[Reader, Callable[[], None]]:
 
 
 def _store(part: Path, budget: int) -> tuple[Reader, Callable[[], None]]:
-    store = GraphStore.open(part, memory_budget=budget, direct_io=True, io_threads=4)
+    store = GraphStore.open(part, memory_budget=budget, direct_io=True, io_threads=8)
     return (lambda ids: store.get_node_data("feat", ids)), store.close
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from graphfeed.bench.rowstore import register
 from graphfeed.cli import build_parser
 from graphfeed.common.config import settings_from_args
 from graphfeed.common.errors import DataLoss, FailedPrecondition
@@ -239,3 +241,15 @@ def test_the_memory_budget_is_respected_under_load(big_part: Path) -> None:
         assert got["disk_rows"] >= 3 * BIG_ROWS * 3 // 4
         assert got["growth"] <= BUDGET + OVERHEAD, (direct, got)
     assert _rss_growth(big_part, 0, False)["growth"] >= table
+
+
+def test_rowstore_bench_runs_every_method_and_checks_their_rows(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["rowstore", "--rows", "3000", "--batches", "200", "--samples", "1", "--no-drop"])
+    args.out, args.tmp = tmp_path / "rowstore.json", tmp_path
+    args.func(args)  # every method's rows are compared with the table (AssertionError otherwise)
+    result = json.loads(args.out.read_text())
+    names = {r["method"] for r in result["results"]}
+    assert {"rocksdb_chunks", "rocksdb_rows", "memmap", "flat_direct_t8", "flat_pread_t1", "store_direct_25pct"} <= names
+    assert all(r["state"] == "warm" for r in result["results"]) and args.out.with_suffix(".md").exists()

@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"built {args.rows} rows in {time.perf_counter() - t0:.1f}s")
         expect = np.fromfile(flat_node_data_path(part, "feat"), np.float32).reshape(-1, F)
         align = direct_alignment(flat_node_data_path(part, "feat"))
-        can_drop = drop_caches()
+        can_drop = not args.no_drop and drop_caches()
         rng = np.random.default_rng(1)
         results = []
         for batch in args.batches:
@@ -248,5 +248,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--only", nargs="*", default=[], help="run only methods whose name contains one of these")
     p.add_argument("--tmp", type=Path, default=None, help="where the partition is written (default the system temp dir)")
     p.add_argument("--quick", action="store_true", help="200k rows, 10k-row batches, 1 sample")
+    p.add_argument("--no-drop", action="store_true", help="warm runs only: leave the (machine-wide) page cache alone")
     p.add_argument("--out", type=Path, default=Path("bench/results/rowstore.json"), help="JSON; the markdown goes next to it (.md)")
     p.set_defaults(func=run)

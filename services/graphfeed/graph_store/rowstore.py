@@ -194,9 +194,7 @@ class RowSources:
                     sources[name] = InMemoryRows(np.empty((n, *spec.row_shape), np.dtype(spec.dtype)), counters)
                     continue
                 disk = _flat_rows(reader, name, direct_io, pool)
-                hot = np.empty((keep, *spec.row_shape), dtype=np.dtype(spec.dtype))
-                disk.read(hot_rows, hot, np.arange(keep, dtype=np.int64))
-                sources[name] = BudgetedRows(hot, slot, disk, counters)
+                sources[name] = BudgetedRows(_read_hot(disk, hot_rows, spec.row_shape, np.dtype(spec.dtype)), slot, disk, counters)
         except BaseException:
             for s in sources.values():
                 s.close()
@@ -235,6 +233,25 @@ class RowSources:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+
+
+_FILL_BYTES = 4 << 20  # the table is read in pieces of this size to fill the hot rows
+
+
+def _read_hot(disk: FlatRows, hot_rows: np.ndarray, row_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """The rows ``hot_rows`` (ascending) of ``disk``, read by streaming the whole table in
+    pieces: sequential reads beat random ones as soon as a few percent of the rows are hot
+    (bench rowstore: ~40k random rows/s against ~1M sequential rows/s)."""
+    hot = np.empty((len(hot_rows), *row_shape), dtype=dtype)
+    step = max(1, _FILL_BYTES // disk.row_bytes)
+    piece = np.empty((step, *row_shape), dtype=dtype)
+    for lo in range(0, disk.num_rows, step):
+        hi = min(disk.num_rows, lo + step)
+        a, b = np.searchsorted(hot_rows, [lo, hi])
+        if a < b:
+            disk.read(np.arange(lo, hi, dtype=np.int64), piece, np.arange(hi - lo, dtype=np.int64))
+            hot[a:b] = piece[hot_rows[a:b] - lo]
+    return hot
 
 
 def _flat_rows(reader: PartitionReader, name: str, direct_io: bool, pool: ThreadPoolExecutor | None) -> FlatRows:

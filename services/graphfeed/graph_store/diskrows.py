@@ -34,6 +34,7 @@ from graphfeed.common.errors import DataLoss, FailedPrecondition
 DIRECT_ALIGN = 4096  # O_DIRECT alignment where the device's logical block size cannot be read
 MAX_READ_BYTES = 256 << 10  # one pread at most; longer runs of wanted rows are split
 PIECE_BYTES = 512 << 10  # bytes of reads one thread does before copying its rows out
+_THREAD = threading.local()  # each thread's read buffer
 
 
 @numba.njit(cache=True, nogil=True)
@@ -132,7 +133,6 @@ class FlatRows:
         self._max_read = max(max_read_bytes, _round_up(row_bytes, DIRECT_ALIGN) + DIRECT_ALIGN)  # one row's widest span
         self._piece = max(piece_bytes, self._max_read)
         self._pool = pool
-        self._local = threading.local()
 
     def read(self, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> ReadCount:
         """``out[positions[i]] = row rows[i]`` for valid local ``rows`` (repeats read once).
@@ -188,14 +188,15 @@ class FlatRows:
             raise DataLoss(f"{self.path}: {got} bytes at offset {offset}, expected {want}: the file was truncated")
 
     def _buffer(self) -> np.ndarray:
-        buf = getattr(self._local, "buf", None)
-        if buf is None:
+        """This thread's read buffer, shared by every table it reads (one per thread, not per table)."""
+        buf: np.ndarray | None = getattr(_THREAD, "buf", None)
+        if buf is None or len(buf) < self._piece + self._max_read:
             buf = np.frombuffer(mmap.mmap(-1, self._piece + self._max_read), np.uint8)  # page-aligned, as O_DIRECT wants
-            self._local.buf = buf
+            _THREAD.buf = buf
         return buf
 
     def close(self) -> None:
-        """Closes the file; idempotent. Thread buffers go with their threads."""
+        """Closes the file; idempotent. Read buffers go with their threads."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -32,8 +32,11 @@ from numba import types
 from graphfeed.common.errors import DataLoss, FailedPrecondition
 
 DIRECT_ALIGN = 4096  # O_DIRECT alignment where the device's logical block size cannot be read
-MAX_READ_BYTES = 256 << 10  # one pread at most; longer runs of wanted rows are split
-PIECE_BYTES = 512 << 10  # bytes of reads one thread does before copying its rows out
+MAX_READ_BYTES = 64 << 10  # one pread at most; longer runs of wanted rows are split
+# Bytes of reads one thread does before copying its rows out. Small, so that a small request
+# is still several pieces in flight: 1000 random rows, O_DIRECT, 8 threads read 7k rows/s in
+# 512 KiB pieces (one piece, one thread) and 33k rows/s in 64 KiB pieces.
+PIECE_BYTES = 64 << 10
 _THREAD = threading.local()  # each thread's read buffer
 
 

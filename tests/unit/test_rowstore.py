@@ -202,7 +202,7 @@ BIG_ROWS, BIG_F = 1 << 17, 128  # 64 MiB of float32 features
 BUDGET = 16 << 20
 # Independent of the table's size; ~13 MiB measured at a budget near 0: topology pages and the
 # degrees (1 MiB each here), the RocksDB handle, allocator arenas of the I/O threads and their
-# 128 KiB buffers, a 1 MiB output batch and index temporaries.
+# 320 KiB buffers, a 1 MiB output batch and index temporaries.
 OVERHEAD = 16 << 20
 
 

@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "link": "graphfeed.bench.links",
     "fuzz": "graphfeed.bench.fuzz",
     "temporal": "graphfeed.bench.temporal",
+    "rowstore": "graphfeed.bench.rowstore",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import ByteSize, Field
 from pydantic_settings import SettingsConfigDict
 
 from graphfeed.common.config import ServiceSettings
@@ -23,3 +23,14 @@ class GraphStoreSettings(ServiceSettings):
     chunk_bytes: int = Field(
         default=4 << 20, ge=1, description="Most bytes of rows per GetNodeData response message (at least one row is sent)."
     )
+    memory_budget: ByteSize = Field(
+        default=ByteSize(0),
+        description="Bytes of node data kept in memory (e.g. 134217728 or 128MiB); the rows of the highest in-degree "
+        "nodes stay in memory, the others are read from a flat copy on disk on demand. 0 keeps all node data in memory.",
+    )
+    direct_io: bool = Field(
+        default=False,
+        description="With a memory budget, read rows from disk with O_DIRECT, bypassing the page cache "
+        "(which a pod's memory limit would otherwise be charged for).",
+    )
+    io_threads: int = Field(default=8, ge=1, description="With a memory budget, threads reading rows from disk (several reads in flight).")

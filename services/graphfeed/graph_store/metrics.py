@@ -7,12 +7,15 @@ calls, so that :class:`~graphfeed.graph_store.store.GraphStore` stays free of Pr
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from graphfeed.graph_store.rowstore import RowStats
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.types import PartitionInfo, SampledNeighbors
@@ -58,6 +61,35 @@ class GraphStoreMetrics:
                 "graphfeed_graph_store_partition_info", "Always 1; the label says which partition this server serves.",
                 ("partition",), registry=registry,
             ),
+        )
+
+
+class RowTierCollector(Collector):
+    """Where node-data rows came from (memory or disk under a memory budget), read from the
+    store's own counters at scrape time, so that the read path counts without Prometheus.
+
+    Register with ``registry.register(RowTierCollector(store.row_stats))``.
+    """
+
+    def __init__(self, stats: Callable[[], RowStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        rows = CounterMetricFamily(
+            "graphfeed_graph_store_node_data_tier_rows",
+            "Node-data rows served, by where they were: in memory or read from disk (beyond the memory budget).",
+            labels=("tier",),
+        )
+        rows.add_metric(("memory",), s.rows_memory)
+        rows.add_metric(("disk",), s.rows_disk)
+        yield rows
+        yield CounterMetricFamily(
+            "graphfeed_graph_store_disk_read_bytes", "Bytes read from node-data files on disk (whole blocks with O_DIRECT).",
+            value=s.disk_bytes,
+        )
+        yield CounterMetricFamily(
+            "graphfeed_graph_store_disk_reads", "Reads (preads) of node-data files; adjacent rows share one.", value=s.disk_reads
         )
 
 

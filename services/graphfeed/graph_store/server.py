@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common.rpc import RunningServer, run_service, start_service_server
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.config import GraphStoreSettings
-from graphfeed.graph_store.metrics import GraphStoreMetrics
+from graphfeed.graph_store.metrics import GraphStoreMetrics, RowTierCollector
 from graphfeed.graph_store.servicer import GraphStoreServicer
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
@@ -43,8 +43,12 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
         max_ids_per_request=settings.max_ids_per_request,
         max_fanout=settings.max_fanout,
         chunk_bytes=settings.chunk_bytes,
+        memory_budget=int(settings.memory_budget),
+        direct_io=settings.direct_io,
+        io_threads=settings.io_threads,
     )
     metrics = GraphStoreMetrics.create(registry)
+    registry.register(RowTierCollector(store.row_stats))
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
     metrics.partition_info.labels(str(store.partition_id)).set(1)
     servicer = GraphStoreServicer(store, metrics, ServerTransport(settings.shm_dir, "GraphStoreService", registry))

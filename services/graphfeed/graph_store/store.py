@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.partition import PartitionReader
-from graphfeed.common.rows import scatter_rows, take_rows
+from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_csr
 from graphfeed.graph_store.temporal import TemporalStore
 from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
@@ -24,18 +25,16 @@ log = logging.getLogger(__name__)
 _MAX_NAMED_IDS = 5  # offending ids quoted in a NotFound message
 
 
-def _load_db(reader: PartitionReader) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Every node-data table and split of the partition, read from RocksDB into memory."""
-    m = reader.manifest
-    tables = {name: reader.node_data(name) for name in m.node_data}
+def _load_splits(reader: PartitionReader) -> dict[str, np.ndarray]:
+    """Every split of the partition, read from RocksDB into memory (they are small)."""
     splits: dict[str, np.ndarray] = {}
-    for name in m.splits:
+    for name in reader.manifest.splits:
         gids = reader.split(name)
         if gids is not None:
             own = np.array(gids, dtype=np.int64)  # own copy, not RocksDB's buffer
             own.flags.writeable = False  # handed out as is by get_split
             splits[name] = own
-    return tables, splits
+    return splits
 
 
 def _partition_info(reader: PartitionReader) -> PartitionInfo:
@@ -59,11 +58,10 @@ class GraphStore:
     """Serves one partition: neighbor sampling, node-data rows, degrees and splits.
 
     Topology (``indptr``/``indices``/``edge_ids``) stays memory-mapped from the ``.npy`` files.
-    Every node-data table (and every split) is read from RocksDB into memory when the store
-    opens, and the RocksDB handle is then closed: a host cache of the whole owned table. That
-    is the seam for a bounded cache later: only :meth:`_rows` reads ``self._tables``, so a
-    cache that keeps a read-only RocksDB handle and ``multi_get``s its misses can replace it
-    without touching the public methods.
+    Splits are read from RocksDB into memory when the store opens, and the RocksDB handle is
+    then closed. Node data comes from :class:`~graphfeed.graph_store.rowstore.RowSources`:
+    every table in memory (the default), or, with ``memory_budget``, the rows of the
+    highest in-degree nodes in memory and the others read on demand from a flat copy on disk.
 
     Every public method validates its input through :meth:`_owned_rows` and raises
     :class:`~graphfeed.common.errors.GraphfeedError` subclasses with a message saying what
@@ -76,6 +74,9 @@ class GraphStore:
         max_fanout: largest ``fanout`` accepted besides ``-1`` (default 1000).
         chunk_bytes: most bytes of rows per chunk from :meth:`iter_node_data` (default 4 MiB;
             a chunk always holds at least one row).
+        memory_budget: bytes of node data kept in memory; 0 (default) keeps all of it.
+        direct_io: with a budget, read the other rows with ``O_DIRECT`` (no page cache).
+        io_threads: with a budget, threads reading rows from disk (default 8).
         append_dir: the temporal append log (RocksDB); with it, :attr:`temporal` takes appends.
         temporal_limits: limits of the :class:`~graphfeed.graph_store.temporal.TemporalStore`.
 
@@ -91,6 +92,9 @@ class GraphStore:
         max_ids_per_request: int = 4_000_000,
         max_fanout: int = 1000,
         chunk_bytes: int = 4 << 20,
+        memory_budget: int = 0,
+        direct_io: bool = False,
+        io_threads: int = 8,
         append_dir: Path | None = None,
         **temporal_limits: int,
     ) -> None:
@@ -103,18 +107,20 @@ class GraphStore:
         self.start: int = reader.start
         self.stop: int = reader.stop
         try:
-            if max_ids_per_request < 1 or max_fanout < 0 or chunk_bytes < 1:
+            if max_ids_per_request < 1 or max_fanout < 0 or chunk_bytes < 1 or memory_budget < 0 or io_threads < 1:
                 raise ValueError(
                     f"bad limits: max_ids_per_request={max_ids_per_request} (>= 1), "
-                    f"max_fanout={max_fanout} (>= 0), chunk_bytes={chunk_bytes} (>= 1)"
+                    f"max_fanout={max_fanout} (>= 0), chunk_bytes={chunk_bytes} (>= 1), "
+                    f"memory_budget={memory_budget} (>= 0), io_threads={io_threads} (>= 1)"
                 )
-            self._tables, self._splits = _load_db(reader)
+            self._degrees = np.diff(np.asarray(reader.indptr, dtype=np.int64))
+            self._splits = _load_splits(reader)
+            self._tables = RowSources.open(reader, self._degrees, memory_budget, bool(direct_io), io_threads)
         finally:
-            # Everything RocksDB holds is in memory now. Closing the handle drops RocksDB's
-            # exclusive LOCK, so other stores (tests, a restarted pod) can open the same
-            # partition; a bounded cache will keep a read-only handle instead.
+            # What RocksDB holds is in memory or in flat files now. Closing the handle drops
+            # RocksDB's exclusive LOCK, so other stores (tests, a restarted pod) can open the
+            # same partition.
             reader.close()
-        self._degrees = np.diff(np.asarray(reader.indptr, dtype=np.int64))
         self.temporal: TemporalStore | None = None
         if reader.edge_ts is not None or append_dir is not None:
             self.temporal = TemporalStore.open(
@@ -123,11 +129,11 @@ class GraphStore:
         self._info = _partition_info(reader)
         log.info(
             "partition %d of %r: gids [%d, %d), %d in-edges, node data %s",
-            self.partition_id, reader.manifest.dataset, self.start, self.stop, len(reader.indices), sorted(self._tables),
+            self.partition_id, reader.manifest.dataset, self.start, self.stop, len(reader.indices), self._tables.names,
         )
 
     @classmethod
-    def open(cls, part_dir: Path, append_dir: Path | None = None, **limits: int) -> GraphStore:
+    def open(cls, part_dir: Path, append_dir: Path | None = None, **limits: Any) -> GraphStore:
         """Opens a partition directory (``<root>/part-NNNNN``); ``append_dir``, ``limits`` as in the constructor."""
         return cls(PartitionReader(Path(part_dir)), append_dir=append_dir, **limits)
 
@@ -173,15 +179,23 @@ class GraphStore:
         if self._closed:
             raise FailedPrecondition(f"graph-store of partition {self.partition_id} is closed")
 
-    def _table(self, name: str) -> np.ndarray:
+    def _table(self, name: str) -> RowSource:
         self._check_open()
         table = self._tables.get(name)
         if table is None:
-            raise NotFound(f"node data {name!r} does not exist; available: {sorted(self._tables)}")
+            raise NotFound(f"node data {name!r} does not exist; available: {self._tables.names}")
         return table
 
     def _rows(self, name: str, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        return take_rows(self._table(name), rows, out)
+        table = self._table(name)
+        if out is None:
+            out = np.empty((len(rows), *table.row_shape), dtype=table.dtype)
+        table.gather(rows, out)
+        return out
+
+    def row_stats(self) -> RowStats:
+        """Node-data rows served from memory and from disk, and disk bytes and reads, since open."""
+        return self._tables.stats()
 
     # -- public API -----------------------------------------------------------------------
 
@@ -248,13 +262,13 @@ class GraphStore:
         table = self._table(name)
         rows = self._owned_rows(ids, "ids", allow_empty=True)
         positions = np.asarray(positions)
-        if out.dtype != table.dtype or out.shape[1:] != table.shape[1:] or not out.flags.c_contiguous:
-            raise InvalidArgument(f"target must be [n, {list(table.shape[1:])}] {table.dtype}, got {list(out.shape)} {out.dtype}")
+        if out.dtype != table.dtype or out.shape[1:] != table.row_shape or not out.flags.c_contiguous:
+            raise InvalidArgument(f"target must be [n, {list(table.row_shape)}] {table.dtype}, got {list(out.shape)} {out.dtype}")
         if positions.shape != rows.shape or positions.dtype != np.int64:
             raise InvalidArgument(f"positions must be int64 [{len(rows)}], got {positions.dtype} {list(positions.shape)}")
         if len(positions) and (positions.min() < 0 or positions.max() >= len(out)):
             raise InvalidArgument(f"positions must be in [0, {len(out)}), got [{positions.min()}, {positions.max()}]")
-        scatter_rows(table, rows, out, positions)
+        table.gather(rows, out, positions.astype(np.int64, copy=False))
         return len(rows)
 
     def iter_node_data(self, name: str, ids: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -268,7 +282,7 @@ class GraphStore:
         """
         table = self._table(name)
         rows = self._owned_rows(ids, "ids", allow_empty=True)
-        row_bytes = max(1, table.itemsize * int(np.prod(table.shape[1:], dtype=np.int64)))
+        row_bytes = max(1, table.row_bytes)
         per_chunk = max(1, self.chunk_bytes // row_bytes)
         return self._chunks(name, rows, per_chunk)
 
@@ -298,7 +312,7 @@ class GraphStore:
         the last reference to the arrays goes.
         """
         self._closed = True
-        self._tables = {}
+        self._tables.close()
         self._splits = {}
         if self.temporal is not None:
             self.temporal.close()

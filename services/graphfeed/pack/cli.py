@@ -3,7 +3,7 @@
 Examples::
 
     graphfeed pack --data /data/graph --out /data/packs --batch-size 1024 --fanouts 10,5 --job-seed 7 \\
-        --shuffle --epochs 0:2 --resident-bytes 134217728
+        --epochs 0:2 --resident-bytes 134217728
     graphfeed pack --graph-stores gs-0:50051,gs-1:50051 --out /packs ...   # graph-stores over gRPC
 
 A loader started with ``--pack-root /data/packs`` then serves the job's cache misses from them.
@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="train")
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--fanouts", required=True, help="comma-separated, input layer first (DGL order)")
-    for flag in ("--replace", "--shuffle", "--drop-last"):
+    p.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="as the trainer's data loaders (default on)")
+    for flag in ("--replace", "--drop-last"):
         p.add_argument(flag, action="store_true")
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)

@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, str] = {
     "wire-accuracy": "graphfeed.bench.wire_accuracy",
     "link-sweep": "graphfeed.bench.link_sweep",
     "link": "graphfeed.bench.links",
+    "disk": "graphfeed.bench.disk",
 }
 
 

@@ -206,6 +206,15 @@ class Loader:
             lookahead_steps=self.lookahead_steps, threads=self.pack_read_threads, direct=self.pack_direct_io,
         )  # fmt: skip
 
+    def warm_cache(self, feature_name: str) -> None:
+        """Fills ``feature_name``'s cache now (as its first stream would at its first
+        minibatch), so that a job's start does not pay for it.
+
+        Raises:
+            KeyError: not a node-data name.
+        """
+        self._cache(feature_name).ensure_warm(self.partitions, feature_name)
+
     def gpu_features(self, feature_name: str) -> bool:
         """Whether streams with ``on_device`` deliver this feature as device arrays (its cache
         has a GPU tier: ``gpu_cache_bytes`` > 0 and a usable GPU)."""

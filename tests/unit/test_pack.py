@@ -48,7 +48,9 @@ def test_every_step_reads_the_base_stores_rows_from_its_pack(
     parts: LocalPartitionSet, orig: np.ndarray, tmp_path: Path, resident: Literal["reuse", "degree"]
 ) -> None:
     m = pack_epoch(parts, JOB, 1, tmp_path, dataclasses.replace(OPTS, resident=resident))
-    reader = PackReader.open(tmp_path / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1)
+    # O_DIRECT and one pread thread for one of the two (each is a way the loader may read)
+    direct = resident == "degree"
+    reader = PackReader.open(tmp_path / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1, direct=direct, threads=1 if direct else 4)
     resident_ids = reader.resident_ids()
     assert len(resident_ids) == 10 and m.num_steps > 2 * OPTS.steps_per_pack
     sampled = sample_epoch(parts, MultiHopSampler(parts), JOB, 1)

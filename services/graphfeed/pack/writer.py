@@ -4,7 +4,9 @@
 memory-resident rows (the most reused over the epoch, or the highest in-degree ones, which is
 what a ``static_degree`` cache of the same size holds), groups consecutive steps into packs,
 and for each pack fetches the union of its steps' other rows from the graph-stores (one
-fan-out) and writes it with large writes, while the next pack's rows are fetched.
+fan-out) and writes it with large writes, while the next pack's rows are fetched. With
+"degree" (known before sampling) the whole thing is one pipeline: steps are sampled ahead on
+their threads while earlier packs are fetched and written; "reuse" samples the epoch first.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shutil
 import time
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,7 @@ from graphfeed.loader.cache import in_degrees, top_by_degree
 from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, fetch_rows
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.pack_format import MANIFEST, RESIDENT, GraphIdentity, PackedJob, PackFile, PackManifest, StepRange, align, job_key
-from graphfeed.pack.offline import SampledEpoch, sample_epoch
+from graphfeed.pack.offline import plan_epoch, sample_steps
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.sampler.types import BlockSampler
 
@@ -77,27 +80,34 @@ def pack_epoch(
     if opts.steps_per_pack < 1 or opts.max_pack_bytes < 1 or opts.resident not in ("reuse", "degree"):
         raise InvalidArgument(f"bad pack options {opts}")
     t0 = time.perf_counter()
-    sampled = sample_epoch(partitions, sampler or MultiHopSampler(partitions), job, epoch, opts.sample_workers)
     info = partitions.info
     spec = info.node_data[job.feature_name]
     row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.row_shape, dtype=np.int64))
-    resident = _resident(partitions, sampled, opts, row_bytes)
+    plan = plan_epoch(partitions, job, epoch)
+    times = {"sample_seconds": 0.0, "fetch_seconds": 0.0, "write_seconds": 0.0}
+    sampled = _timed((ids for _, ids in sample_steps(sampler or MultiHopSampler(partitions), job, plan, opts.sample_workers)), times)
+    if opts.resident == "reuse" and opts.resident_bytes >= row_bytes:
+        epoch_steps = list(sampled)  # the whole epoch's reuse decides what is resident
+        steps: Iterable[np.ndarray] = epoch_steps
+        resident = _by_reuse(epoch_steps, info.num_nodes, opts.resident_bytes // row_bytes)
+    else:  # known before sampling: packs are fetched and written while later steps are sampled
+        steps, resident = sampled, _by_degree(partitions, opts, row_bytes)
     final = Path(root) / job_key(job, epoch)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     np.save(tmp / RESIDENT, resident)
-    packs, times = _write_packs(partitions, job.feature_name, sampled, resident, opts, row_bytes, tmp)
+    packs = _write_packs(partitions, job.feature_name, steps, resident, opts, row_bytes, tmp, times)
     packed = sum(p.rows_bytes for p in packs)
     stats = {
         "packed_bytes": packed, "file_bytes": sum(p.file_bytes for p in packs), "table_bytes": info.num_nodes * row_bytes,
         "blow_up": packed / max(1, info.num_nodes * row_bytes), "resident_bytes": len(resident) * row_bytes,
         "needed_bytes": sum(s.num_packed for p in packs for s in p.steps) * row_bytes,
-        "sample_seconds": sampled.sample_seconds, **times, "total_seconds": time.perf_counter() - t0,
+        **times, "total_seconds": time.perf_counter() - t0,
     }  # fmt: skip
     manifest = PackManifest(
         GraphIdentity.of(info), PackedJob.of(job), epoch, np.dtype(spec.dtype).str, tuple(spec.row_shape),
-        sampled.plan.num_steps, len(resident), zlib.crc32(resident.tobytes()), tuple(packs), stats,
+        plan.num_steps, len(resident), zlib.crc32(resident.tobytes()), tuple(packs), stats,
     )  # fmt: skip
     _write_atomic(tmp / MANIFEST, manifest.to_json().encode())
     _replace_dir(tmp, final)
@@ -106,31 +116,53 @@ def pack_epoch(
     return manifest
 
 
-def _resident(partitions: PartitionSet, sampled: SampledEpoch, opts: PackOptions, row_bytes: int) -> np.ndarray:
-    """The gids kept out of the packs (int64, ascending)."""
+def _timed(steps: Iterator[np.ndarray], times: dict[str, float]) -> Iterator[np.ndarray]:
+    """``steps``, adding the time spent waiting for each to ``times["sample_seconds"]``."""
+    while True:
+        t = time.perf_counter()
+        ids = next(steps, None)
+        times["sample_seconds"] += time.perf_counter() - t
+        if ids is None:
+            return
+        yield ids
+
+
+def _by_degree(partitions: PartitionSet, opts: PackOptions, row_bytes: int) -> np.ndarray:
+    """The highest in-degree gids that fit ``resident_bytes`` (int64, ascending): what a
+    ``static_degree`` cache of that size holds. Empty unless ``resident`` is "degree"."""
     n = partitions.info.num_nodes
     cap = min(n, opts.resident_bytes // row_bytes)
-    if cap == 0:
+    if opts.resident != "degree" or cap == 0:
         return np.empty(0, dtype=np.int64)
-    if opts.resident == "degree":
-        return np.sort(top_by_degree(in_degrees(partitions, n, opts.max_ids_per_request), cap)).astype(np.int64)
-    reuse = np.bincount(np.concatenate(sampled.input_nodes), minlength=n) if sampled.input_nodes else np.zeros(n, np.int64)
-    top = np.argsort(-reuse, kind="stable")[:cap]
+    return np.sort(top_by_degree(in_degrees(partitions, n, opts.max_ids_per_request), cap)).astype(np.int64)
+
+
+def _by_reuse(steps: Sequence[np.ndarray], num_nodes: int, cap: int) -> np.ndarray:
+    """The (at most ``cap``) gids read by the most steps, if by more than one (int64, ascending)."""
+    reuse = np.bincount(np.concatenate(steps), minlength=num_nodes) if steps else np.zeros(num_nodes, np.int64)
+    top = np.argsort(-reuse, kind="stable")[: min(cap, num_nodes)]
     return np.sort(top[reuse[top] > 1]).astype(np.int64)  # a row read once gains nothing from memory
 
 
-def _groups(lengths: list[int], opts: PackOptions, row_bytes: int) -> list[tuple[int, int]]:
-    """Consecutive step ranges ``[first, end)``: at most ``steps_per_pack`` steps and (but for
-    a lone step) ``max_pack_bytes`` of rows counted with repeats."""
-    groups, first, rows = [], 0, 0
-    for step, n in enumerate(lengths):
-        if step > first and (step - first >= opts.steps_per_pack or (rows + n) * row_bytes > opts.max_pack_bytes):
-            groups.append((first, step))
-            first, rows = step, 0
-        rows += n
-    if lengths:
-        groups.append((first, len(lengths)))
-    return groups
+def _grouped(
+    steps: Iterable[np.ndarray], is_resident: np.ndarray, opts: PackOptions, row_bytes: int
+) -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
+    """``(first step, input nodes, non-resident input nodes)`` of consecutive steps, a pack's
+    worth at a time: at most ``steps_per_pack`` steps and (but for a lone step)
+    ``max_pack_bytes`` of rows counted with repeats."""
+    first, rows = 0, 0
+    inputs: list[np.ndarray] = []
+    packed: list[np.ndarray] = []
+    for step, ids in enumerate(steps):
+        mine = ids[~is_resident[ids]]
+        if inputs and (len(inputs) >= opts.steps_per_pack or (rows + len(mine)) * row_bytes > opts.max_pack_bytes):
+            yield first, inputs, packed
+            first, inputs, packed, rows = step, [], [], 0
+        inputs.append(ids)
+        packed.append(mine)
+        rows += len(mine)
+    if inputs:
+        yield first, inputs, packed
 
 
 @dataclass(frozen=True)
@@ -156,19 +188,18 @@ def _plan_pack(index: int, first: int, steps: list[np.ndarray], inputs: list[np.
 
 
 def _write_packs(
-    partitions: PartitionSet, name: str, sampled: SampledEpoch, resident: np.ndarray, opts: PackOptions, row_bytes: int, out: Path
-) -> tuple[list[PackFile], dict[str, float]]:
-    """Fetches and writes every pack; fetching pack i+1 overlaps writing pack i."""
+    partitions: PartitionSet, name: str, steps: Iterable[np.ndarray], resident: np.ndarray, opts: PackOptions, row_bytes: int,
+    out: Path, times: dict[str, float],
+) -> list[PackFile]:  # fmt: skip
+    """Fetches and writes every pack; writing pack i overlaps fetching pack i+1 (and sampling
+    the steps after it, when those are still being sampled)."""
     is_resident = np.zeros(partitions.info.num_nodes, dtype=bool)
     is_resident[resident] = True
-    packed_steps = [ids[~is_resident[ids]] for ids in sampled.input_nodes]
-    groups = _groups([len(s) for s in packed_steps], opts, row_bytes)
-    times = {"fetch_seconds": 0.0, "write_seconds": 0.0}
     files: list[PackFile] = []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pack-write") as writer:
         pending: Future[PackFile] | None = None
-        for i, (a, b) in enumerate(groups):
-            plan = _plan_pack(i, a, packed_steps[a:b], sampled.input_nodes[a:b])
+        for i, (first, inputs, packed) in enumerate(_grouped(steps, is_resident, opts, row_bytes)):
+            plan = _plan_pack(i, first, packed, inputs)
             t = time.perf_counter()
             rows = fetch_rows(partitions, name, plan.ids, opts.max_ids_per_request)[0]
             times["fetch_seconds"] += time.perf_counter() - t
@@ -177,7 +208,7 @@ def _write_packs(
             pending = writer.submit(_timed_write, plan, rows, row_bytes, out, times)
         if pending is not None:
             files.append(pending.result())
-    return files, times
+    return files
 
 
 def _timed_write(plan: _Pack, rows: np.ndarray, row_bytes: int, out: Path, times: dict[str, float]) -> PackFile:

@@ -237,7 +237,12 @@ def _write_pack(plan: _Pack, rows: np.ndarray, row_bytes: int, out: Path) -> Pac
 
 
 def _write_atomic(path: Path, *parts: bytes | memoryview) -> None:
-    """Writes ``parts`` to ``path`` through a temporary file, synced, then renamed."""
+    """Writes ``parts`` to ``path`` through a temporary file, then renames it.
+
+    Not fsynced: the kernel writes the pages back while training runs (an fsync per pack
+    holds packing to the disk's write speed). After a crash a pack may hold stale bytes under a
+    complete name; its checksums catch that and the loader reads the graph-stores instead.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -245,7 +250,6 @@ def _write_atomic(path: Path, *parts: bytes | memoryview) -> None:
             view = memoryview(part).cast("B")
             while len(view):
                 view = view[os.write(fd, view) :]
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

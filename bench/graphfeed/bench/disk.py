@@ -257,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
     cache_bytes = args.budget_bytes - 2 * args.max_pack_bytes
     packs = args.workdir / "packs"
     opts = PackOptions(steps_per_pack=64, max_pack_bytes=args.max_pack_bytes, resident="degree", resident_bytes=cache_bytes)
+    plan = plan_epoch(parts, job, 0)  # compiles the sampling kernels: no system, packing included, pays for it
+    MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
     t0 = time.perf_counter()
     manifest = pack_epoch(parts, job, 0, packs, opts)
     pack_s = time.perf_counter() - t0

@@ -14,11 +14,13 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 
+from graphfeed import cli
 from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.pack_format import MANIFEST, GraphIdentity, PackManifest, PackMismatch, job_key
 from graphfeed.loader.pack_reader import PackReader
+from graphfeed.loader.pack_tier import PackStats, PackTier
 from graphfeed.pack.offline import sample_epoch
 from graphfeed.pack.writer import PackOptions, pack_epoch
 from graphfeed.sampler.core import MultiHopSampler
@@ -144,3 +146,31 @@ def test_loader_refuses_packs_written_for_another_graph(
         assert loader.pack_stats.refused == 1 and loader.pack_stats.hits == 0
     finally:
         loader.close()
+
+
+def test_the_next_pack_is_read_while_the_current_one_serves(parts: LocalPartitionSet, packed: tuple[Path, PackManifest]) -> None:
+    root, m = packed
+    reader = PackReader.open(root / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1)
+    tier = PackTier(reader, PackStats(), lookahead_steps=2)
+    try:
+        second = m.packs[1].first_step
+        tier.prefetch(second - 3)  # the window [s, s + 2] ends before pack 1
+        assert set(tier._loads) == {0}
+        tier.prefetch(second - 2)  # the window reaches pack 1: it is read ahead
+        assert set(tier._loads) == {0, 1}
+        tier.prefetch(second)  # pack 0 is done with: dropped
+        assert set(tier._loads) == {1}
+        tier.prefetch(second + 1)  # (packs of 3 steps) the window reaches pack 2
+        assert set(tier._loads) == {1, 2}
+        tier._loads[2].result()
+    finally:
+        tier.close()
+
+
+def test_pack_command_over_a_partition_root(arith_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["pack", "--data", str(arith_root), "--out", str(tmp_path), "--batch-size", "8", "--fanouts", "3,2", "--job-seed", "5"]
+    assert cli.main([*args, "--epochs", "1:3", "--steps-per-pack", "3", "--resident-bytes", "160"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["epoch"] for line in lines] == [1, 2]
+    for epoch in (1, 2):  # the job the command describes is JOB (shuffled, as the trainer's loaders do)
+        assert PackManifest.load(tmp_path / job_key(JOB, epoch)).epoch == epoch

@@ -1,4 +1,4 @@
-"""The ``graphfeed`` command: ingest, serve <service>, train, demo. ``--help`` on each."""
+"""The ``graphfeed`` command: ingest, serve <service>, train, demo, pack. ``--help`` on each."""
 
 from __future__ import annotations
 
@@ -92,11 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     from graphfeed.bench.cli import register as register_bench  # noqa: PLC0415
     from graphfeed.demo import register as register_demo  # noqa: PLC0415
     from graphfeed.ingest.cli import register as register_ingest  # noqa: PLC0415
+    from graphfeed.pack.cli import register as register_pack  # noqa: PLC0415
 
     register_ingest(sub)
     _add_serve(sub)
     _add_train(sub)
     register_demo(sub)
+    register_pack(sub)
     register_bench(sub)
     return parser
 

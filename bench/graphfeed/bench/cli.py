@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "fuzz": "graphfeed.bench.fuzz",
     "temporal": "graphfeed.bench.temporal",
     "rowstore": "graphfeed.bench.rowstore",
+    "disk": "graphfeed.bench.disk",
 }
 
 

@@ -65,6 +65,13 @@ class LoaderSettings(ServiceSettings):
     massivegnn_initial_fill: InitialFill = _option("massivegnn_initial_fill")
     max_inflight: int = Field(default=2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond).")
     sample_workers: int = Field(default=2, ge=1, description="Threads issuing sampler calls, shared by all streams.")
+    pack_root: str = Field(
+        default="",
+        description="Directory where `graphfeed pack` wrote packed minibatch features; a stream whose job and epoch "
+        "have packs there reads its cache misses from them before the graph-stores (empty: no pack tier).",
+    )
+    pack_read_threads: int = Field(default=4, ge=1, description="Preads in flight per pack read.")
+    pack_direct_io: bool = Field(default=False, description="Read packs with O_DIRECT, bypassing the page cache.")
     rpc_timeout_s: float = Field(default=30.0, gt=0, description="Deadline of each call to a graph-store or the sampler, in seconds.")
 
     def cache_options(self) -> CacheOptions:

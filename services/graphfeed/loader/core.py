@@ -14,6 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -25,7 +26,8 @@ from graphfeed.loader.cache_options import check_policy
 from graphfeed.loader.gather import Gatherer, ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
-from graphfeed.loader.plan import EpochPlan
+from graphfeed.loader.pack_tier import PackStats, PackTier, open_pack_tier
+from graphfeed.loader.plan import EpochPlan, split_ids
 from graphfeed.loader.policies import make_cache
 from graphfeed.loader.shared_cache import SharedCache
 from graphfeed.loader.stream import Channel, MinibatchStream, StreamWork
@@ -55,6 +57,11 @@ class Loader:
         sample_workers: threads running sampler calls, shared by all streams (>= 1).
         max_ids_per_request: ids per graph-store request.
         on_minibatch: called with each minibatch as the consumer takes it (for metrics).
+        pack_root: where ``graphfeed pack`` wrote packed features; a stream whose job and epoch
+            have packs there serves its cache misses from them (:mod:`graphfeed.loader.pack_tier`).
+            None: no pack tier.
+        pack_read_threads: preads in flight per pack read (>= 1).
+        pack_direct_io: read packs with ``O_DIRECT`` (bypassing the page cache).
     """
 
     def __init__(
@@ -71,6 +78,9 @@ class Loader:
         sample_workers: int = 2,
         max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
         on_minibatch: Callable[[ReadyMinibatch], None] | None = None,
+        pack_root: Path | None = None,
+        pack_read_threads: int = 4,
+        pack_direct_io: bool = False,
     ) -> None:
         check_policy(cache_policy)
         for name, value in (("lookahead_steps", lookahead_steps), ("max_inflight", max_inflight), ("sample_workers", sample_workers)):
@@ -86,6 +96,10 @@ class Loader:
         self.max_inflight = max_inflight
         self.max_ids_per_request = max_ids_per_request
         self.on_minibatch = on_minibatch
+        self.pack_root = pack_root
+        self.pack_read_threads = max(1, pack_read_threads)
+        self.pack_direct_io = pack_direct_io
+        self.pack_stats = PackStats()
         self._pool = ThreadPoolExecutor(max_workers=sample_workers, thread_name_prefix="loader-sample")
         # host feature arrays of minibatches: a few per stream in flight (queued, being sent)
         self._buffers = BufferPool(max_buffers=2 * max_inflight + 2)
@@ -98,12 +112,7 @@ class Loader:
         """The split's gids over all partitions, ascending (partitions own ascending ranges)."""
         with self._lock:
             if name not in self._splits:
-                parts = [self.partitions.get_split(p, name) for p in range(self.partitions.num_partitions)]
-                if any(x is None for x in parts):
-                    raise NotFound(f"split {name!r} does not exist")
-                ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in parts])
-                ids.setflags(write=False)
-                self._splits[name] = ids
+                self._splits[name] = split_ids(self.partitions, name)
             return self._splits[name]
 
     def _plan(self, job: JobSpec, epoch: int) -> EpochPlan:
@@ -115,16 +124,7 @@ class Loader:
             if name and name not in known:
                 raise NotFound(f"{what} {name!r} is not a node-data name; known: {sorted(known)}")
         check_wire_dtype(job, np.dtype(known[job.feature_name].dtype))
-        return EpochPlan.build(
-            self._split_ids(job.split),
-            job_seed=job.job_seed,
-            epoch=epoch,
-            rank=job.rank,
-            world_size=job.world_size,
-            batch_size=job.batch_size,
-            shuffle=job.shuffle,
-            drop_last=job.drop_last,
-        )
+        return EpochPlan.for_job(self._split_ids(job.split), job, epoch)
 
     def describe(self, job: JobSpec) -> JobInfo:
         """Steps and seeds per epoch for the job's rank, feature shape/type, classes, nodes.
@@ -187,8 +187,9 @@ class Loader:
             if on_device and cache.device_policy is not None:  # device features cross no wire: stored precision
                 job = dataclasses.replace(job, feature_wire_dtype="")
         gatherer = Gatherer(
-            self.partitions, cache, job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device, self._buffers
-        )
+            self.partitions, cache, job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device, self._buffers,
+            self._pack_tier(job, epoch),
+        )  # fmt: skip
         work = StreamWork(self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight))
         log.info(
             "stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps
@@ -196,6 +197,23 @@ class Loader:
         stream = MinibatchStream(work, self.on_minibatch)
         self._streams.add(stream)
         return stream
+
+    def _pack_tier(self, job: JobSpec, epoch: int) -> PackTier | None:
+        if self.pack_root is None:
+            return None
+        return open_pack_tier(
+            self.pack_root, self.partitions.info, job, epoch, self.pack_stats,
+            lookahead_steps=self.lookahead_steps, threads=self.pack_read_threads, direct=self.pack_direct_io,
+        )  # fmt: skip
+
+    def warm_cache(self, feature_name: str) -> None:
+        """Fills ``feature_name``'s cache now (as its first stream would at its first
+        minibatch), so that a job's start does not pay for it.
+
+        Raises:
+            KeyError: not a node-data name.
+        """
+        self._cache(feature_name).ensure_warm(self.partitions, feature_name)
 
     def gpu_features(self, feature_name: str) -> bool:
         """Whether streams with ``on_device`` deliver this feature as device arrays (its cache
@@ -209,6 +227,8 @@ class Loader:
         out: dict[str, TierStats] = {}
         for t in tiers:
             out[t.tier] = t if t.tier not in out else out[t.tier] + t
+        if self.pack_root is not None:
+            out["pack"] = self.pack_stats.tier()
         return list(out.values())
 
     def queue_depth(self) -> int:
@@ -227,4 +247,3 @@ class Loader:
         with self._lock:
             for c in self._caches.values():
                 c.close()
-

@@ -38,6 +38,7 @@ from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
 from graphfeed.loader.cache import DeviceCachePolicy, Rows, RowsAt
 from graphfeed.loader.fetch import RowsRequest, fetch_rows
 from graphfeed.loader.minibatch import MinibatchStats
+from graphfeed.loader.pack_tier import PackTier
 from graphfeed.loader.shared_cache import SharedCache
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,7 @@ class Gatherer:
     sink: ShmSink | None = None
     on_device: bool = False
     pool: BufferPool | None = None  # where host feature arrays come from (None: new arrays)
+    packs: PackTier | None = None  # the stream's packed-disk tier, between the cache and the graph-stores
 
     def warm_up(self) -> None:
         """Warms the cache up (once per cache, whichever stream comes first)."""
@@ -208,7 +210,7 @@ class Gatherer:
         labels_req = RowsRequest(self.partitions, self.label_name, sb.output_nodes, self.max_ids_per_request) if self.label_name else None
         try:  # the labels are in flight while the features are fetched
             rows, at = buf.open()
-            got = self._fetch_misses(ids[miss_pos], rows, at, buf.segment)
+            packed, got = self._fetch_misses(step, ids[miss_pos], rows, at, buf.segment)
             features = buf.complete()
             labels, got_labels = labels_req.wait() if labels_req is not None else (np.empty((0,), dtype=np.int64), {})
         finally:
@@ -219,7 +221,7 @@ class Gatherer:
         if policy.admits:
             with self.cache.lock:
                 policy.admit(ids[miss_pos], buf.missed_rows())
-        stats = _stats(len(ids), len(miss_pos), got, got_labels, sample_s, t0)
+        stats = _stats(len(ids), len(miss_pos), packed, got, got_labels, sample_s, t0)
         seg = buf.segment
         return Gathered(features, labels, stats, seg.name if seg is not None else None, seg is not None and seg.recycle)
 
@@ -230,9 +232,23 @@ class Gatherer:
             return DeviceBuffer(device, spec.row_shape, spec.dtype)
         return HostBuffer(spec.row_shape, spec.dtype, self.sink, self.pool)
 
-    def _fetch_misses(self, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None) -> dict[int, int]:
-        """Fills ``rows[at]`` with the rows of ``miss_ids`` (written by the owners into ``segment``
-        where they can); returns the bytes received per partition."""
+    def _fetch_misses(
+        self, step: int, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None
+    ) -> tuple[int, dict[int, int]]:
+        """Fills ``rows[at]`` with the rows of ``miss_ids``: from the step's pack where it has
+        them, the rest from the owners (written by them into ``segment`` where they can);
+        returns the rows read from the pack and the bytes received per partition."""
+        packed = 0
+        if self.packs is not None and len(miss_ids):
+            found, pack_rows = self.packs.lookup(step, miss_ids)
+            packed = len(pack_rows)
+            if packed:
+                rows[at[found]] = pack_rows
+                miss_ids, at = miss_ids[~found], at[~found]
+        return packed, self._fetch_remote(miss_ids, rows, at, segment)
+
+    def _fetch_remote(self, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None) -> dict[int, int]:
+        """Fills ``rows[at]`` with the rows of ``miss_ids`` from their owners; bytes per partition."""
         parts, sink = self.partitions, self.sink
         if segment is not None and sink is not None and sink.direct and len(miss_ids) and isinstance(parts, ScattersNodeData):
             got = self._scatter(parts, sink, miss_ids, rows, at, segment)
@@ -266,7 +282,7 @@ class Gatherer:
         return None
 
 
-def _stats(n: int, misses: int, got: dict[int, int], got_labels: dict[int, int], sample_s: float, t0: float) -> MinibatchStats:
+def _stats(n: int, misses: int, packed: int, got: dict[int, int], got_labels: dict[int, int], sample_s: float, t0: float) -> MinibatchStats:
     by_part = {p: got.get(p, 0) + got_labels.get(p, 0) for p in sorted(set(got) | set(got_labels))}
     return MinibatchStats(
         cache_hits=n - misses,
@@ -275,4 +291,5 @@ def _stats(n: int, misses: int, got: dict[int, int], got_labels: dict[int, int],
         sample_seconds=sample_s,
         gather_seconds=time.perf_counter() - t0,
         remote_bytes_by_partition=by_part,
+        pack_rows=packed,
     )

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from graphfeed.loader.cache import TierStats
+from graphfeed.loader.pack_tier import PackStats
 
 if TYPE_CHECKING:
     from graphfeed.loader.minibatch import ReadyMinibatch
@@ -34,9 +35,17 @@ _TIER_COUNTERS = (
     ("prefetch_bytes", "graphfeed_loader_prefetch_bytes", "Bytes of prefetched rows received from graph-stores"),
 )
 
+_PACK_COUNTERS = (
+    ("graphfeed_loader_pack_read_bytes", "Bytes read from pack files (packed minibatch features on disk)."),
+    ("graphfeed_loader_pack_fallbacks", "Pack files that failed their checksums or length: their rows came from the graph-stores."),
+    ("graphfeed_loader_pack_refused", "Pack directories refused at stream start (written for another graph, job or epoch)."),
+    ("graphfeed_loader_pack_read_seconds", "Time spent reading and checking pack files (off the minibatch path when read ahead)."),
+)
+
 
 class LoaderState(Protocol):
-    """What the scrape-time collector reads (implemented by :class:`graphfeed.loader.core.Loader`)."""
+    """What the scrape-time collector reads (implemented by :class:`graphfeed.loader.core.Loader`;
+    its ``pack_stats``, a :class:`PackStats`, is read where present)."""
 
     def cache_stats(self) -> list[TierStats]: ...
 
@@ -58,10 +67,10 @@ class _StateCollector:
         src = self.source
         if src is None:
             return iter(self.describe())
-        return self._families(src.cache_stats(), src.queue_depth(), src.open_streams())
+        return self._families(src.cache_stats(), src.queue_depth(), src.open_streams(), getattr(src, "pack_stats", None))
 
     @staticmethod
-    def _families(tiers: list[TierStats], depth: int, streams: int) -> Iterator[Metric]:
+    def _families(tiers: list[TierStats], depth: int, streams: int, packs: PackStats | None = None) -> Iterator[Metric]:
         for what, name, doc in _TIER_COUNTERS:
             fam = CounterMetricFamily(name, f"{doc}, by tier.", labels=["tier"])
             for t in tiers:
@@ -80,6 +89,15 @@ class _StateCollector:
         yield GaugeMetricFamily("graphfeed_loader_queue_depth", "Ready minibatches waiting for their trainer, all streams.", value=depth)
         # The GraphfeedLoaderStreamStalled alert: streams open while no minibatch flows.
         yield GaugeMetricFamily("graphfeed_loader_open_streams", "StreamMinibatches streams in progress.", value=streams)
+        yield from _pack_families(packs or PackStats())
+
+
+def _pack_families(packs: PackStats) -> Iterator[Metric]:
+    """The packed-disk tier's own counters (its row hits are the cache counters' tier="pack")."""
+    with packs.lock:
+        values = (packs.disk_bytes, packs.fallbacks, packs.refused, packs.read_seconds)
+    for (name, doc), value in zip(_PACK_COUNTERS, values):
+        yield CounterMetricFamily(name, doc, value=value)
 
 
 @dataclass

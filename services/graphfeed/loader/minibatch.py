@@ -20,6 +20,7 @@ class MinibatchStats:
     sample_seconds: float
     gather_seconds: float
     remote_bytes_by_partition: dict[int, int] = field(default_factory=dict)
+    pack_rows: int = 0  # of the cache misses, rows read from the step's pack (not the graph-stores)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,30 @@ minibatches of ``batch_size`` (the last one partial unless ``drop_last``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from graphfeed.common.errors import InvalidArgument, OutOfRange
+from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.common.seeds import rng
+
+if TYPE_CHECKING:
+    from graphfeed.graph_store.types import PartitionSet
+    from graphfeed.loader.job import JobSpec
+
+
+def split_ids(partitions: PartitionSet, name: str) -> np.ndarray:
+    """The split's gids over all partitions, ascending (partitions own ascending ranges).
+
+    Raises:
+        NotFound: no partition has a split ``name``.
+    """
+    parts = [partitions.get_split(p, name) for p in range(partitions.num_partitions)]
+    if any(x is None for x in parts):
+        raise NotFound(f"split {name!r} does not exist")
+    ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in parts])
+    ids.setflags(write=False)
+    return ids
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,15 @@ class EpochPlan:
         # multiple of len(ids) apart, which is a multiple of world_size only if there is no
         # padding at all, or when len(ids) < world_size and every rank holds one seed.
         return cls(epoch, rank, world_size, batch_size, drop_last, order[positions])
+
+    @classmethod
+    def for_job(cls, split: np.ndarray, job: JobSpec, epoch: int) -> EpochPlan:
+        """The plan of ``job``'s rank for ``epoch`` over the split's gids ``split``: what the
+        loader streams and ``graphfeed pack`` packs (one place, so both plan alike)."""
+        return cls.build(
+            split, job_seed=job.job_seed, epoch=epoch, rank=job.rank, world_size=job.world_size,
+            batch_size=job.batch_size, shuffle=job.shuffle, drop_last=job.drop_last,
+        )  # fmt: skip
 
     @property
     def num_steps(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -63,6 +64,9 @@ def serve(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
         max_inflight=settings.max_inflight,
         sample_workers=settings.sample_workers,
         on_minibatch=metrics.record_minibatch,
+        pack_root=Path(settings.pack_root) if settings.pack_root else None,
+        pack_read_threads=settings.pack_read_threads,
+        pack_direct_io=settings.pack_direct_io,
     )
     metrics.watch(loader)
     running = start_service_server(

@@ -164,6 +164,8 @@ def _produce(w: StreamWork) -> None:
         for _, fut in pending:
             fut.cancel()
         cache.close_stream(stream)
+        if w.gatherer.packs is not None:
+            w.gatherer.packs.close()
         if sink is not None and w.channel.closed:
             # Consumer gone mid-stream: segments made after its own cleanup ran go now
             # (pooled files back to the pool), not after the TTL.

@@ -1,0 +1,337 @@
+"""``graphfeed bench disk``: features bigger than the memory budget, read from disk (issue 17).
+
+One synthetic graph (default 1M nodes x 128 float32 = 512 MB of features), a memory budget
+(default 128 MB), page cache dropped before every system (``/proc/sys/vm/drop_caches``; the
+graphfeed systems also read with ``O_DIRECT``), one epoch of one job, systems in the same run:
+
+* **in memory**: the loader over graph-stores holding every row in memory (no cache).
+* **packed** (graphfeed): ``graphfeed pack`` wrote the epoch's packs (resident = the highest
+  in-degree rows, exactly what the loader's ``static_degree`` cache of the budget holds); the
+  loader serves its cache misses from the packs (pack tier), with 1 and with 4 pread threads.
+* **unpacked** (graphfeed, rows on demand): the same loader and cache, its misses read from a
+  flat feature file with coalesced ``O_DIRECT`` preads (4 KiB pages, adjacent pages merged).
+  The bounded-memory graph-store of issue 17 is built separately; this stands in for it.
+* **naive memmap**: what PyG/DGL users do: ``np.memmap`` of the flat file, ``feat[input_nodes]``
+  per minibatch (sampling overlapped on 2 threads); once with the page cache as the kernel runs
+  it (unbounded: it may cache the whole file), once held to the budget (see :func:`run_memmap`).
+
+Per system: e2e minibatches/s (sampling + features; no trainer step), disk bytes read
+(``/proc/self/io`` ``read_bytes``) and read amplification = disk bytes / bytes of the rows the
+memory tier did not serve. Also the packing: blow-up (packed / table bytes) and time vs the
+epoch's.
+
+Example::
+
+    graphfeed bench disk --workdir /tmp/gf-disk --out bench/results/disk.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphfeed.bench import report
+from graphfeed.common.partition import GraphManifest, part_dir_name
+from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet
+from graphfeed.loader.core import Loader
+from graphfeed.loader.job import JobSpec
+from graphfeed.pack.offline import plan_epoch, sample_steps
+from graphfeed.pack.writer import PackOptions, pack_epoch
+from graphfeed.sampler.core import MultiHopSampler
+
+log = logging.getLogger(__name__)
+
+PAGE = 4096
+FLAT = "feat.bin"  # the features in gid order, raw
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("disk", help="out of core: packed vs on-demand vs memmap vs in-memory features", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/gf-disk"), help="where the graph and packs go (kept between runs)")
+    p.add_argument("--nodes", type=int, default=1_000_000)
+    p.add_argument("--edges", type=int, default=5_000_000, help="undirected edges (default 5M)")
+    p.add_argument("--feat-dim", type=int, default=128, help="float32 features per node (a row must divide 4 KiB)")
+    p.add_argument("--train-fraction", type=float, default=0.03, help="seed nodes of the epoch (papers100M: 0.011)")
+    p.add_argument("--budget-bytes", type=int, default=128 << 20, help="memory for feature rows (cache + pack buffers)")
+    p.add_argument("--max-pack-bytes", type=int, default=24 << 20, help="per pack; 2 are held, the rest of the budget is cache")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--fanouts", default="10,5")
+    p.add_argument("--threads", default="1,4", help="pread threads of the packed system, comma-separated")
+    p.add_argument("--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)")
+    p.add_argument("--out", type=Path, default=Path("bench/results/disk.json"))
+    p.set_defaults(func=run)
+
+
+def ensure_graph(args: argparse.Namespace) -> Path:
+    """The synthetic graph in 2 random partitions plus its flat feature file (made on first use)."""
+    root = args.workdir / f"graph-{args.nodes}-{args.edges}-{args.feat_dim}-{args.train_fraction}"
+    if (root / FLAT).exists():
+        return root
+    from graphfeed.ingest.partition import write_partitioned
+    from graphfeed.ingest.synthetic import generate
+
+    tf = args.train_fraction
+    g = generate(args.nodes, args.edges, args.feat_dim, 16, fractions=(tf, 0.01, 0.01), name="disk-bench", progress=True)
+    write_partitioned(g, root, 2, "random")
+    orig = np.load(root / "orig_ids.npy")
+    g.node_data["feat"][orig].tofile(root / f"{FLAT}.tmp")  # gid order: row g at byte g * row_bytes
+    os.replace(root / f"{FLAT}.tmp", root / FLAT)
+    return root
+
+
+def drop_caches() -> bool:
+    """Writes back and drops the page cache; False where not permitted."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def disk_read_bytes() -> int:
+    """Bytes this process caused to be read from storage (``/proc/self/io``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
+class FlatFileRows(ForwardingPartitionSet):
+    """Feature rows read on demand from the flat file: the ids' 4 KiB pages, adjacent pages
+    merged into one pread, ``O_DIRECT``, preads spread over ``threads``. Other node data
+    (labels) comes from the graph-stores."""
+
+    def __init__(self, inner: PartitionSet, path: Path, name: str, threads: int = 4) -> None:
+        super().__init__(inner)
+        spec = inner.info.node_data[name]
+        self.name, self.dtype, self.row_shape = name, np.dtype(spec.dtype), tuple(spec.row_shape)
+        self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape))
+        if PAGE % self.row_bytes:
+            raise SystemExit(f"rows of {self.row_bytes} bytes do not divide a 4 KiB page: pick another --feat-dim")
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flat-pread")
+        self.threads = threads
+
+    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
+        if name != self.name:
+            return self.inner.get_node_data(p, name, ids)
+        fut: Future[np.ndarray] = Future()
+        fut.set_result(self.read(np.asarray(ids, dtype=np.int64)))
+        return fut
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``ids`` in ``ids`` order."""
+        pages = np.unique(ids * self.row_bytes // PAGE)
+        cut = np.flatnonzero(np.diff(pages) != 1) + 1
+        starts, counts = pages[np.r_[0, cut]], np.diff(np.r_[0, cut, len(pages)])
+        import mmap
+
+        buf = mmap.mmap(-1, max(1, len(pages)) * PAGE)
+        view = memoryview(buf)
+        at = np.r_[0, np.cumsum(counts)[:-1]] * PAGE
+        runs = list(zip((starts * PAGE).tolist(), (counts * PAGE).tolist(), at.tolist()))
+        share = -(-len(runs) // self.threads)
+        list(self.pool.map(lambda part: self._pread_runs(view, part), [runs[i : i + share] for i in range(0, len(runs), share)]))
+        per_page = PAGE // self.row_bytes
+        slot = np.searchsorted(pages, ids * self.row_bytes // PAGE) * per_page + (ids % per_page)
+        table = np.frombuffer(buf, dtype=self.dtype).reshape(-1, *self.row_shape)
+        return table[slot]
+
+    def _pread_runs(self, view: memoryview, runs: list[tuple[int, int, int]]) -> None:
+        for offset, nbytes, into in runs:
+            done = 0
+            while done < nbytes:
+                n = os.preadv(self.fd, [view[into + done : into + nbytes]], offset + done)
+                if n == 0:
+                    raise EOFError(f"feature file ended at byte {offset + done}")
+                done += n
+
+    def close(self) -> None:
+        self.pool.shutdown()
+        os.close(self.fd)
+
+
+def warm_topology(root: Path) -> None:
+    """Reads the partitions' memory-mapped topology back in (every system samples from it;
+    only feature reads should reach the disk)."""
+    for f in root.glob("part-*/*.npy"):
+        f.read_bytes()
+
+
+def measure(name: str, fn: Callable[[], dict[str, Any]], row_bytes: int, root: Path) -> dict[str, Any]:
+    """Runs one system from a cold page cache (features only): minibatches/s, disk bytes, read amplification."""
+    dropped = drop_caches()
+    warm_topology(root)
+    before = disk_read_bytes()
+    t0 = time.perf_counter()
+    r = fn()
+    seconds = time.perf_counter() - t0
+    disk = disk_read_bytes() - before
+    needed = r["disk_rows"] * row_bytes
+    out = {"system": name, "seconds": seconds, "minibatches_per_s": r["steps"] / seconds, "disk_read_bytes": disk,
+           "needed_bytes": needed, "read_amplification": disk / needed if needed else 0.0, "page_cache_dropped": dropped, **r}  # fmt: skip
+    log.info("%s: %s", name, {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()})
+    return out
+
+
+def run_loader(parts: PartitionSet, job: JobSpec, **kw: Any) -> Callable[[], dict[str, Any]]:
+    """One epoch through a loader (cache warmed before the clock starts): steps, rows."""
+    loader = Loader(parts, MultiHopSampler(parts), lookahead_steps=8, **kw)
+    loader.warm_cache(job.feature_name)
+
+    def go() -> dict[str, Any]:
+        steps = rows = misses = packed = 0
+        try:
+            with loader.stream(job, 0) as s:
+                for mb in s:
+                    steps, rows = steps + 1, rows + len(mb.blocks.input_nodes)
+                    misses, packed = misses + mb.stats.cache_misses, packed + mb.stats.pack_rows
+            pack_bytes = loader.pack_stats.disk_bytes
+        finally:
+            loader.close()
+        return {"steps": steps, "input_rows": rows, "disk_rows": misses, "cache_misses": misses, "pack_rows": packed,
+                "pack_read_bytes": pack_bytes}  # fmt: skip
+
+    return go
+
+
+def run_memmap(parts: PartitionSet, job: JobSpec, path: Path, budget_bytes: int = 0, max_steps: int = 0) -> Callable[[], dict[str, Any]]:
+    """One epoch of ``feat[input_nodes]`` on a memory map of the flat file (what ``np.memmap``
+    is: an ``mmap`` under an ndarray), sampling 8 steps ahead on 2 threads.
+
+    ``budget_bytes`` > 0 holds the file's page cache to the budget the way a memory cgroup
+    would, coarsely: each time that many bytes were read since the last time, the file's pages
+    are dropped (``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``). 0: the page cache grows freely.
+    ``max_steps`` > 0 stops after that many steps (the rate is what is compared).
+    """
+    spec = parts.info.node_data[job.feature_name]
+
+    def go() -> dict[str, Any]:
+        import mmap
+
+        fd = os.open(path, os.O_RDONLY)
+        mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        feat = np.frombuffer(mm, dtype=spec.dtype).reshape(-1, *spec.row_shape)
+        steps = rows = flushes = 0
+        mark = disk_read_bytes()
+        try:
+            for _, ids in sample_steps(MultiHopSampler(parts), job, plan_epoch(parts, job, 0)):
+                x = feat[ids]
+                steps, rows = steps + 1, rows + len(x)
+                if budget_bytes and disk_read_bytes() - mark > budget_bytes:
+                    mm.madvise(mmap.MADV_DONTNEED)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    mark, flushes = disk_read_bytes(), flushes + 1
+                if steps == max_steps:
+                    break
+            del feat, x
+        finally:
+            mm.close()
+            os.close(fd)
+        return {"steps": steps, "input_rows": rows, "disk_rows": rows, "page_cache_flushes": flushes}
+
+    return go
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO)
+    root = ensure_graph(args)
+    m = GraphManifest.load(root)
+    parts = LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(m.num_partitions)])
+    row_bytes = m.node_data["feat"].row_bytes
+    job = JobSpec(
+        job_id="disk", job_seed=1, batch_size=args.batch_size, fanouts=tuple(int(f) for f in args.fanouts.split(",")), shuffle=True
+    )
+    cache_bytes = args.budget_bytes - 2 * args.max_pack_bytes
+    packs = args.workdir / "packs"
+    opts = PackOptions(steps_per_pack=64, max_pack_bytes=args.max_pack_bytes, resident="degree", resident_bytes=cache_bytes)
+    plan = plan_epoch(parts, job, 0)  # compiles the sampling kernels: no system, packing included, pays for it
+    MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
+    t0 = time.perf_counter()
+    manifest = pack_epoch(parts, job, 0, packs, opts)
+    pack_s = time.perf_counter() - t0
+    results = [measure("in memory", run_loader(parts, job, cache_policy="none"), row_bytes, root)]
+    for threads in [int(t) for t in args.threads.split(",")]:
+        kw = {"cache_policy": "static_degree", "cache_bytes": cache_bytes, "pack_root": packs, "pack_read_threads": threads}
+        results.append(measure(f"packed, {threads} pread threads", run_loader(parts, job, pack_direct_io=True, **kw), row_bytes, root))
+    flat = FlatFileRows(parts, root / FLAT, "feat", threads=4)
+    try:
+        unpacked = run_loader(flat, job, cache_policy="static_degree", cache_bytes=args.budget_bytes)
+        results.append(measure("unpacked, on-demand preads", unpacked, row_bytes, root))
+    finally:
+        flat.close()
+    results.append(measure("naive np.memmap", run_memmap(parts, job, root / FLAT), row_bytes, root))
+    naive_budget = run_memmap(parts, job, root / FLAT, args.budget_bytes, args.slow_steps)
+    results.append(measure("naive np.memmap, page cache held to the budget", naive_budget, row_bytes, root))
+    result = summarize(args, m, manifest.stats, pack_s, results, cache_bytes)
+    report.write(args.out, result, markdown(result))
+    return 0
+
+
+def summarize(
+    args: argparse.Namespace, m: GraphManifest, stats: dict[str, float], pack_s: float, results: list[dict], cache_bytes: int
+) -> dict:
+    by = {r["system"]: r for r in results}
+    best_packed = max((r for r in results if r["system"].startswith("packed")), key=lambda r: r["minibatches_per_s"])
+    return {
+        "graph": {
+            "nodes": m.num_nodes, "edges": m.num_edges, "feature_bytes": int(stats["table_bytes"]), "train_fraction": args.train_fraction,
+        },
+        "job": {"batch_size": args.batch_size, "fanouts": args.fanouts, "steps": best_packed["steps"]},
+        "budget_bytes": args.budget_bytes, "cache_bytes": cache_bytes, "max_pack_bytes": args.max_pack_bytes,
+        "pack": {**stats, "wall_seconds": pack_s},
+        "systems": results,
+        "ratios": {
+            "packed_vs_in_memory": best_packed["minibatches_per_s"] / by["in memory"]["minibatches_per_s"],
+            "packed_vs_memmap": best_packed["minibatches_per_s"] / by["naive np.memmap"]["minibatches_per_s"],
+            "packed_vs_memmap_at_budget": best_packed["minibatches_per_s"]
+            / by["naive np.memmap, page cache held to the budget"]["minibatches_per_s"],
+            "packed_vs_unpacked": best_packed["minibatches_per_s"] / by["unpacked, on-demand preads"]["minibatches_per_s"],
+            "pack_time_vs_packed_epoch": pack_s / best_packed["seconds"],
+        },
+    }  # fmt: skip
+
+
+def markdown(r: dict) -> str:
+    g, p, q, j = r["graph"], r["pack"], r["ratios"], r["job"]
+    mib = 2**20
+    head = (
+        f"`graphfeed bench disk`: {g['nodes']:,} nodes, {g['feature_bytes'] / mib:.0f} MiB of features, budget "
+        f"{r['budget_bytes'] / mib:.0f} MiB (cache {r['cache_bytes'] / mib:.0f} MiB + 2 packs of <= "
+        f"{r['max_pack_bytes'] / mib:.0f} MiB), batch {j['batch_size']}, fanouts {j['fanouts']}, {j['steps']} steps; "
+        "page cache dropped before each system."
+    )
+    lines = [head, "", "| system | steps | minibatches/s | disk MiB read | needed MiB | read amplification |", "|---|---|---|---|---|---|"]
+    for s in r["systems"]:
+        lines.append(
+            f"| {s['system']} | {s['steps']} | {s['minibatches_per_s']:.2f} | {s['disk_read_bytes'] / mib:.1f} | "
+            f"{s['needed_bytes'] / mib:.1f} | {s['read_amplification']:.2f}x |"
+        )
+    packing = (
+        f"Packing: blow-up {p['blow_up']:.2f}x ({p['packed_bytes'] / mib:.0f} MiB packed), {p['wall_seconds']:.1f} s "
+        f"(sampling {p['sample_seconds']:.1f} s, row fetch {p['fetch_seconds']:.1f} s, writes {p['write_seconds']:.1f} s) = "
+        f"{q['pack_time_vs_packed_epoch']:.2f}x the packed epoch."
+    )
+    ratios = (
+        f"Best packed vs in memory {q['packed_vs_in_memory']:.2f}x, vs naive memmap {q['packed_vs_memmap']:.2f}x "
+        f"(page cache held to the budget: {q['packed_vs_memmap_at_budget']:.2f}x), "
+        f"vs unpacked {q['packed_vs_unpacked']:.2f}x."
+    )
+    note = (
+        "Needed = bytes of the rows the memory tier did not serve (cache misses; every input row for memmap). "
+        "Amplification below 1 means rows shared by a pack's minibatches were read once."
+    )
+    lines += ["", packing, ratios, "", note]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,71 @@
+"""Offline sampling: an epoch's minibatches computed ahead of training, exactly as the loader
+computes them (the same plan, :meth:`EpochPlan.for_job`; the same sampler calls with the
+same (job seed, epoch, step) keys as the loader's stream makes)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument
+from graphfeed.graph_store.types import PartitionSet
+from graphfeed.loader.job import JobSpec
+from graphfeed.loader.plan import EpochPlan, split_ids
+from graphfeed.sampler.types import BlockSampler
+
+
+@dataclass(frozen=True)
+class SampledEpoch:
+    """The input nodes of every step of one epoch of one rank, in step order."""
+
+    plan: EpochPlan
+    input_nodes: list[np.ndarray]  # int64, one array per step, as the loader's blocks list them
+    sample_seconds: float
+
+
+def plan_epoch(partitions: PartitionSet, job: JobSpec, epoch: int) -> EpochPlan:
+    """The plan the loader builds for ``job``'s rank and ``epoch``.
+
+    Raises:
+        InvalidArgument: bad job spec or epoch. NotFound: unknown split.
+    """
+    job.validate()
+    if epoch < 0:
+        raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
+    return EpochPlan.for_job(split_ids(partitions, job.split), job, epoch)
+
+
+def sample_steps(
+    sampler: BlockSampler, job: JobSpec, plan: EpochPlan, workers: int = 2, window: int = 8
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(step, input nodes)`` of every step in order, sampled ``window`` steps ahead on
+    ``workers`` threads (the sampling kernels release the GIL)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pack-sample") as pool:
+        pending: deque[tuple[int, Future]] = deque()
+        next_step = 0
+        try:
+            while next_step < plan.num_steps or pending:
+                while next_step < plan.num_steps and len(pending) < max(1, window):
+                    seeds = plan.seeds(next_step)
+                    pending.append(
+                        (next_step, pool.submit(sampler.sample, seeds, list(job.fanouts), job.replace, job.job_seed, plan.epoch, next_step))
+                    )
+                    next_step += 1
+                step, fut = pending.popleft()
+                yield step, np.asarray(fut.result().input_nodes, dtype=np.int64)
+        finally:
+            for _, fut in pending:
+                fut.cancel()
+
+
+def sample_epoch(partitions: PartitionSet, sampler: BlockSampler, job: JobSpec, epoch: int, workers: int = 2) -> SampledEpoch:
+    """Samples every step of ``epoch`` for ``job``'s rank (see :func:`sample_steps`)."""
+    plan = plan_epoch(partitions, job, epoch)
+    t0 = time.perf_counter()
+    inputs = [ids for _, ids in sample_steps(sampler, job, plan, workers)]
+    return SampledEpoch(plan, inputs, time.perf_counter() - t0)

@@ -1,0 +1,176 @@
+"""Offline sampling and packed features, in process: packs hold exactly the base store's rows,
+reproduce the loader's minibatches, feed it byte-identical features, and a damaged or foreign
+pack is never served."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pytest
+
+from graphfeed import cli
+from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.loader.core import Loader
+from graphfeed.loader.job import JobSpec
+from graphfeed.loader.pack_format import MANIFEST, GraphIdentity, PackManifest, PackMismatch, job_key
+from graphfeed.loader.pack_reader import PackReader
+from graphfeed.loader.pack_tier import PackStats, PackTier
+from graphfeed.pack.offline import sample_epoch
+from graphfeed.pack.writer import PackOptions, pack_epoch
+from graphfeed.sampler.core import MultiHopSampler
+from tests.graphs import arithmetic_features
+
+JOB = JobSpec(job_id="p", job_seed=5, batch_size=8, fanouts=(3, 2), shuffle=True)
+OPTS = PackOptions(steps_per_pack=3, resident_bytes=10 * 16)  # 10 resident rows of 4 float32
+
+
+@pytest.fixture
+def packed(parts: LocalPartitionSet, tmp_path: Path) -> tuple[Path, PackManifest]:
+    m = pack_epoch(parts, JOB, 1, tmp_path, OPTS)
+    return tmp_path, m
+
+
+def digest(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def stream_all(loader: Loader, job: JobSpec = JOB, epoch: int = 1) -> Iterator[Any]:
+    with loader.stream(job, epoch) as s:
+        yield from s
+
+
+@pytest.mark.parametrize("resident", ["reuse", "degree"])
+def test_every_step_reads_the_base_stores_rows_from_its_pack(
+    parts: LocalPartitionSet, orig: np.ndarray, tmp_path: Path, resident: Literal["reuse", "degree"]
+) -> None:
+    m = pack_epoch(parts, JOB, 1, tmp_path, dataclasses.replace(OPTS, resident=resident))
+    # O_DIRECT and one pread thread for one of the two (each is a way the loader may read)
+    direct = resident == "degree"
+    reader = PackReader.open(tmp_path / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1, direct=direct, threads=1 if direct else 4)
+    resident_ids = reader.resident_ids()
+    assert len(resident_ids) == 10 and m.num_steps > 2 * OPTS.steps_per_pack
+    sampled = sample_epoch(parts, MultiHopSampler(parts), JOB, 1)
+    for step, ids in enumerate(sampled.input_nodes):
+        found, rows = reader.rows(step, ids)
+        np.testing.assert_array_equal(found, ~np.isin(ids, resident_ids))  # every other row is packed
+        np.testing.assert_array_equal(rows, arithmetic_features(orig[ids[found]]))
+    assert m.stats["blow_up"] == sum(p.rows_bytes for p in m.packs) / (100 * 16)
+    reader.close()
+
+
+def test_pack_samples_the_loaders_minibatches(parts: LocalPartitionSet, packed: tuple[Path, PackManifest]) -> None:
+    _, m = packed
+    sampled = sample_epoch(parts, MultiHopSampler(parts), JOB, 1)
+    loader = Loader(parts, MultiHopSampler(parts), cache_policy="none")
+    try:
+        got = [digest(mb.blocks.input_nodes) for mb in stream_all(loader)]
+    finally:
+        loader.close()
+    assert got == [digest(ids) for ids in sampled.input_nodes]
+    assert [s.num_input for p in m.packs for s in p.steps] == [len(ids) for ids in sampled.input_nodes]
+
+
+@pytest.mark.parametrize("policy", ["none", "static_degree", "lru"])
+def test_loader_with_packs_gives_byte_identical_minibatches(
+    parts: LocalPartitionSet, packed: tuple[Path, PackManifest], policy: str
+) -> None:
+    root, _ = packed
+    runs = {}
+    for pack_root in (None, root):
+        loader = Loader(parts, MultiHopSampler(parts), cache_policy=policy, cache_bytes=20 * 16, pack_root=pack_root, lookahead_steps=2)
+        try:
+            runs[pack_root] = [(digest(mb.features), digest(mb.labels), mb.stats.pack_rows) for mb in stream_all(loader)]
+            stats = loader.pack_stats
+        finally:
+            loader.close()
+    assert [r[:2] for r in runs[root]] == [r[:2] for r in runs[None]]
+    assert stats.hits == sum(r[2] for r in runs[root]) > 0 and stats.disk_bytes > 0 and stats.fallbacks == 0
+
+
+def damage(path: Path, how: str, row_bytes: int) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "flip":
+        data[row_bytes + 1] ^= 0x40  # inside the second row (what is padding is never served)
+    else:
+        data = data[: len(data) // 2]
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate"])
+def test_damaged_pack_falls_back_to_the_base_store(
+    parts: LocalPartitionSet, packed: tuple[Path, PackManifest], orig: np.ndarray, how: str
+) -> None:
+    root, m = packed
+    damage(root / job_key(JOB, 1) / m.packs[1].file, how, m.row_bytes)
+    loader = Loader(parts, MultiHopSampler(parts), cache_policy="none", pack_root=root, lookahead_steps=2)
+    try:
+        for mb in stream_all(loader):
+            np.testing.assert_array_equal(mb.features, arithmetic_features(orig[mb.blocks.input_nodes]))
+        stats = loader.pack_stats
+    finally:
+        loader.close()
+    assert stats.fallbacks == 1 and stats.hits > 0
+
+
+def test_packs_of_another_job_graph_or_epoch_are_refused(parts: LocalPartitionSet, packed: tuple[Path, PackManifest]) -> None:
+    root, _ = packed
+    pack_dir, graph = root / job_key(JOB, 1), GraphIdentity.of(parts.info)
+    for job, epoch, graph_, field in [
+        (dataclasses.replace(JOB, job_seed=6), 1, graph, "job_seed"),
+        (dataclasses.replace(JOB, fanouts=(3, 3)), 1, graph, "fanouts"),
+        (JOB, 2, graph, "epoch"),
+        (JOB, 1, dataclasses.replace(graph, num_edges=graph.num_edges + 1), "num_edges"),
+    ]:
+        with pytest.raises(PackMismatch, match=field):
+            PackReader.open(pack_dir, graph_, job, epoch)
+
+
+def test_loader_refuses_packs_written_for_another_graph(
+    parts: LocalPartitionSet, packed: tuple[Path, PackManifest], orig: np.ndarray
+) -> None:
+    root, _ = packed
+    manifest = root / job_key(JOB, 1) / MANIFEST
+    d = json.loads(manifest.read_text())
+    d["graph"]["schema_digest"] = "0" * 16  # as after re-ingesting with another node-data schema
+    manifest.write_text(json.dumps(d))
+    loader = Loader(parts, MultiHopSampler(parts), cache_policy="none", pack_root=root)
+    try:
+        for mb in stream_all(loader):
+            np.testing.assert_array_equal(mb.features, arithmetic_features(orig[mb.blocks.input_nodes]))
+        assert loader.pack_stats.refused == 1 and loader.pack_stats.hits == 0
+    finally:
+        loader.close()
+
+
+def test_the_next_pack_is_read_while_the_current_one_serves(parts: LocalPartitionSet, packed: tuple[Path, PackManifest]) -> None:
+    root, m = packed
+    reader = PackReader.open(root / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1)
+    tier = PackTier(reader, PackStats(), lookahead_steps=2)
+    try:
+        second = m.packs[1].first_step
+        tier.prefetch(second - 3)  # the window [s, s + 2] ends before pack 1
+        assert set(tier._loads) == {0}
+        tier.prefetch(second - 2)  # the window reaches pack 1: it is read ahead
+        assert set(tier._loads) == {0, 1}
+        tier.prefetch(second)  # pack 0 is done with: dropped
+        assert set(tier._loads) == {1}
+        tier.prefetch(second + 1)  # (packs of 3 steps) the window reaches pack 2
+        assert set(tier._loads) == {1, 2}
+        tier._loads[2].result()
+    finally:
+        tier.close()
+
+
+def test_pack_command_over_a_partition_root(arith_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["pack", "--data", str(arith_root), "--out", str(tmp_path), "--batch-size", "8", "--fanouts", "3,2", "--job-seed", "5"]
+    assert cli.main([*args, "--epochs", "1:3", "--steps-per-pack", "3", "--resident-bytes", "160"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["epoch"] for line in lines] == [1, 2]
+    for epoch in (1, 2):  # the job the command describes is JOB (shuffled, as the trainer's loaders do)
+        assert PackManifest.load(tmp_path / job_key(JOB, epoch)).epoch == epoch

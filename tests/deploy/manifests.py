@@ -15,6 +15,7 @@ KUSTOMIZATIONS = {
     "gpu": REPO / "k8s/overlays/gpu",
     "gpu-embedded": REPO / "k8s/overlays/gpu-embedded",
     "gpu-pytorchjob": REPO / "k8s/overlays/gpu-pytorchjob",
+    "gpu-packed": REPO / "k8s/overlays/gpu-packed",
     "monitoring": REPO / "k8s/monitoring",
 }
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")

@@ -26,10 +26,11 @@ from tests.deploy.manifests import (
 )
 from tests.deploy.tools import REPO, run, tool
 
-OVERLAYS = ("cpu", "gpu", "gpu-embedded", "gpu-pytorchjob")
+OVERLAYS = ("cpu", "gpu", "gpu-embedded", "gpu-pytorchjob", "gpu-packed")
 EMBEDDED = "gpu-embedded"  # the loader runs inside the trainers: no loader sidecar
 PYTORCHJOB = "gpu-pytorchjob"  # the gpu overlay's trainer pod under Kubeflow's training operator
-INDEXED = ("cpu", "gpu", "gpu-embedded")  # trainers as an Indexed Job
+INDEXED = ("cpu", "gpu", "gpu-embedded", "gpu-packed")  # trainers as an Indexed Job
+PACKED = "gpu-packed"  # gpu + the pack Job (DiskGNN's offline sampling)
 # kubernetes-validate 1.37.0 ships schemas up to Kubernetes 1.37.
 KUBERNETES_VERSIONS = ("1.29.0", "1.37.0")
 GPU = "nvidia.com/gpu"
@@ -295,7 +296,7 @@ def test_gpus_and_images_per_overlay(rendered: dict[str, Rendered]) -> None:
         others = [c for w in rendered[name].workloads() for c in containers(w) if c is not trainer]
         assert {c["image"] for c in others} == {values["image"]}, name
         assert not [c for c in others if GPU in json.dumps(c["resources"])], f"{name}: only trainers use GPUs"
-    assert devices == {"gpu": "cuda", "cpu": "cpu", EMBEDDED: "cuda"}, "trainers on GPU nodes train on their GPU"
+    assert devices == {"gpu": "cuda", "cpu": "cpu", EMBEDDED: "cuda", PACKED: "cuda"}, "trainers on GPU nodes train on their GPU"
     assert GPU not in rendered["cpu"].text and "nodeSelector" not in rendered["cpu"].text
 
 
@@ -385,3 +386,28 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
         assert not _allowed(r, "Ingress", labels[server], monitoring, "other", port)
     for w in labels.values():
         assert _allowed(r, "Egress", w, {"k8s-app": "kube-dns"}, "kube-system", 53)
+
+
+def test_the_pack_job_packs_exactly_the_trainers_job(rendered: dict[str, Rendered]) -> None:
+    """The packs are found by the job's key: batch size, fanouts, seed, split and world size must
+    be the trainer's, and every loader sidecar must read the volume the Job writes."""
+    r = rendered[PACKED]
+    job = r.get("Job", "trainer")
+    (trainer,) = containers(job, init=False)
+    (loader,) = pod_spec(job)["initContainers"]
+    (pack,) = containers(r.get("Job", "pack"))
+    script = pack["args"][0]
+    env = {e["name"]: e.get("value") for e in pack["env"]}
+    trainer_env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert env["WORLD_SIZE"] == trainer_env["WORLD_SIZE"]
+    assert f"--batch-size {args_flag(trainer['args'], '--batch-size')}" in script
+    assert "--fanouts 10,10" in script and args_flag(trainer["args"], "--fanouts") is None  # the trainer's default 10 10
+    assert "--job-seed 0" in script and args_flag(trainer["args"], "--seed") is None  # the trainer's default seed
+    out = re.search(r"--out (\S+)", script)
+    assert out is not None
+    assert static_env(r, loader)["GRAPHFEED_LOADER_PACK_ROOT"] == out.group(1)
+    mounts = {m["name"]: m for m in loader["volumeMounts"]}
+    assert mounts["packs"]["mountPath"] == out.group(1) and mounts["packs"]["readOnly"] is True
+    assert _volume(pod_spec(job), "packs")["persistentVolumeClaim"]["claimName"] == "graph-packs"
+    resident = re.search(r"--resident-bytes (\d+)", script)
+    assert resident is not None and resident.group(1) == static_env(r, loader)["GRAPHFEED_LOADER_CACHE_BYTES"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphfeed.common.partition import GraphManifest, part_dir_name
+from graphfeed.common.readiness import wait_serving
 from graphfeed.common.rpc import parse_ready_line
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class ServiceProcess:
     address: str
     metrics_address: str | None
     log_path: Path
+    health_address: str | None = None  # health on its own threads (--health-port)
 
     def stop(self, timeout_s: float = 15.0) -> int:
         """SIGTERM (graceful shutdown), then SIGKILL after ``timeout_s``; returns the exit code."""
@@ -74,7 +76,21 @@ def start_service(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     where = [] if placement == LOOPBACK else ["--host", placement.host, "--metrics-host", placement.host]
-    cmd = [*placement.prefix, sys.executable, "-m", "graphfeed", "serve", *args, *where, "--port", "0", "--metrics-port", "0"]
+    cmd = [
+        *placement.prefix,
+        sys.executable,
+        "-m",
+        "graphfeed",
+        "serve",
+        *args,
+        *where,
+        "--port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--health-port",
+        "0",
+    ]
     err = open(log_path, "wb")  # noqa: SIM115 - owned by the child for its lifetime
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **(env or {})}, text=True)
     ready: dict[str, str] = {}
@@ -98,7 +114,7 @@ def start_service(
             proc.kill()
             tail = log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{name} failed to start (exit {proc.poll()}); log {log_path}:\n{tail}")
-    return ServiceProcess(name, proc, ready["grpc"], ready.get("metrics"), log_path)
+    return ServiceProcess(name, proc, ready["grpc"], ready.get("metrics"), log_path, ready.get("health"))
 
 
 @dataclass
@@ -142,6 +158,8 @@ class LocalCluster:
                 ["loader", "--graph-store-addresses", *stores, "--sampler-address", cluster.sampler.address, *common, *(loader_args or [])],
                 log_dir,
             )
+            # READY means listening; SERVING means the loader reached the graph-stores and the sampler.
+            wait_serving(cluster.loader.address, "loader", timeout_s=120.0)
         except BaseException:
             cluster.stop()
             raise

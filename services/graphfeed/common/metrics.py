@@ -73,3 +73,24 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
     ProcessCollector(registry=registry)
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return int(server.server_port)
+
+
+def counting_serializer(serialize, counter):  # noqa: ANN001, ANN201 - grpc's untyped (de)serializer callables
+    """``serialize`` (message -> bytes; None: bytes pass through) that adds each length to ``counter``."""
+
+    def counted(msg):  # noqa: ANN001, ANN202
+        raw = serialize(msg) if serialize is not None else msg
+        counter.inc(len(raw))
+        return raw
+
+    return counted
+
+
+def counting_deserializer(deserialize, counter):  # noqa: ANN001, ANN201
+    """``deserialize`` (bytes -> message; None: bytes pass through) that adds each length to ``counter``."""
+
+    def counted(raw):  # noqa: ANN001, ANN202
+        counter.inc(len(raw))
+        return deserialize(raw) if deserialize is not None else raw
+
+    return counted

@@ -38,20 +38,24 @@ def wait_for(
         initial_backoff_s, max_backoff_s: wait after a failed try, doubled each time up to the cap.
 
     Raises:
-        PeerTimeout: the peer did not answer within ``timeout_s`` (the message ends with the last error).
+        PeerTimeout: the peer did not answer within ``timeout_s`` (the message ends with the last
+            UNAVAILABLE error, else the last error).
         GraphfeedError: any other error of ``attempt``, at once.
     """
     start = time.monotonic()
     deadline, backoff = start + timeout_s, initial_backoff_s
+    why = ""
     while True:
         left = deadline - time.monotonic()
         try:
             return attempt(max(0.1, min(attempt_timeout_s, left)))
-        except (Unavailable, DeadlineExceeded) as exc:
+        except Unavailable as exc:  # says why (refused, "waiting for graph-store X"): kept for the final message
+            last = why = f"{exc.code.name} {exc}"
+        except DeadlineExceeded as exc:  # a try cut short says less than an earlier refusal
             last = f"{exc.code.name} {exc}"
         left = deadline - time.monotonic()
         if left <= 0:
-            raise PeerTimeout(f"{what} did not answer within {timeout_s:g}s: {last}")
+            raise PeerTimeout(f"{what} did not answer within {timeout_s:g}s: {why or last}")
         wait = min(backoff, left)
         log.warning("waiting for %s: %s; next try in %.1fs (%.0fs of %gs)", what, last, wait, time.monotonic() - start, timeout_s)
         time.sleep(wait)  # backoff between tries of a peer that is not up yet

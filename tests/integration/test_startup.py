@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -17,14 +18,17 @@ from prometheus_client import CollectorRegistry
 
 from graphfeed.common.errors import Unavailable
 from graphfeed.common.partition import GraphManifest, part_dir_name
-from graphfeed.common.readiness import LIVENESS_SERVICE
+from graphfeed.common.readiness import LIVENESS_SERVICE, PeerGate
 from graphfeed.common.rpc import RunningServer
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.server import serve as serve_graph_store
 from graphfeed.graph_store.store import GraphStore
+from graphfeed.loader.config import LoaderSettings
+from graphfeed.loader.server import start as start_loader
 from graphfeed.sampler.client import SamplerClient
 from graphfeed.sampler.config import SamplerSettings
 from graphfeed.sampler.server import start as start_sampler
+from graphfeed.trainer.dataloader import RemoteDataLoader
 from tests.graphs import write_arithmetic
 
 pytestmark = pytest.mark.integration
@@ -139,3 +143,37 @@ def test_a_re_ingested_graph_is_noticed_and_reloaded(tmp_path: Path, stores: Sto
         assert len(sample_once(running.address)) >= 3
     finally:
         running.stop(0)
+
+
+def test_loader_waits_for_its_sampler(arith_root: Path, stores: Stores) -> None:
+    store_ports, sampler_port = [free_port(), free_port()], free_port()
+    stores.start(arith_root, [("127.0.0.1", p) for p in store_ports])
+    addresses = [f"127.0.0.1:{p}" for p in store_ports]
+    settings = LoaderSettings(
+        graph_store_addresses=addresses, sampler_address=f"127.0.0.1:{sampler_port}", port=0, metrics_port=-1,
+        health_port=0, peer_backoff_max_s=0.5, shm_dir="",
+    )  # fmt: skip
+    loader, _gate = start_loader(settings, CollectorRegistry())
+    sampler = None
+    try:
+        health_at = f"127.0.0.1:{loader.health_port}"
+        wait_until(lambda: "waiting for sampler" in str(_gate_error(_gate)), what="the loader to try the sampler")
+        assert health(health_at) == NOT_SERVING
+        with pytest.raises(Unavailable, match=f"waiting for sampler 127.0.0.1:{sampler_port}"):
+            RemoteDataLoader(loader.address, "train", fanouts=[2], shm_dir="", timeout_s=2, connect_timeout_s=0.5)
+        sampler, _ = start_sampler(sampler_settings(addresses, port=sampler_port, health_port=-1), CollectorRegistry())
+        wait_until(lambda: health(health_at) == SERVING, what="the loader to turn SERVING")
+        with RemoteDataLoader(loader.address, "train", fanouts=[2], batch_size=8, shm_dir="") as dl:
+            assert len(dl) > 0 and sum(1 for _ in dl) == len(dl)
+    finally:
+        loader.stop(0)
+        if sampler is not None:
+            sampler.stop(0)
+
+
+def _gate_error(gate: PeerGate[Any]) -> str:
+    try:
+        gate.get()
+    except Unavailable as exc:
+        return str(exc)
+    return ""

@@ -16,9 +16,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
+from graphfeed.cluster import start_service
 from graphfeed.common.errors import Unavailable
 from graphfeed.common.partition import GraphManifest, part_dir_name
-from graphfeed.common.readiness import LIVENESS_SERVICE, PeerGate
+from graphfeed.common.readiness import LIVENESS_SERVICE, PeerGate, wait_serving
 from graphfeed.common.rpc import RunningServer
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.server import serve as serve_graph_store
@@ -177,3 +178,24 @@ def _gate_error(gate: PeerGate[Any]) -> str:
     except Unavailable as exc:
         return str(exc)
     return ""
+
+
+@pytest.mark.slow
+def test_sampler_process_started_first_serves_once_its_graph_store_processes_start(arith_root: Path, tmp_path: Path) -> None:
+    ports = [free_port(), free_port()]
+    stores = [f"127.0.0.1:{p}" for p in ports]
+    sampler = start_service("sampler", ["sampler", "--graph-store-addresses", *stores, "--peer-backoff-max-s", "0.5"], tmp_path,
+                            serving=False)  # fmt: skip
+    started = [sampler]
+    try:
+        assert sampler.health_address is not None, "the READY line names the health port"
+        assert health(sampler.health_address) == NOT_SERVING
+        for p, port in enumerate(ports):
+            args = ["graph-store", "--part-dir", str(arith_root / part_dir_name(p)), "--port", str(port)]
+            started.append(start_service(f"graph-store-{p}", args, tmp_path))
+        wait_serving(sampler.address, "sampler", timeout_s=60)
+        assert health(sampler.health_address) == SERVING
+        assert len(sample_once(sampler.address)) >= 3
+    finally:
+        codes = {s.name: s.stop() for s in started}
+    assert codes == {s.name: 0 for s in started}, f"every process stops cleanly: {codes}"

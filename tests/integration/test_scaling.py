@@ -82,3 +82,18 @@ def test_health_port_answers_while_every_handler_thread_streams(cora_root: Path)
         for dl in loaders:
             dl.close()
         cluster.stop()
+
+
+def test_streams_and_new_calls_outlive_the_max_connection_age(cora_root: Path) -> None:
+    age_s = 0.2
+    cluster = InProcessCluster.start(cora_root, max_connection_age_s=age_s, cache_policy="none")
+    try:
+        with RemoteDataLoader(cluster.loader.address, "train", fanouts=[5, 5], batch_size=8, shm_dir="", job_id="aged") as dl:
+            t0, got = time.perf_counter(), 0
+            for _epoch in range(2):  # the second epoch's stream starts on a connection past its age
+                got += sum(1 for _ in dl)
+            elapsed = time.perf_counter() - t0
+        assert got == 2 * len(dl)
+        assert elapsed > 2 * age_s, "the streams must outlive the age for this test to mean anything"
+    finally:
+        cluster.stop()

@@ -66,16 +66,25 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _run_train(args: argparse.Namespace) -> int:
     from graphfeed.trainer.config import TrainConfig  # noqa: PLC0415 - imported with the parser, not with graphfeed
-    from graphfeed.trainer.train import Trainer, format_report  # noqa: PLC0415 - torch and DGL, for `train` only
+    from graphfeed.trainer.connect import PeerTimeout  # noqa: PLC0415 - imported with the command
+    from graphfeed.trainer.metrics import TrainerMetrics  # noqa: PLC0415
+    from graphfeed.trainer.train import Trainer, format_report, init_distributed  # noqa: PLC0415 - torch and DGL, for `train` only
 
     if args.graph_stores is not None and not args.sampler_address:
         raise SystemExit("graphfeed train: --graph-stores needs --sampler")
     cfg = settings_from_args(TrainConfig, args)
-    if cfg.world_size > 1:
-        import torch.distributed as dist  # noqa: PLC0415 - multi-rank training only
-
-        dist.init_process_group("gloo", rank=cfg.rank, world_size=cfg.world_size)
-    trainer = Trainer(cfg)
+    metrics = TrainerMetrics.create(cfg.job_id, cfg.rank)
+    if cfg.metrics_port:  # up while the trainer waits for its peers, too
+        try:
+            metrics.serve(cfg.metrics_host, cfg.metrics_port + cfg.local_rank)
+        except OSError as exc:  # e.g. several trainers on one host: training matters more than its metrics
+            logging.getLogger("graphfeed.trainer").warning("no /metrics: port %d: %s", cfg.metrics_port + cfg.local_rank, exc)
+    init_distributed(cfg)
+    try:
+        trainer = Trainer(cfg, metrics)
+    except PeerTimeout as exc:  # the peers never came up: one line, no traceback
+        print(f"graphfeed train: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         trainer.fit(on_epoch=lambda r: print(format_report(r), flush=True))
         if cfg.stop_after_steps is None:

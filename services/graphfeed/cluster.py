@@ -19,8 +19,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from graphfeed.common.partition import GraphManifest, part_dir_name
+from graphfeed.common.readiness import PeerNotReady, wait_serving
 from graphfeed.common.rpc import parse_ready_line
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class ServiceProcess:
     address: str
     metrics_address: str | None
     log_path: Path
+    health_address: str | None = None  # health on its own threads (--health-port)
 
     def stop(self, timeout_s: float = 15.0) -> int:
         """SIGTERM (graceful shutdown), then SIGKILL after ``timeout_s``; returns the exit code."""
@@ -68,13 +71,23 @@ class ServiceProcess:
 
 
 def start_service(
-    name: str, args: list[str], log_dir: Path, timeout_s: float = 120.0, env: dict | None = None, placement: Placement = LOOPBACK
+    name: str,
+    args: list[str],
+    log_dir: Path,
+    timeout_s: float = 120.0,
+    env: dict | None = None,
+    placement: Placement = LOOPBACK,
+    serving: bool = True,
 ) -> ServiceProcess:
-    """Starts ``graphfeed serve <args>`` where ``placement`` says and waits for its READY line (or its death)."""
+    """Starts ``graphfeed serve <args>`` where ``placement`` says and waits for its READY line
+    (it listens) and, with ``serving``, for its health to be SERVING (its peers answered),
+    all within ``timeout_s``; raises RuntimeError with its log if it dies or times out first."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     where = [] if placement == LOOPBACK else ["--host", placement.host, "--metrics-host", placement.host]
-    cmd = [*placement.prefix, sys.executable, "-m", "graphfeed", "serve", *args, *where, "--port", "0", "--metrics-port", "0"]
+    # Every port not given in ``args`` is picked by the service (read back from its READY line).
+    ports = [word for flag in ("--port", "--metrics-port", "--health-port") if flag not in args for word in (flag, "0")]
+    cmd = [*placement.prefix, sys.executable, "-m", "graphfeed", "serve", *args, *where, *ports]
     err = open(log_path, "wb")  # noqa: SIM115 - owned by the child for its lifetime
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **(env or {})}, text=True)
     ready: dict[str, str] = {}
@@ -95,10 +108,20 @@ def start_service(
     deadline = time.monotonic() + timeout_s
     while not got.wait(0.05):
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            tail = log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{name} failed to start (exit {proc.poll()}); log {log_path}:\n{tail}")
-    return ServiceProcess(name, proc, ready["grpc"], ready.get("metrics"), log_path)
+            _fail(name, proc, log_path, "failed to start")
+    if serving:
+        try:
+            wait_serving(ready["grpc"], name, timeout_s=max(1.0, deadline - time.monotonic()))
+        except PeerNotReady as exc:
+            _fail(name, proc, log_path, f"never became SERVING ({exc})")
+    return ServiceProcess(name, proc, ready["grpc"], ready.get("metrics"), log_path, ready.get("health"))
+
+
+def _fail(name: str, proc: subprocess.Popen, log_path: Path, what: str) -> NoReturn:
+    proc.kill()
+    proc.wait()
+    tail = log_path.read_text(errors="replace")[-3000:]
+    raise RuntimeError(f"{name} {what} (exit {proc.poll()}); log {log_path}:\n{tail}")
 
 
 @dataclass

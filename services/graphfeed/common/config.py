@@ -28,7 +28,23 @@ class ServiceSettings(BaseSettings):
     port: int = Field(default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one (printed in the READY line).")
     metrics_host: str = Field(default="127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
     metrics_port: int = Field(default=0, ge=-1, le=65535, description="Prometheus port; 0 picks a free one, -1 disables it.")
+    health_port: int = Field(
+        default=0, ge=-1, le=65535,
+        description="Port of a second gRPC server that answers only grpc.health.v1 (its own threads, so probes are "
+        "answered while every handler streams); 0 picks a free one (printed in the READY line), -1 disables it. "
+        'Health name "" is SERVING once the peers answer; "graphfeed.liveness" while the process runs.',
+    )  # fmt: skip
     max_workers: int = Field(default=16, ge=1, description="gRPC handler threads.")
+    max_connection_age_s: float = Field(
+        default=60.0, ge=0,
+        description="Seconds after which a client connection is asked to close (GOAWAY), so long-lived clients "
+        "re-resolve dns:/// targets and spread over new replicas; 0 never.",
+    )  # fmt: skip
+    max_connection_age_grace_s: float = Field(
+        default=0.0, ge=0,
+        description="Seconds calls still running on such a connection get before it is cut; 0 no limit "
+        "(a minibatch stream is never cut).",
+    )  # fmt: skip
     grace_s: float = Field(default=5.0, ge=0, description="Seconds in-flight calls get to finish on SIGTERM.")
     log_level: str = Field(default="INFO", description="Python logging level.")
     shm_dir: str = Field(
@@ -36,6 +52,20 @@ class ServiceSettings(BaseSettings):
         description="Shared-memory directory for bulk tensors with same-host peers that offer it "
         "(this server's responses, and what its own clients offer); empty disables.",
     )
+
+
+class PeerServiceSettings(ServiceSettings):
+    """Fields of a server that needs peers (sampler, loader): it listens at once, answers health
+    NOT_SERVING and UNAVAILABLE until they answer, and reconnects when their graph changes."""
+
+    peer_backoff_max_s: float = Field(
+        default=10.0, gt=0, description="Longest wait between two tries to reach the peers at start-up, in seconds."
+    )
+    peer_check_interval_s: float = Field(
+        default=10.0, gt=0,
+        description="Seconds between checks that the peers still serve the graph version this server started with "
+        "(a changed version: NOT_SERVING while it reconnects).",
+    )  # fmt: skip
 
 
 def _flag(name: str) -> str:
@@ -83,9 +113,7 @@ def add_settings_argument(
     parser.add_argument(flag, metavar=flag.lstrip("-").replace("-", "_").upper(), **kw)
 
 
-def add_settings_arguments(
-    parser: argparse.ArgumentParser, cls: type[BaseSettings], *, skip: typing.Collection[str] = ()
-) -> None:
+def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettings], *, skip: typing.Collection[str] = ()) -> None:
     """Adds one flag per settings field, in field order, but those in ``skip`` (see :func:`add_settings_argument`)."""
     for name in cls.model_fields:
         if name not in skip:

@@ -80,6 +80,9 @@ class GraphManifest:
     has_edge_timestamps: bool = False
     schema_version: int = SCHEMA_VERSION
     extra: dict = field(default_factory=dict)
+    # A random hex id per ingest run (uuid4): tells a restarted graph-store serving a
+    # re-ingested graph from one serving the same graph ("" for graphs ingested before it).
+    graph_version: str = ""
 
     def owner(self, gids: np.ndarray) -> np.ndarray:
         """Owning partition of each gid (gids must lie in [0, num_nodes))."""

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 import grpc
@@ -23,8 +23,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from graphfeed.common import bulk
-from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, InvalidArgument, from_rpc_error
-from graphfeed.common.metrics import RpcMetrics, serve_metrics
+from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, from_rpc_error
+from graphfeed.common.metrics import RpcMetrics, counting_deserializer, counting_serializer, decoded, serve_metrics
+from graphfeed.common.readiness import LIVENESS_SERVICE, serve_health, set_serving
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -66,7 +67,10 @@ def retry_service_config(service: ServiceDescriptor, idempotent: Iterable[str]) 
     """
     names = [{"service": service.full_name, "method": service.methods_by_name[m].name} for m in idempotent]
     policy = {"maxAttempts": RETRY_MAX_ATTEMPTS, **_RETRY_BACKOFF, "retryableStatusCodes": [c.name for c in RETRYABLE_CODES]}
-    return json.dumps({"methodConfig": [{"name": names, "retryPolicy": policy}]})
+    # round_robin: a target that resolves to several replicas (dns:/// of a headless Service,
+    # ipv4:a:p,b:p) spreads calls over all of them; with one address it is pick_first.
+    lb: list[dict[str, dict]] = [{"round_robin": {}}]
+    return json.dumps({"loadBalancingConfig": lb, "methodConfig": [{"name": names, "retryPolicy": policy}]})
 
 
 def client_channel(
@@ -74,9 +78,11 @@ def client_channel(
 ) -> grpc.Channel:
     """An insecure channel to ``address`` for clients of ``service``; its ``idempotent`` methods
     are retried as :func:`retry_service_config` says, every other method is never retried.
+    Calls are balanced round-robin over every address the target resolves to.
 
     Args:
-        address: ``host:port``.
+        address: ``host:port``, ``dns:///host:port`` (every A record, re-resolved when a
+            server closes an old connection) or ``ipv4:a:p,b:p``.
         service: the generated descriptor, e.g. ``pb.DESCRIPTOR.services_by_name["SamplerService"]``.
         idempotent: names of the methods safe to send twice (reads).
         max_message_bytes: largest message sent or received.
@@ -144,8 +150,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
         messages_out = m.response_messages.labels(*labels)
         # Bytes are counted where the message is (de)serialized anyway: ByteSize() would
         # serialize a second time (a quarter of a busy server's CPU with large tensors).
-        deserialize = _counting_deserializer(handler.request_deserializer, m.request_bytes.labels(*labels))
-        serialize = _counting_serializer(bulk.serializer(handler.response_serializer), m.response_bytes.labels(*labels))
+        deserialize = counting_deserializer(handler.request_deserializer, m.request_bytes.labels(*labels))
+        serialize = counting_serializer(bulk.serializer(handler.response_serializer), m.response_bytes.labels(*labels))
 
         def record(start: float, code: grpc.StatusCode) -> None:
             m.requests.labels(*labels, code.name).inc()
@@ -167,7 +173,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
             def unary_unary(request: object, context: grpc.ServicerContext) -> object:
                 start = time.perf_counter()
                 try:
-                    resp = inner(_decoded(request, full), context)
+                    resp = inner(decoded(request, full), context)
                 except Exception as exc:  # noqa: BLE001 - mapped to a status right here
                     record(start, code_of(context, exc))
                     _abort(context, exc, full)
@@ -183,7 +189,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
             def unary_stream(request: object, context: grpc.ServicerContext) -> Iterator[object]:
                 start = time.perf_counter()
                 try:
-                    for resp in inner_stream(_decoded(request, full), context):
+                    for resp in inner_stream(decoded(request, full), context):
                         sent()
                         yield resp
                 except Exception as exc:  # noqa: BLE001 - mapped to a status right here
@@ -195,49 +201,6 @@ class ServerInterceptor(grpc.ServerInterceptor):
 
             return grpc.unary_stream_rpc_method_handler(unary_stream, deserialize, serialize)
         return handler  # client/bidi streaming: none in graphfeed yet
-
-
-def _counting_serializer(serialize, counter):  # noqa: ANN001, ANN202
-    """``serialize`` (message -> bytes; None: bytes pass through) that adds each length to ``counter``."""
-
-    def counted(msg):  # noqa: ANN001, ANN202
-        raw = serialize(msg) if serialize is not None else msg
-        counter.inc(len(raw))
-        return raw
-
-    return counted
-
-
-@dataclass(frozen=True)
-class Undecodable:
-    """What a request deserializer returns for bytes that are not the request message: the
-    handler answers INVALID_ARGUMENT. Raising from a deserializer instead makes grpcio answer
-    INTERNAL, log a traceback per request and (1.85) keep ~19 KB per call."""
-
-    reason: str
-
-
-def _counting_deserializer(deserialize, counter):  # noqa: ANN001, ANN202
-    """``deserialize`` (bytes -> message; None: bytes pass through) that adds each length to
-    ``counter`` and never raises (:class:`Undecodable`)."""
-
-    def counted(raw):  # noqa: ANN001, ANN202
-        counter.inc(len(raw))
-        if deserialize is None:
-            return raw
-        try:
-            return deserialize(raw)
-        except Exception as e:  # noqa: BLE001 - any parse failure is the client's malformed request
-            return Undecodable(f"{type(e).__name__}: {e}")
-
-    return counted
-
-
-def _decoded(request: object, method: str) -> object:
-    """``request``, or InvalidArgument when its bytes could not be parsed."""
-    if isinstance(request, Undecodable):
-        raise InvalidArgument(f"{method}: the request is not a valid message ({request.reason})")
-    return request
 
 
 def dial_host(host: str) -> str:
@@ -257,6 +220,10 @@ class RunningServer:
     metrics_port: int | None = None
     host: str = "127.0.0.1"  # the bind address: clients on another host dial it
     metrics_host: str = "127.0.0.1"
+    service_names: tuple[str, ...] = ()
+    health_server: grpc.Server | None = None  # health outside the handler pool (serve_health)
+    health_port: int | None = None
+    on_stop: list[Callable[[], None]] = field(default_factory=list)  # run once the server has stopped
 
     @property
     def address(self) -> str:
@@ -266,6 +233,14 @@ class RunningServer:
         """Marks the server NOT_SERVING, then stops it, letting calls finish for ``grace_s``."""
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait()
+        if self.health_server is not None:
+            self.health_server.stop(0).wait()
+        for hook in self.on_stop:
+            hook()
+
+    def set_serving(self, serving: bool) -> None:
+        """Health of ``""`` and the service names: SERVING or NOT_SERVING (liveness stays SERVING)."""
+        set_serving(self.health, self.service_names, serving)
 
 
 def start_server(
@@ -277,6 +252,9 @@ def start_server(
     port: int = 0,
     max_workers: int = 16,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    serving: bool = True,
+    max_connection_age_s: float = 0.0,
+    max_connection_age_grace_s: float = 0.0,
 ) -> RunningServer:
     """Builds and starts a server with health checking, reflection and the interceptor.
 
@@ -288,11 +266,21 @@ def start_server(
         port: TCP port; 0 picks a free one (read it back from the result).
         max_workers: handler threads.
         max_message_bytes: largest message sent or received.
+        serving: initial health; False until the caller's peers are ready (``set_serving``).
+        max_connection_age_s: a connection is asked to close (GOAWAY) after this long, so
+            clients re-resolve and spread over new replicas; 0 never.
+        max_connection_age_grace_s: calls still running then get this long before the
+            connection is cut; 0 no limit (long streams are never cut).
     """
+    options: list[tuple[str, int]] = channel_options(max_message_bytes)
+    if max_connection_age_s > 0:
+        options.append(("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)))
+        if max_connection_age_grace_s > 0:
+            options.append(("grpc.max_connection_age_grace_ms", int(max_connection_age_grace_s * 1000)))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         interceptors=[ServerInterceptor(metrics)],
-        options=channel_options(max_message_bytes),
+        options=options,
     )
     register(server)
     health_servicer = health.HealthServicer()
@@ -306,9 +294,9 @@ def start_server(
     if bound == 0:
         raise OSError(f"could not bind gRPC server to {host}:{port}")
     server.start()
-    for name in ("", *names):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server=server, port=bound, health=health_servicer, host=host)
+    health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    set_serving(health_servicer, names, serving)
+    return RunningServer(server=server, port=bound, health=health_servicer, host=host, service_names=tuple(names))
 
 
 def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callable[[], None] | None = None) -> None:
@@ -330,7 +318,8 @@ def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callab
 def announce(service: str, running: RunningServer) -> None:
     """Prints the machine-readable READY line that `graphfeed demo` and the tests wait for."""
     metrics = f" metrics={dial_host(running.metrics_host)}:{running.metrics_port}" if running.metrics_port else ""
-    print(f"GRAPHFEED_READY service={service} grpc={running.address}{metrics}", flush=True)
+    health_at = f" health={dial_host(running.host)}:{running.health_port}" if running.health_port else ""
+    print(f"GRAPHFEED_READY service={service} grpc={running.address}{metrics}{health_at}", flush=True)
 
 
 def parse_ready_line(line: str) -> dict[str, str] | None:
@@ -347,11 +336,15 @@ def start_service_server(
     service_names: Iterable[str],
     registry: CollectorRegistry,
     on_error: Callable[[], None] = lambda: None,
+    serving: bool = True,
 ) -> RunningServer:
-    """:func:`start_server` configured from a service's settings, plus its ``/metrics`` port.
+    """:func:`start_server` configured from a service's settings, plus its ``/metrics`` port
+    and its health port.
 
-    ``/metrics`` is served unless ``settings.metrics_port == -1``. If anything fails, the
-    server is stopped, ``on_error`` releases what the caller opened, and the error propagates.
+    ``/metrics`` is served unless ``settings.metrics_port == -1``, health on a server of its
+    own unless ``settings.health_port == -1``. ``serving``: the initial health (see
+    :func:`start_server`). If anything fails, the server is stopped, ``on_error`` releases
+    what the caller opened, and the error propagates.
     """
     try:
         running = start_server(
@@ -361,8 +354,13 @@ def start_service_server(
             host=settings.host,
             port=settings.port,
             max_workers=settings.max_workers,
+            serving=serving,
+            max_connection_age_s=settings.max_connection_age_s,
+            max_connection_age_grace_s=settings.max_connection_age_grace_s,
         )
         try:
+            if settings.health_port != -1:
+                running.health_server, running.health_port = serve_health(running.health, settings.host, settings.health_port)
             if settings.metrics_port != -1:
                 running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
                 running.metrics_host = settings.metrics_host

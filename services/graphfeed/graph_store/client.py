@@ -46,6 +46,7 @@ def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
         schema_version=resp.schema_version,
         num_local_edges=resp.num_local_edges,
         num_halo_nodes=resp.num_halo_nodes,
+        graph_version=resp.graph_version,
     )
 
 
@@ -215,6 +216,28 @@ def _then(fut: Future, fn: Callable[[Any], Any]) -> Future:
     return out
 
 
+PARTITION_PLACEHOLDER = "{p}"
+"""In a graph-store address, stands for the partition id: ``graph-store-{p}.graph-store:50051``."""
+
+
+def expand_addresses(addresses: Sequence[str], timeout_s: float = 30.0) -> list[str]:
+    """``addresses`` as given, or a single template holding :data:`PARTITION_PLACEHOLDER`
+    expanded for every partition (partition 0, the template with ``{p}`` -> 0, says how many).
+
+    Raises:
+        GraphfeedError: partition 0 did not answer within ``timeout_s``.
+    """
+    if len(addresses) != 1 or PARTITION_PLACEHOLDER not in addresses[0]:
+        return list(addresses)
+    template = addresses[0]
+    first = GraphStoreClient(template.replace(PARTITION_PLACEHOLDER, "0"), timeout_s)
+    try:
+        n = first.info().num_partitions
+    finally:
+        first.close()
+    return [template.replace(PARTITION_PLACEHOLDER, str(p)) for p in range(n)]
+
+
 class _PartitionSetBase:
     info: PartitionInfo
 
@@ -228,13 +251,15 @@ class RemotePartitionSet(_PartitionSetBase):
 
     Args:
         addresses: ``host:port`` of each graph-store, any order; each one's partition id is
-            read from GetPartitionInfo and checked for consistency.
+            read from GetPartitionInfo and checked for consistency. Or one template, e.g.
+            ``graph-store-{p}.graph-store:50051`` (see :func:`expand_addresses`).
         timeout_s: deadline of each call.
         max_parallel: threads for the streaming calls (GetNodeData) run in parallel.
         shm_dir: shared-memory directory offered to same-host graph-stores ("" or None: never).
     """
 
     def __init__(self, addresses: Sequence[str], timeout_s: float = 30.0, max_parallel: int = 8, shm_dir: str | None = None) -> None:
+        addresses = expand_addresses(addresses, timeout_s)
         clients = [GraphStoreClient(a, timeout_s, shm_dir) for a in addresses]
         infos = [c.info() for c in clients]
         n = infos[0].num_partitions

@@ -40,6 +40,7 @@ def info_to_proto(store: GraphStore) -> pb.GetPartitionInfoResponse:
         schema_version=info.schema_version,
         num_local_edges=info.num_local_edges,
         num_halo_nodes=info.num_halo_nodes,
+        graph_version=info.graph_version,
     )
 
 

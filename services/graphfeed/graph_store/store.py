@@ -51,6 +51,7 @@ def _partition_info(reader: PartitionReader) -> PartitionInfo:
         schema_version=m.schema_version,
         num_local_edges=len(reader.indices),
         num_halo_nodes=len(reader.halo),
+        graph_version=m.graph_version,
     )
 
 

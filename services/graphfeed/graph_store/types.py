@@ -52,6 +52,7 @@ class PartitionInfo:
     schema_version: int
     num_local_edges: int
     num_halo_nodes: int
+    graph_version: str = ""  # the ingest run's id (GraphManifest.graph_version)
 
 
 class PartitionSet(Protocol):

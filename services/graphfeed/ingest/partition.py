@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,7 @@ def write_partitioned(
         partition_method=method if assignment is None else "given",
         has_edge_timestamps=g.edge_ts is not None,
         extra=dict(g.extra),
+        graph_version=uuid.uuid4().hex,
     )
     out_dir = Path(out_dir)
     write_graph_manifest(out_dir, manifest)

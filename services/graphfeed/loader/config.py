@@ -9,7 +9,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsConfigDict
 
-from graphfeed.common.config import ServiceSettings
+from graphfeed.common.config import PeerServiceSettings
 from graphfeed.loader.cache_options import CacheOptions, CachePolicyName, InitialFill
 
 CACHE_OPTION_SETTINGS = {
@@ -29,7 +29,7 @@ def _option(setting: str) -> Any:
     return copy.copy(fields[CACHE_OPTION_SETTINGS[setting]])
 
 
-class LoaderSettings(ServiceSettings):
+class LoaderSettings(PeerServiceSettings):
     """A loader reads features from every graph-store and sampled blocks from one sampler."""
 
     model_config = SettingsConfigDict(env_prefix="GRAPHFEED_LOADER_", extra="forbid")

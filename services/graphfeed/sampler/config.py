@@ -5,10 +5,10 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from graphfeed.common.config import ServiceSettings
+from graphfeed.common.config import PeerServiceSettings
 
 
-class SamplerSettings(ServiceSettings):
+class SamplerSettings(PeerServiceSettings):
     """A sampler talks to one graph-store per partition and holds no graph data itself."""
 
     model_config = SettingsConfigDict(env_prefix="GRAPHFEED_SAMPLER_", extra="forbid")

@@ -35,9 +35,25 @@ def _loader_field(name: str) -> Any:
     return info
 
 
-def _job_completion_index() -> int:
-    # A Kubernetes indexed Job numbers its pods: that index is the rank unless one is given.
-    return int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
+def _env_int(*names: str, default: int) -> int:
+    """The first of the environment variables ``names`` that is set, as an int."""
+    for name in names:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return default
+
+
+def _rank() -> int:
+    # torchrun and Kubeflow's PyTorchJob set RANK; a Kubernetes indexed Job numbers its pods.
+    return _env_int("RANK", "JOB_COMPLETION_INDEX", default=0)
+
+
+def _world_size() -> int:
+    return _env_int("WORLD_SIZE", default=1)
+
+
+def _local_rank() -> int:
+    return _env_int("LOCAL_RANK", default=0)
 
 
 class TrainConfig(BaseSettings):
@@ -73,10 +89,26 @@ class TrainConfig(BaseSettings):
     weight_decay: float = Field(default=5e-4, description="Adam weight decay.")
     dropout: float = Field(default=0.5, description="Dropout between layers.")
     seed: int = Field(default=0, description="Job seed: model init and every sampling choice derive from it.")
-    rank: int = Field(
-        default_factory=_job_completion_index, description="Trainer rank (default: $JOB_COMPLETION_INDEX or 0)."
+    rank: int = Field(default_factory=_rank, description="Trainer rank (default: $RANK, else $JOB_COMPLETION_INDEX, else 0).")
+    world_size: int = Field(default_factory=_world_size, description="Number of trainers (default: $WORLD_SIZE, else 1).")
+    local_rank: int = Field(
+        default_factory=_local_rank,
+        description="Rank on this host (default: $LOCAL_RANK, else 0): picks the GPU when --device is plain cuda, "
+        "and offsets --metrics-port.",
     )
-    world_size: int = Field(default=1, description="Number of trainers.")
+    dist_backend: Literal["", "nccl", "gloo"] = Field(
+        default="", description='torch.distributed backend with world_size > 1: "" nccl on a CUDA device, else gloo.'
+    )
+    connect_timeout_s: float = Field(
+        default=60.0, gt=0,
+        description="Seconds to keep trying to reach the loader (or, embedded, the graph-stores and sampler) before "
+        "exiting with status 2.",
+    )  # fmt: skip
+    metrics_host: str = Field(default="127.0.0.1", description="Address of the trainer's Prometheus /metrics endpoint.")
+    metrics_port: int = Field(
+        default=8081, ge=0, le=65535,
+        description="Prometheus /metrics port of local rank 0 (local rank r serves on port + r); 0 disables it.",
+    )  # fmt: skip
     job_id: str = Field(default="graphsage", description="Job name (loader logs and shared cache state).")
     checkpoint: Path | None = Field(default=None, description="Checkpoint file; resumed from when it exists.")
     checkpoint_every: int = Field(default=1, description="Steps between checkpoints.")
@@ -92,3 +124,13 @@ class TrainConfig(BaseSettings):
         "halve the bytes (rounded by the loader, upcast to float32 on --device).",
     )
     stop_after_steps: int | None = Field(default=None, description="Testing aid: exit after this many steps in this process.")
+
+    @property
+    def torch_device(self) -> str:
+        """:attr:`device`, with plain ``cuda`` meaning this process's GPU (``cuda:<local_rank>``)."""
+        return f"cuda:{self.local_rank}" if self.device == "cuda" else self.device
+
+    @property
+    def backend(self) -> str:
+        """The torch.distributed backend: :attr:`dist_backend`, or nccl on a CUDA device, else gloo."""
+        return self.dist_backend or ("nccl" if self.device.startswith("cuda") else "gloo")

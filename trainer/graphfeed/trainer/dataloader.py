@@ -27,6 +27,7 @@ from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
+from graphfeed.trainer.connect import wait_for
 from graphfeed.trainer.job import JobArgs, job_spec, job_to_proto
 
 if TYPE_CHECKING:
@@ -222,7 +223,10 @@ class RemoteDataLoader(_StepLoader):
         address: ``host:port`` of a graphfeed loader service.
         split: seed nodes: "train", "val" or "test".
         device: where blocks and tensors are moved (e.g. "cuda:0").
-        timeout_s: deadline for DescribeJob and for the first message of a stream.
+        timeout_s: deadline of each DescribeJob try.
+        connect_timeout_s: how long to keep trying DescribeJob while the loader is not up or
+            not ready (UNAVAILABLE, DEADLINE_EXCEEDED), with capped backoff and one log line
+            per try; then :class:`~graphfeed.trainer.connect.PeerTimeout`.
         shm_dir: shared-memory directory offered to the loader: when the loader is on this host
             and sees the same directory, minibatch tensors arrive through it instead of inside
             the gRPC messages (identical contents). "" or None: always inline.
@@ -240,6 +244,7 @@ class RemoteDataLoader(_StepLoader):
         *,
         device: str | torch.device = "cpu",
         timeout_s: float = 60.0,
+        connect_timeout_s: float = 60.0,
         shm_dir: str | None = "/dev/shm",
         **job: Unpack[JobArgs],
     ) -> None:
@@ -253,10 +258,13 @@ class RemoteDataLoader(_StepLoader):
         service = pb.DESCRIPTOR.services_by_name["LoaderService"].full_name
         self._stream = bulk.unary_stream(self._channel, service, "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch)
         self._buffers = BufferPool()  # each minibatch's bulk bytes land here (pages reused)
+        self.info = wait_for(f"loader at {address}", self._describe, connect_timeout_s, attempt_timeout_s=timeout_s)
+
+    def _describe(self, timeout_s: float) -> pb.DescribeJobResponse:
         try:
-            self.info = self._stub.DescribeJob(pb.DescribeJobRequest(job=self._job_proto), timeout=timeout_s, wait_for_ready=True)
+            return self._stub.DescribeJob(pb.DescribeJobRequest(job=self._job_proto), timeout=timeout_s)
         except grpc.RpcError as err:
-            raise from_rpc_error(err, f"loader {address}") from None
+            raise from_rpc_error(err, f"loader {self.address}") from None
 
     @contextlib.contextmanager
     def _minibatches(self, epoch: int, start: int) -> Iterator[Iterator[Received[pb.Minibatch]]]:

@@ -22,15 +22,17 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from graphfeed.trainer.config import TrainConfig
+from graphfeed.trainer.connect import wait_for
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
 from graphfeed.trainer.job import JobArgs
+from graphfeed.trainer.metrics import TrainerMetrics
 from graphfeed.trainer.models import GraphSAGE
 
 if TYPE_CHECKING:  # imported at run time only in embedded mode (see _embedded_loader)
     from graphfeed.loader.core import Loader
     from graphfeed.sampler.client import SamplerClient
 
-__all__ = ["EpochReport", "TrainConfig", "Trainer", "format_report"]
+__all__ = ["EpochReport", "TrainConfig", "Trainer", "format_report", "init_distributed"]
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +69,36 @@ def save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
-class Trainer:
-    """Owns the model, optimizer, loaders and checkpoint of one rank."""
+def init_distributed(cfg: TrainConfig) -> None:
+    """Joins the process group of ``cfg.world_size`` trainers (nothing for one): backend
+    ``cfg.backend`` (nccl on CUDA, else gloo), rendezvous at $MASTER_ADDR:$MASTER_PORT as
+    torchrun and PyTorchJob set them; a CUDA trainer first selects its GPU."""
+    if cfg.world_size <= 1:
+        return
+    import torch.distributed as dist  # noqa: PLC0415 - multi-rank training only
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    device = torch.device(cfg.torch_device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    log.info("rank %d of %d joining the process group (%s)", cfg.rank, cfg.world_size, cfg.backend)
+    dist.init_process_group(cfg.backend, rank=cfg.rank, world_size=cfg.world_size)
+
+
+class Trainer:
+    """Owns the model, optimizer, loaders, checkpoint and metrics of one rank.
+
+    ``metrics``: where steps are recorded (``graphfeed train`` serves them); default: new
+    ones for ``cfg``, not served.
+
+    Raises:
+        PeerTimeout: the loader (or, embedded, the graph-stores or sampler) did not answer
+            within ``cfg.connect_timeout_s``.
+    """
+
+    def __init__(self, cfg: TrainConfig, metrics: TrainerMetrics | None = None) -> None:
         self.cfg = cfg
-        self.device = torch.device(cfg.device)
+        self.device = torch.device(cfg.torch_device)
+        self.metrics = metrics or TrainerMetrics.create(cfg.job_id, cfg.rank)
         torch.manual_seed(cfg.seed)
         self.embedded: Loader | None = None
         self._sampler: SamplerClient | None = None  # the embedded loader's, closed with it
@@ -99,7 +125,9 @@ class Trainer:
                       world_size=cfg.world_size, job_id=job_id, feature_wire_dtype=cfg.feature_wire_dtype)  # fmt: skip
         if self.embedded is not None:
             return EmbeddedDataLoader(self.embedded, split, device=self.device, **job)
-        return RemoteDataLoader(cfg.loader_address, split, shm_dir=cfg.shm_dir, device=self.device, **job)
+        return RemoteDataLoader(
+            cfg.loader_address, split, shm_dir=cfg.shm_dir, device=self.device, connect_timeout_s=cfg.connect_timeout_s, **job
+        )
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -127,7 +155,14 @@ class Trainer:
         model.train()
         epoch = self.train_loader.state_dict()["epoch"]
         losses = []
-        for input_nodes, _output_nodes, blocks in self.train_loader:
+        batches = iter(self.train_loader)
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            t1 = time.perf_counter()
+            input_nodes, _output_nodes, blocks = batch
             step = self.train_loader.step - 1
             x = blocks[0].srcdata["feat"]
             y = blocks[-1].dstdata["label"]
@@ -135,7 +170,8 @@ class Trainer:
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss))  # float() waits for the device: the step time is complete
+            self.metrics.record(wait_s=t1 - t0, step_s=time.perf_counter() - t1)
             self.applied.append((epoch, step, batch_digest(input_nodes, blocks)))
             if self.cfg.checkpoint is not None and len(self.applied) % self.cfg.checkpoint_every == 0:
                 save_checkpoint(self.cfg.checkpoint, self._state())
@@ -193,7 +229,8 @@ class Trainer:
 
 def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:
     """A loader in this process over the graph-stores and sampler of ``cfg``, and that sampler's client."""
-    from graphfeed.graph_store.client import RemotePartitionSet  # noqa: PLC0415 - embedded mode only
+    from graphfeed.common.readiness import check_serving  # noqa: PLC0415 - embedded mode only
+    from graphfeed.graph_store.peers import connect_partitions  # noqa: PLC0415
     from graphfeed.loader.core import Loader  # noqa: PLC0415
     from graphfeed.sampler.client import SamplerClient  # noqa: PLC0415
 
@@ -202,12 +239,22 @@ def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:
     gpu_bytes = cfg.gpu_cache_bytes
     if gpu_bytes < 0:
         gpu_bytes = 0
-        if torch.device(cfg.device).type == "cuda":
+        if torch.device(cfg.torch_device).type == "cuda":
             from graphfeed.gpu_kernels._cuda import auto_cache_bytes  # noqa: PLC0415 - GPU path only
 
             gpu_bytes = auto_cache_bytes()
     shm_dir = cfg.shm_dir or None
-    partitions = RemotePartitionSet(cfg.graph_stores, shm_dir=shm_dir)
+    # Graph-stores and sampler may start after this trainer: wait for them (connect_timeout_s).
+    partitions = wait_for(
+        "graph-stores", lambda t: connect_partitions(cfg.graph_stores, timeout_s=30.0, shm_dir=shm_dir, probe_timeout_s=t),
+        cfg.connect_timeout_s,
+    )  # fmt: skip
+    try:
+        at = cfg.sampler_address
+        wait_for(f"sampler at {at}", lambda t: check_serving(at, f"sampler {at}", t), cfg.connect_timeout_s)
+    except BaseException:
+        partitions.close()
+        raise
     sampler = SamplerClient(cfg.sampler_address, shm_dir=shm_dir)
     log.info("embedded loader: %s cache %d bytes, GPU cache tier %d bytes", cfg.cache_policy, cfg.cache_bytes, gpu_bytes)
     loader = Loader(partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes, gpu_cache_bytes=gpu_bytes)

@@ -22,7 +22,7 @@ class NodeDataSchema(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., row_shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetPartitionInfoResponse(_message.Message):
-    __slots__ = ("partition_id", "num_partitions", "num_nodes", "num_edges", "node_offsets", "node_data", "num_classes", "dataset", "schema_version", "num_local_edges", "num_halo_nodes")
+    __slots__ = ("partition_id", "num_partitions", "num_nodes", "num_edges", "node_offsets", "node_data", "num_classes", "dataset", "schema_version", "num_local_edges", "num_halo_nodes", "graph_version")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     NUM_NODES_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class GetPartitionInfoResponse(_message.Message):
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_LOCAL_EDGES_FIELD_NUMBER: _ClassVar[int]
     NUM_HALO_NODES_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_VERSION_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     num_partitions: int
     num_nodes: int
@@ -45,7 +46,8 @@ class GetPartitionInfoResponse(_message.Message):
     schema_version: int
     num_local_edges: int
     num_halo_nodes: int
-    def __init__(self, partition_id: _Optional[int] = ..., num_partitions: _Optional[int] = ..., num_nodes: _Optional[int] = ..., num_edges: _Optional[int] = ..., node_offsets: _Optional[_Iterable[int]] = ..., node_data: _Optional[_Iterable[_Union[NodeDataSchema, _Mapping]]] = ..., num_classes: _Optional[int] = ..., dataset: _Optional[str] = ..., schema_version: _Optional[int] = ..., num_local_edges: _Optional[int] = ..., num_halo_nodes: _Optional[int] = ...) -> None: ...
+    graph_version: str
+    def __init__(self, partition_id: _Optional[int] = ..., num_partitions: _Optional[int] = ..., num_nodes: _Optional[int] = ..., num_edges: _Optional[int] = ..., node_offsets: _Optional[_Iterable[int]] = ..., node_data: _Optional[_Iterable[_Union[NodeDataSchema, _Mapping]]] = ..., num_classes: _Optional[int] = ..., dataset: _Optional[str] = ..., schema_version: _Optional[int] = ..., num_local_edges: _Optional[int] = ..., num_halo_nodes: _Optional[int] = ..., graph_version: _Optional[str] = ...) -> None: ...
 
 class SampleNeighborsRequest(_message.Message):
     __slots__ = ("seeds", "fanout", "replace", "rng_seed", "first_position")

@@ -23,3 +23,14 @@ class GraphStoreSettings(ServiceSettings):
     chunk_bytes: int = Field(
         default=4 << 20, ge=1, description="Most bytes of rows per GetNodeData response message (at least one row is sent)."
     )
+    append_dir: str | None = Field(
+        default=None,
+        description="Directory of the durable edge-append log (RocksDB); unset: <part_dir>/appends; empty: appends "
+        "disabled (a static graph; SampleTemporal still serves ingest-time timestamps).",
+    )
+
+    def append_path(self) -> Path | None:
+        """Where the append log lives, or None when appends are disabled."""
+        if self.append_dir is None:
+            return Path(self.part_dir) / "appends"
+        return Path(self.append_dir) if self.append_dir else None

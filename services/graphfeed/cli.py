@@ -1,4 +1,4 @@
-"""The ``graphfeed`` command: ingest, serve <service>, train, demo. ``--help`` on each."""
+"""The ``graphfeed`` command: ingest, serve <service>, train, demo, append, bench. ``--help`` on each."""
 
 from __future__ import annotations
 
@@ -91,12 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     # Each command's module is imported when the parser is built, not when graphfeed is.
     from graphfeed.bench.cli import register as register_bench  # noqa: PLC0415
     from graphfeed.demo import register as register_demo  # noqa: PLC0415
+    from graphfeed.graph_store.replay import register as register_append  # noqa: PLC0415
     from graphfeed.ingest.cli import register as register_ingest  # noqa: PLC0415
 
     register_ingest(sub)
     _add_serve(sub)
     _add_train(sub)
     register_demo(sub)
+    register_append(sub)
     register_bench(sub)
     return parser
 

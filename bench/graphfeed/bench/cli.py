@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "link-sweep": "graphfeed.bench.link_sweep",
     "link": "graphfeed.bench.links",
     "temporal": "graphfeed.bench.temporal",
+    "append": "graphfeed.bench.append",
 }
 
 

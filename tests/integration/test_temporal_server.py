@@ -274,3 +274,20 @@ def test_edge_features_travel_both_ways_and_metrics_count(tmp_path: Path) -> Non
         client.close()
         running.stop(0)
         store.close()
+
+
+def test_graphfeed_append_replays_a_csv(cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from graphfeed.cli import main
+
+    rows = [(s, d, 2000 + i) for i, (s, d) in enumerate([(1, 2), (3, 25), (N + 1, N + 2), (4, 2)])]
+    csv = tmp_path / "edges.csv"
+    csv.write_text("src,dst,t\n" + "".join(f"{s},{d},{t}\n" for s, d, t in rows))
+    assert main(["append", "--graph-stores", *cluster.addresses, "--csv", str(csv), "--batch-size", "3", "--undirected"]) == 0
+    assert "appended 8 edges in 2 batches" in capsys.readouterr().out
+    client = TemporalClient(cluster.addresses)
+    try:
+        (s,) = client.sample(np.array([2, N + 2, N + 1]), np.full(3, BIG_T), [-1])
+        assert np.diff(s.offsets).tolist() == [J + 2, 1, 1]
+        assert s.nbr[s.offsets[1] - 2 : s.offsets[1]].tolist() == [1, 4] and s.nbr[-2:].tolist() == [N + 1, N + 2]
+    finally:
+        client.close()

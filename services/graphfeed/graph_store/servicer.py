@@ -86,7 +86,7 @@ def scatter_into_target(store: MeteredGraphStore, request: pb.GetNodeDataRequest
     return written
 
 
-STRATEGIES = {pb.TEMPORAL_STRATEGY_RECENT: "recent", pb.TEMPORAL_STRATEGY_UNIFORM: "uniform"}
+STRATEGIES: dict[int, str] = {pb.TEMPORAL_STRATEGY_RECENT: "recent", pb.TEMPORAL_STRATEGY_UNIFORM: "uniform"}
 
 
 def bounded(tensor: tensor_pb2.Tensor, limit: int, what: str) -> tensor_pb2.Tensor:
@@ -96,6 +96,13 @@ def bounded(tensor: tensor_pb2.Tensor, limit: int, what: str) -> tensor_pb2.Tens
     if rows > limit:
         raise ResourceExhausted(f"{what}: {rows} rows in one request exceed the limit of {limit}; split the request")
     return tensor
+
+
+def decode_strategy(value: int) -> str:
+    """The core's name of a TemporalStrategy (InvalidArgument for UNSPECIFIED or unknown)."""
+    if value not in STRATEGIES:
+        raise InvalidArgument(f"strategy must be TEMPORAL_STRATEGY_RECENT or TEMPORAL_STRATEGY_UNIFORM, got {value}")
+    return STRATEGIES[value]
 
 
 def decode_feat(tensor: tensor_pb2.Tensor) -> np.ndarray:
@@ -179,9 +186,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         )
 
     def SampleTemporal(self, request: pb.SampleTemporalRequest, context: grpc.ServicerContext) -> pb.SampleTemporalResponse | Outgoing:
-        strategy = STRATEGIES.get(request.strategy)
-        if strategy is None:
-            raise InvalidArgument(f"strategy must be TEMPORAL_STRATEGY_RECENT or _UNIFORM, got {request.strategy}")
+        strategy = decode_strategy(request.strategy)
         nodes = codec.decode_ids(bounded(request.nodes, self._max_ids, "nodes"), "nodes", allow_empty=True)
         times = codec.decode_ids(bounded(request.times, self._max_ids, "times"), "times", allow_empty=True)
         out = self._temporal.sample(

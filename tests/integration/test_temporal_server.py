@@ -24,7 +24,7 @@ from graphfeed.graph_store.metrics import GraphStoreMetrics, TemporalMetrics
 from graphfeed.graph_store.server import SERVICE_NAME, serve
 from graphfeed.graph_store.servicer import GraphStoreServicer
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.temporal_client import RemoteNeighbors, TemporalClient
+from graphfeed.graph_store.temporal_client import RemoteNeighbors, TemporalClient, TemporalStoreView
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 from tests.unit.temporal_graphs import J, N, write_temporal
@@ -289,5 +289,23 @@ def test_graphfeed_append_replays_a_csv(cluster: Cluster, tmp_path: Path, capsys
         (s,) = client.sample(np.array([2, N + 2, N + 1]), np.full(3, BIG_T), [-1])
         assert np.diff(s.offsets).tolist() == [J + 2, 1, 1]
         assert s.nbr[s.offsets[1] - 2 : s.offsets[1]].tolist() == [1, 4] and s.nbr[-2:].tolist() == [N + 1, N + 2]
+    finally:
+        client.close()
+
+
+def test_remote_neighbors_and_the_store_view_over_two_partitions(cluster: Cluster) -> None:
+    """The TGN loop's source stores each event both ways; a replayed batch id applies nothing."""
+    client = TemporalClient(cluster.addresses, client_id="tgn")
+    try:
+        source = RemoteNeighbors(client)
+        source.append(np.array([3, 30]), np.array([30, N + 5]), np.array([700, 701]), None)
+        s = source.sample(np.array([30, 3, N + 5]), np.array([702, 702, 702]), 1)
+        assert s.nbr.tolist() == [N + 5, 30, 30] and s.ts.tolist() == [701, 700, 701]
+        view = TemporalStoreView(client)
+        first = view.append("ev-0", np.array([1, 21]), np.array([21, 1]), np.array([800, 800]))
+        again = view.append("ev-0", np.array([1, 21]), np.array([21, 1]), np.array([800, 800]))
+        assert (first.num_edges, first.duplicate, again.num_edges, again.duplicate) == (2, False, 2, True)
+        assert sum(c.temporal_info().num_appended for c in client.clients) == 4 + 2
+        assert view.sample(np.array([21]), np.array([801]), 1).nbr.tolist() == [1]
     finally:
         client.close()

@@ -250,7 +250,7 @@ def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
     rng = np.random.default_rng(args.seed + 2)
     nodes, times = rng.integers(0, args.nodes, args.roots), rng.integers(0, T_SPAN, args.roots)
     local = TemporalStore.open(part, None)
-    remote = GraphStoreClient(address)
+    remote, shared = GraphStoreClient(address), GraphStoreClient(address, shm_dir="/dev/shm")
     name, baseline = _baseline()
     b = local._snap.base  # noqa: SLF001 - the baseline samples the same time-sorted CSR
     rows = []
@@ -258,22 +258,25 @@ def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
         for strategy in ("recent", "uniform"):
             calls: dict[str, Callable[[], object]] = {
                 "grpc": partial(remote.sample_temporal, nodes, times, args.fanout, strategy, 7, with_features=False),
+                "grpc_shm": partial(shared.sample_temporal, nodes, times, args.fanout, strategy, 7, with_features=False),
                 "in_process": partial(local.sample, nodes, times, args.fanout, strategy, 7, with_features=False),
                 "numpy": partial(baseline, b.indptr, b.nbr, b.ts, b.eid, nodes, times, args.fanout, strategy, 7),
             }
             best = _best(calls, args.repeats)
             ref = baseline(b.indptr, b.nbr, b.ts, b.eid, nodes, times, args.fanout, strategy, 7)
             outs = [remote.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
+                    shared.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
                     local.sample(nodes, times, args.fanout, strategy, 7, with_features=False)]  # fmt: skip
             fields = ("offsets", "nbr", "ts", "eid")
             same = all(np.array_equal(getattr(o, f), r) for o in outs for f, r in zip(fields, ref))
             row = {"strategy": strategy, "roots": args.roots, "fanout": args.fanout, "baseline": name, "identical": bool(same)}
             for key, secs in best.items():
                 row[f"{key}_s"], row[f"{key}_roots_per_s"] = secs, args.roots / secs
-            row["grpc_vs_numpy"] = best["numpy"] / best["grpc"]
+            row["grpc_vs_numpy"], row["grpc_shm_vs_numpy"] = best["numpy"] / best["grpc"], best["numpy"] / best["grpc_shm"]
             rows.append(row)
     finally:
         remote.close()
+        shared.close()
         local.close()
     return rows
 
@@ -300,15 +303,15 @@ def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[di
         ),
         "",
         (
-            f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | gRPC roots/s | in-process roots/s | NumPy roots/s "
-            "| gRPC / NumPy | identical |"
+            f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | gRPC roots/s | gRPC + shm roots/s | in-process roots/s "
+            "| NumPy roots/s | gRPC / NumPy | gRPC + shm / NumPy | identical |"
         ),
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in samp:
         lines.append(
-            f"| {r['strategy']} | {r['grpc_roots_per_s']:,.0f} | {r['in_process_roots_per_s']:,.0f} "
-            f"| {r['numpy_roots_per_s']:,.0f} | {r['grpc_vs_numpy']:.2f}x | {r['identical']} |"
+            f"| {r['strategy']} | {r['grpc_roots_per_s']:,.0f} | {r['grpc_shm_roots_per_s']:,.0f} | {r['in_process_roots_per_s']:,.0f} "
+            f"| {r['numpy_roots_per_s']:,.0f} | {r['grpc_vs_numpy']:.2f}x | {r['grpc_shm_vs_numpy']:.2f}x | {r['identical']} |"
         )
     lines += ["", f"NumPy baseline: `{samp[0]['baseline']}` (vectorized, same data, same run).", ""]
     return "\n".join(lines)

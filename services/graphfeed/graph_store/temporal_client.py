@@ -16,7 +16,8 @@ arrived by append (``g >= num_nodes``) by ``g % P``.
   every partition's request is started before any is waited on
   (:class:`~graphfeed.graph_store.fanout.Pending`), then merged back into root order.
 
-:class:`RemoteNeighbors` is the TGN loop's ``NeighborSource`` over a :class:`TemporalClient`.
+:class:`RemoteNeighbors` is the TGN loop's ``NeighborSource`` over a :class:`TemporalClient`;
+:class:`TemporalStoreView` gives a client the in-process store's ``append(batch_id, ...)`` / ``sample``.
 """
 
 from __future__ import annotations
@@ -259,3 +260,25 @@ class RemoteNeighbors:
     def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int) -> TemporalSample:
         """One hop, strategy "recent"."""
         return self.client.sample(nodes, times, [fanout], "recent", with_features=True)[0]
+
+
+class TemporalStoreView:
+    """A :class:`TemporalClient` with the one-partition API of
+    :class:`~graphfeed.graph_store.temporal.TemporalStore` (``append(batch_id, ...)`` and a
+    one-hop ``sample``), so code written against the in-process store runs over the wire.
+    Partition ``p``'s share of a batch is sent as ``<batch_id>-<p>``."""
+
+    def __init__(self, client: TemporalClient) -> None:
+        self.client = client
+
+    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> AppendAck:
+        """Appends through the owners; the ack sums theirs (``duplicate`` when every owner says so)."""
+        acks = list(self.client.append(src, dst, t, efeat, batch_id=batch_id).values())
+        first = min((a.first_eid for a in acks), default=0)
+        return AppendAck(first, sum(a.num_edges for a in acks), bool(acks) and all(a.duplicate for a in acks),
+                         max((a.visible_seq for a in acks), default=0))  # fmt: skip
+
+    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
+               first_position: int = 0, with_features: bool = True) -> TemporalSample:  # fmt: skip
+        """One hop through the owners (``first_position`` is not used: see :meth:`TemporalClient.sample`)."""
+        return self.client.sample(nodes, times, [fanout], strategy, seed, with_features)[0]

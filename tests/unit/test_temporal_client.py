@@ -63,3 +63,12 @@ def test_merge_empty_and_with_features() -> None:
     m = merge(3, [(np.array([2]), one), (np.array([0, 1]), two)])
     assert m.offsets.tolist() == [0, 0, 1, 3] and m.nbr.tolist() == [9, 5, 6] and m.eid.tolist() == [4, 7, 8]
     assert m.efeat is not None and m.efeat[:, 0].tolist() == [2, 1, 1]
+
+
+def test_append_dir_defaults_to_the_partition_and_empty_disables(tmp_path: Path) -> None:
+    from graphfeed.graph_store.config import GraphStoreSettings
+
+    part = tmp_path / "part-00000"
+    assert GraphStoreSettings(part_dir=part).append_path() == part / "appends"
+    assert GraphStoreSettings(part_dir=part, append_dir="").append_path() is None
+    assert GraphStoreSettings(part_dir=part, append_dir=str(tmp_path / "log")).append_path() == tmp_path / "log"

@@ -155,7 +155,7 @@ class TemporalMetrics:
             ),
             append_visible=histogram(
                 "append_visible_seconds",
-                "Time from an AppendEdges request's arrival until its edges are visible to sampling (before the ack).",
+                "Time from an AppendEdges request's arrival until its edges are visible to sampling (before the ack; applied batches).",
                 APPEND_LATENCY_BUCKETS,
             ),
             temporal_edges=Gauge(
@@ -200,9 +200,9 @@ class MeteredTemporal:
         ack = temporal.append(batch_id, src, dst, t, efeat)
         done = time.perf_counter()  # the snapshot with the batch was published before append returned
         self._m.append_latency.observe(done - t0)
-        self._m.append_visible.observe(done - arrived)
         self._m.append_batches.labels("duplicate" if ack.duplicate else "applied").inc()
-        if not ack.duplicate:
+        if not ack.duplicate:  # a retry's edges were visible long before
+            self._m.append_visible.observe(done - arrived)
             width = 8 * 3 + 4 * temporal.edge_feat_dim
             self._m.appended_edges.inc(ack.num_edges)
             self._m.append_bytes.inc(ack.num_edges * width)

@@ -309,3 +309,21 @@ def test_remote_neighbors_and_the_store_view_over_two_partitions(cluster: Cluste
         assert view.sample(np.array([21]), np.array([801]), 1).nbr.tolist() == [1]
     finally:
         client.close()
+
+
+def test_two_hops_across_partitions_by_formula(cluster: Cluster) -> None:
+    """Hop 2's roots are hop 1's neighbours at their edge times (node v's edge j: (7v + j) % N at 10 j)."""
+    client = TemporalClient(cluster.addresses)
+    try:
+        v = np.array([3, 33])
+        hop1, hop2 = client.sample(v, np.array([1000, 1000]), [2, 2])
+        assert hop1.ts.tolist() == [60, 70, 60, 70]
+        assert hop1.nbr.tolist() == [(7 * x + j) % N for x in (3, 33) for j in (6, 7)]
+        assert np.diff(hop2.offsets).tolist() == [2, 2, 2, 2]
+        j2 = [j for t in (60, 70, 60, 70) for j in range(t // 10 - 2, t // 10)]
+        assert hop2.ts.tolist() == [10 * j for j in j2]
+        assert hop2.nbr.tolist() == [(7 * int(r) + j) % N for r, j in zip(np.repeat(hop1.nbr, 2), j2)]
+        a, b = (client.sample(v, np.array([1000, 1000]), [3, 3], "uniform", seed=5) for _ in range(2))
+        assert all(np.array_equal(x.eid, y.eid) for x, y in zip(a, b))
+    finally:
+        client.close()

@@ -356,7 +356,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--edges", type=int, default=2_000_000, help="its base edges (default 2,000,000)")
     p.add_argument("--batches", type=int, default=200, help="append batches for the throughput (default 200)")
     p.add_argument("--batch-edges", type=int, default=10_000, help="edges per append batch (default 10,000)")
-    p.add_argument("--in-flight", type=int, default=4, help="concurrent writers, disjoint destinations (default 4)")
+    p.add_argument("--in-flight", type=int, default=2, help="concurrent writers, disjoint destinations (default 2)")
     p.add_argument("--roots", type=int, default=100_000, help="(node, time) roots per sample call (default 100,000)")
     p.add_argument("--fanout", type=int, default=10, help="neighbours per root (default 10)")
     p.add_argument("--repeats", type=int, default=5, help="timed sampling rounds; the fastest is reported (default 5)")

@@ -77,8 +77,12 @@ def load_source(name: str) -> Edges:
     return Edges(np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64), np.asarray(g.edge_ts, np.int64), None)
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 def replay(client: TemporalClient, edges: Edges, *, rate: float, batch_size: int, undirected: bool = False,
-           report: Callable[[str], None] = print) -> ReplayStats:  # fmt: skip
+           report: Callable[[str], None] = _say) -> ReplayStats:  # fmt: skip
     """Sends ``edges`` in order, ``batch_size`` per append, paced to ``rate`` edges/s (0: as
     fast as acks come back); ``report`` gets one line per second of acknowledged edges/s."""
     n, per_edge = len(edges.src), 2 if undirected else 1

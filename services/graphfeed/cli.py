@@ -1,4 +1,4 @@
-"""The ``graphfeed`` command: ingest, serve <service>, train, demo, pack. ``--help`` on each."""
+"""The ``graphfeed`` command: ingest, serve <service>, train, demo, pack, append, bench. ``--help`` on each."""
 
 from __future__ import annotations
 
@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Each command's module is imported when the parser is built, not when graphfeed is.
     from graphfeed.bench.cli import register as register_bench  # noqa: PLC0415
     from graphfeed.demo import register as register_demo  # noqa: PLC0415
+    from graphfeed.graph_store.replay import register as register_append  # noqa: PLC0415
     from graphfeed.ingest.cli import register as register_ingest  # noqa: PLC0415
     from graphfeed.pack.cli import register as register_pack  # noqa: PLC0415
 
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     register_demo(sub)
     register_pack(sub)
+    register_append(sub)
     register_bench(sub)
     return parser
 

@@ -59,8 +59,9 @@ class InProcessCluster:
         try:
             for p in range(m.num_partitions):
                 # model_validate runs BaseSettings.__init__ (env vars included), like the constructor.
+                # No append log: a process cluster may serve the same partitions (and hold its lock).
                 store_settings = GraphStoreSettings.model_validate(
-                    {"part_dir": Path(data_dir) / part_dir_name(p), "port": 0, "metrics_port": -1}
+                    {"part_dir": Path(data_dir) / part_dir_name(p), "port": 0, "metrics_port": -1, "append_dir": ""}
                 )
                 srv, store = serve_store(store_settings, CollectorRegistry())
                 c.graph_stores.append(srv)

@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "temporal": "graphfeed.bench.temporal",
     "rowstore": "graphfeed.bench.rowstore",
     "disk": "graphfeed.bench.disk",
+    "append": "graphfeed.bench.append",
 }
 
 

@@ -20,6 +20,7 @@ from graphfeed.common.bulk import Received
 from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.transport import ClientTransport
+from graphfeed.graph_store.temporal import AppendAck, TemporalInfo, TemporalSample
 from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
@@ -28,7 +29,10 @@ if TYPE_CHECKING:
     from graphfeed.graph_store.store import GraphStore
 
 # Reads, safe to send twice: retried on UNAVAILABLE (see graphfeed.common.rpc.client_channel).
-IDEMPOTENT_METHODS = ("GetPartitionInfo", "SampleNeighbors", "GetNodeData", "GetDegrees", "GetSplit")
+# AppendEdges is idempotent per batch id but not retried here: its batches may exceed gRPC's
+# retry buffer; graphfeed.graph_store.temporal_client retries it with the same batch id.
+IDEMPOTENT_METHODS = ("GetPartitionInfo", "SampleNeighbors", "GetNodeData", "GetDegrees", "GetSplit", "SampleTemporal",
+                      "GetTemporalInfo")  # fmt: skip
 
 
 def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
@@ -70,6 +74,7 @@ class GraphStoreClient:
         name = pb.DESCRIPTOR.services_by_name["GraphStoreService"].full_name
         self._sample = bulk.unary_unary(self._channel, name, "SampleNeighbors", pb.SampleNeighborsRequest, pb.SampleNeighborsResponse)
         self._node_data = bulk.unary_stream(self._channel, name, "GetNodeData", pb.GetNodeDataRequest, pb.GetNodeDataResponse)
+        self._temporal = bulk.unary_unary(self._channel, name, "SampleTemporal", pb.SampleTemporalRequest, pb.SampleTemporalResponse)
 
     def info(self) -> PartitionInfo:
         """What the graph-store says about itself; waits (within the deadline) for it to come up."""
@@ -79,12 +84,13 @@ class GraphStoreClient:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         return info_from_proto(resp)
 
-    def _unary_future(self, method, request) -> Future:  # noqa: ANN001
+    def _unary_future(self, method, request, timeout_s: float | None = None) -> Future:  # noqa: ANN001
         """Starts a unary call; the returned future raises GraphfeedError on failure.
 
         Cancelling the future does not cancel the call: its answer may sit in a shared-memory
         segment lent to this client, which only reading the answer claims."""
-        call = method.future(request, timeout=self.timeout_s, metadata=self._transport.metadata)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        call = method.future(request, timeout=timeout, metadata=self._transport.metadata)
         out: Future = Future()
 
         def done(c: grpc.Future) -> None:
@@ -186,6 +192,60 @@ class GraphStoreClient:
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         return codec.decode(resp.ids)
+
+    def append_edges_future(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
+                            efeat: np.ndarray | None = None, timeout_s: float | None = None) -> Future[AppendAck]:  # fmt: skip
+        """Starts one AppendEdges call (not retried: see :mod:`graphfeed.graph_store.temporal_client`).
+
+        Args:
+            batch_id: the batch's id; a retry must send the same id and edges.
+            src, dst, t: int64 [n] (``dst`` owned by this graph-store); efeat: float32 [n, D] or None.
+            timeout_s: this call's deadline (default: the client's).
+        """
+        req = pb.AppendEdgesRequest(batch_id=batch_id)
+        for array, field in ((src, req.src), (dst, req.dst), (t, req.t)):
+            codec.encode(np.asarray(array, dtype=np.int64), field)
+        if efeat is not None:
+            codec.encode(np.asarray(efeat, dtype=np.float32), req.edge_feat)
+        raw = self._unary_future(self._stub.AppendEdges, req, timeout_s)
+        return _then(raw, lambda r: AppendAck(int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq)))
+
+    def append_edges(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> AppendAck:
+        """Appends one batch (durable when this returns); see :meth:`append_edges_future`."""
+        return self.append_edges_future(batch_id, src, dst, t, efeat).result()
+
+    def sample_temporal_future(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
+                               first_position: int = 0, with_features: bool = True) -> Future[TemporalSample]:  # fmt: skip
+        """Starts one SampleTemporal call: each root's in-edges strictly before its time
+        (``TEMPORAL_SPEC``); the arguments are those of :meth:`TemporalStore.sample`."""
+        enum = {"recent": pb.TEMPORAL_STRATEGY_RECENT, "uniform": pb.TEMPORAL_STRATEGY_UNIFORM}.get(strategy, 0)
+        req = pb.SampleTemporalRequest(fanout=fanout, strategy=enum, rng_seed=seed, first_position=first_position,  # type: ignore[arg-type]
+                                       with_features=with_features)  # fmt: skip
+        codec.encode(np.asarray(nodes, dtype=np.int64), req.nodes)
+        codec.encode(np.asarray(times, dtype=np.int64), req.times)
+
+        def decoded(rec: Received[pb.SampleTemporalResponse]) -> TemporalSample:
+            r, seg = rec.message, self._transport.reader()
+            offsets, nbr, ts, eid = (codec.decode(getattr(r, f), f, seg, rec.bulk) for f in ("offsets", "nbr", "ts", "eid"))
+            efeat = codec.decode(r.edge_feat, "edge_feat", seg, rec.bulk) if r.HasField("edge_feat") else None
+            return TemporalSample(offsets, nbr, ts, eid, efeat)
+
+        return _then(self._unary_future(self._temporal, req), decoded)
+
+    def sample_temporal(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
+                        first_position: int = 0, with_features: bool = True) -> TemporalSample:  # fmt: skip
+        """One SampleTemporal call; see :meth:`sample_temporal_future`."""
+        return self.sample_temporal_future(nodes, times, fanout, strategy, seed, first_position, with_features).result()
+
+    def temporal_info(self) -> TemporalInfo:
+        """The partition's temporal graph: sizes, time range, edge-feature width, sequence number."""
+        try:
+            r = self._stub.GetTemporalInfo(pb.GetTemporalInfoRequest(), timeout=self.timeout_s)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, f"graph-store {self.address}") from None
+        min_t, max_t = (int(r.min_t), int(r.max_t)) if r.has_edges else (None, None)
+        return TemporalInfo(int(r.num_edges), int(r.num_appended), int(r.num_rows), int(r.num_blocks), min_t, max_t,
+                            int(r.edge_feat_dim), int(r.seq))  # fmt: skip
 
     def close(self) -> None:
         self._channel.close()

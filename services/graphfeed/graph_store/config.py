@@ -34,3 +34,13 @@ class GraphStoreSettings(ServiceSettings):
         "(which a pod's memory limit would otherwise be charged for).",
     )
     io_threads: int = Field(default=8, ge=1, description="With a memory budget, threads reading rows from disk (several reads in flight).")
+    append_dir: str = Field(
+        default="",
+        description="Directory of the durable edge-append log (RocksDB), e.g. <part_dir>/appends: AppendEdges takes "
+        "edges while serving. Empty (default): appends disabled, a static graph (SampleTemporal still serves "
+        "ingest-time timestamps). Opt-in: the log holds a lock, so two graph-stores cannot share it.",
+    )
+
+    def append_path(self) -> Path | None:
+        """Where the append log lives, or None when appends are disabled."""
+        return Path(self.append_dir) if self.append_dir else None

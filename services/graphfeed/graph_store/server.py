@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common.rpc import RunningServer, run_service, start_service_server
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.config import GraphStoreSettings
-from graphfeed.graph_store.metrics import GraphStoreMetrics, RowTierCollector
+from graphfeed.graph_store.metrics import GraphStoreMetrics, RowTierCollector, TemporalMetrics
 from graphfeed.graph_store.servicer import GraphStoreServicer
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
@@ -40,6 +40,7 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     registry = CollectorRegistry() if registry is None else registry
     store = GraphStore.open(
         settings.part_dir,
+        append_dir=settings.append_path(),
         max_ids_per_request=settings.max_ids_per_request,
         max_fanout=settings.max_fanout,
         chunk_bytes=settings.chunk_bytes,
@@ -51,7 +52,8 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     registry.register(RowTierCollector(store.row_stats))
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
     metrics.partition_info.labels(str(store.partition_id)).set(1)
-    servicer = GraphStoreServicer(store, metrics, ServerTransport(settings.shm_dir, "GraphStoreService", registry))
+    transport = ServerTransport(settings.shm_dir, "GraphStoreService", registry)
+    servicer = GraphStoreServicer(store, metrics, transport, TemporalMetrics.create(registry))
     running = start_service_server(
         settings,
         register=lambda server: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, server),

@@ -7,17 +7,22 @@ shared interceptor, so there is no try/except here.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 
 import grpc
 import numpy as np
+from prometheus_client import CollectorRegistry
 
 from graphfeed.common import codec
 from graphfeed.common.bulk import Outgoing
+from graphfeed.common.errors import InvalidArgument, ResourceExhausted
 from graphfeed.common.transport import Allocator, Response, ServerTransport
-from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore
+from graphfeed.common.v1 import tensor_pb2
+from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore, MeteredTemporal, TemporalMetrics
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.temporal import TemporalInfo
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 
@@ -82,6 +87,42 @@ def scatter_into_target(store: MeteredGraphStore, request: pb.GetNodeDataRequest
     return written
 
 
+STRATEGIES: dict[int, str] = {pb.TEMPORAL_STRATEGY_RECENT: "recent", pb.TEMPORAL_STRATEGY_UNIFORM: "uniform"}
+
+
+def bounded(tensor: tensor_pb2.Tensor, limit: int, what: str) -> tensor_pb2.Tensor:
+    """``tensor`` after checking, from its shape alone, that it has at most ``limit`` rows
+    (ResourceExhausted), so that an oversized request is refused before anything is decoded."""
+    rows = int(tensor.shape[0]) if len(tensor.shape) else 0
+    if rows > limit:
+        raise ResourceExhausted(f"{what}: {rows} rows in one request exceed the limit of {limit}; split the request")
+    return tensor
+
+
+def decode_strategy(value: int) -> str:
+    """The core's name of a TemporalStrategy (InvalidArgument for UNSPECIFIED or unknown)."""
+    if value not in STRATEGIES:
+        raise InvalidArgument(f"strategy must be TEMPORAL_STRATEGY_RECENT or TEMPORAL_STRATEGY_UNIFORM, got {value}")
+    return STRATEGIES[value]
+
+
+def decode_feat(tensor: tensor_pb2.Tensor) -> np.ndarray:
+    """Edge features as sent: float32 (InvalidArgument for any other dtype)."""
+    feat = codec.decode(tensor, "edge_feat")
+    if feat.dtype != np.float32:
+        raise InvalidArgument(f"edge_feat must be DTYPE_FLOAT32, got {feat.dtype}")
+    return feat
+
+
+def temporal_info_to_proto(info: TemporalInfo) -> pb.GetTemporalInfoResponse:
+    """The GetTemporalInfo answer for ``info``."""
+    has = info.min_t is not None and info.max_t is not None
+    return pb.GetTemporalInfoResponse(
+        num_edges=info.num_edges, num_appended=info.num_appended, num_rows=info.num_rows, num_blocks=info.num_blocks,
+        has_edges=has, min_t=info.min_t or 0, max_t=info.max_t or 0, edge_feat_dim=info.edge_feat_dim, seq=info.seq,
+    )  # fmt: skip
+
+
 class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
     """Implements ``graphfeed.graph_store.v1.GraphStoreService`` over one store.
 
@@ -89,8 +130,11 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
     domain metrics are recorded around the core calls (:class:`MeteredGraphStore`).
     """
 
-    def __init__(self, store: GraphStore, metrics: GraphStoreMetrics, transport: ServerTransport | None = None) -> None:
+    def __init__(self, store: GraphStore, metrics: GraphStoreMetrics, transport: ServerTransport | None = None,
+                 temporal_metrics: TemporalMetrics | None = None) -> None:  # fmt: skip
         self._store = MeteredGraphStore(store, metrics)
+        self._temporal = MeteredTemporal(store, temporal_metrics or TemporalMetrics.create(CollectorRegistry()))
+        self._max_ids = store.max_ids_per_request
         self._info = info_to_proto(store)
         self._transport = transport or ServerTransport(None)
 
@@ -131,3 +175,31 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         resp = pb.GetSplitResponse()
         codec.encode(self._store.get_split(request.name), resp.ids)
         return resp
+
+    def AppendEdges(self, request: pb.AppendEdgesRequest, context: grpc.ServicerContext) -> pb.AppendEdgesResponse:
+        arrived = time.perf_counter()
+        limit = self._temporal.temporal.max_append_edges
+        src, dst, t = (codec.decode_ids(bounded(getattr(request, f), limit, f), f, allow_empty=True) for f in ("src", "dst", "t"))
+        feat = decode_feat(bounded(request.edge_feat, limit, "edge_feat")) if request.HasField("edge_feat") else None
+        ack = self._temporal.append(request.batch_id, src, dst, t, feat, arrived)
+        return pb.AppendEdgesResponse(
+            first_eid=ack.first_eid, num_edges=ack.num_edges, duplicate=ack.duplicate, visible_seq=ack.visible_seq
+        )
+
+    def SampleTemporal(self, request: pb.SampleTemporalRequest, context: grpc.ServicerContext) -> pb.SampleTemporalResponse | Outgoing:
+        strategy = decode_strategy(request.strategy)
+        nodes = codec.decode_ids(bounded(request.nodes, self._max_ids, "nodes"), "nodes", allow_empty=True)
+        times = codec.decode_ids(bounded(request.times, self._max_ids, "times"), "times", allow_empty=True)
+        out = self._temporal.sample(
+            nodes, times, request.fanout, strategy, request.rng_seed, request.first_position, request.with_features
+        )
+        resp = pb.SampleTemporalResponse()
+        with self._transport.response(context, "SampleTemporal") as r:
+            for array, field in ((out.offsets, resp.offsets), (out.nbr, resp.nbr), (out.ts, resp.ts), (out.eid, resp.eid)):
+                r.encode(array, field)
+            if out.efeat is not None:
+                r.encode(out.efeat, resp.edge_feat)
+        return r.framed(resp)
+
+    def GetTemporalInfo(self, request: pb.GetTemporalInfoRequest, context: grpc.ServicerContext) -> pb.GetTemporalInfoResponse:
+        return temporal_info_to_proto(self._temporal.info())

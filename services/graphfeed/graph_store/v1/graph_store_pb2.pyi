@@ -1,11 +1,21 @@
 from graphfeed.common.v1 import tensor_pb2 as _tensor_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class TemporalStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TEMPORAL_STRATEGY_UNSPECIFIED: _ClassVar[TemporalStrategy]
+    TEMPORAL_STRATEGY_RECENT: _ClassVar[TemporalStrategy]
+    TEMPORAL_STRATEGY_UNIFORM: _ClassVar[TemporalStrategy]
+TEMPORAL_STRATEGY_UNSPECIFIED: TemporalStrategy
+TEMPORAL_STRATEGY_RECENT: TemporalStrategy
+TEMPORAL_STRATEGY_UNIFORM: TemporalStrategy
 
 class GetPartitionInfoRequest(_message.Message):
     __slots__ = ()
@@ -136,3 +146,91 @@ class GetSplitResponse(_message.Message):
     IDS_FIELD_NUMBER: _ClassVar[int]
     ids: _tensor_pb2.Tensor
     def __init__(self, ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class AppendEdgesRequest(_message.Message):
+    __slots__ = ("batch_id", "src", "dst", "t", "edge_feat")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    T_FIELD_NUMBER: _ClassVar[int]
+    EDGE_FEAT_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    src: _tensor_pb2.Tensor
+    dst: _tensor_pb2.Tensor
+    t: _tensor_pb2.Tensor
+    edge_feat: _tensor_pb2.Tensor
+    def __init__(self, batch_id: _Optional[str] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., dst: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., t: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_feat: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class AppendEdgesResponse(_message.Message):
+    __slots__ = ("first_eid", "num_edges", "duplicate", "visible_seq")
+    FIRST_EID_FIELD_NUMBER: _ClassVar[int]
+    NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    VISIBLE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    first_eid: int
+    num_edges: int
+    duplicate: bool
+    visible_seq: int
+    def __init__(self, first_eid: _Optional[int] = ..., num_edges: _Optional[int] = ..., duplicate: bool = ..., visible_seq: _Optional[int] = ...) -> None: ...
+
+class SampleTemporalRequest(_message.Message):
+    __slots__ = ("nodes", "times", "fanout", "strategy", "rng_seed", "first_position", "with_features")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    TIMES_FIELD_NUMBER: _ClassVar[int]
+    FANOUT_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    RNG_SEED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_POSITION_FIELD_NUMBER: _ClassVar[int]
+    WITH_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _tensor_pb2.Tensor
+    times: _tensor_pb2.Tensor
+    fanout: int
+    strategy: TemporalStrategy
+    rng_seed: int
+    first_position: int
+    with_features: bool
+    def __init__(self, nodes: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., times: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., strategy: _Optional[_Union[TemporalStrategy, str]] = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., with_features: bool = ...) -> None: ...
+
+class SampleTemporalResponse(_message.Message):
+    __slots__ = ("offsets", "nbr", "ts", "eid", "edge_feat", "bulk_bytes", "bulk")
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    NBR_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
+    EID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_FEAT_FIELD_NUMBER: _ClassVar[int]
+    BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
+    offsets: _tensor_pb2.Tensor
+    nbr: _tensor_pb2.Tensor
+    ts: _tensor_pb2.Tensor
+    eid: _tensor_pb2.Tensor
+    edge_feat: _tensor_pb2.Tensor
+    bulk_bytes: int
+    bulk: bytes
+    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., nbr: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., ts: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., eid: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_feat: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+
+class GetTemporalInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTemporalInfoResponse(_message.Message):
+    __slots__ = ("num_edges", "num_appended", "num_rows", "num_blocks", "has_edges", "min_t", "max_t", "edge_feat_dim", "seq")
+    NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
+    NUM_APPENDED_FIELD_NUMBER: _ClassVar[int]
+    NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
+    NUM_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    HAS_EDGES_FIELD_NUMBER: _ClassVar[int]
+    MIN_T_FIELD_NUMBER: _ClassVar[int]
+    MAX_T_FIELD_NUMBER: _ClassVar[int]
+    EDGE_FEAT_DIM_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    num_edges: int
+    num_appended: int
+    num_rows: int
+    num_blocks: int
+    has_edges: bool
+    min_t: int
+    max_t: int
+    edge_feat_dim: int
+    seq: int
+    def __init__(self, num_edges: _Optional[int] = ..., num_appended: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_blocks: _Optional[int] = ..., has_edges: bool = ..., min_t: _Optional[int] = ..., max_t: _Optional[int] = ..., edge_feat_dim: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...

@@ -61,6 +61,21 @@ class GraphStoreServiceStub(object):
                 request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetSplitRequest.SerializeToString,
                 response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetSplitResponse.FromString,
                 _registered_method=True)
+        self.AppendEdges = channel.unary_unary(
+                '/graphfeed.graph_store.v1.GraphStoreService/AppendEdges',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.AppendEdgesRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.AppendEdgesResponse.FromString,
+                _registered_method=True)
+        self.SampleTemporal = channel.unary_unary(
+                '/graphfeed.graph_store.v1.GraphStoreService/SampleTemporal',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SampleTemporalRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SampleTemporalResponse.FromString,
+                _registered_method=True)
+        self.GetTemporalInfo = channel.unary_unary(
+                '/graphfeed.graph_store.v1.GraphStoreService/GetTemporalInfo',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoResponse.FromString,
+                _registered_method=True)
 
 
 class GraphStoreServiceServicer(object):
@@ -107,6 +122,36 @@ class GraphStoreServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendEdges(self, request, context):
+        """Appends a batch of timestamped edges src -> dst (every dst owned here: an ingest-time node
+        of this partition, or a new id g >= num_nodes with g % num_partitions == partition_id).
+        Acknowledged only once durable (write-ahead log fsync'd) and visible to SampleTemporal
+        from the answer on. Idempotent per batch_id: a retry of an acknowledged batch (same id,
+        same edges) applies nothing and answers the first ack with duplicate = true.
+        INVALID_ARGUMENT: bad dtype/shape, length mismatch, negative ids, or an edge older than
+        the last one stored for its dst; FAILED_PRECONDITION: a dst not owned here, the batch id
+        reused with other edges, or appends disabled; RESOURCE_EXHAUSTED: too many edges.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SampleTemporal(self, request, context):
+        """Samples, for every (node, time) root, in-edges of the node strictly before the time
+        (most recent or uniform), in ascending time. Errors as SampleNeighbors; FAILED_PRECONDITION
+        for a node not owned here or a partition without a temporal graph.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTemporalInfo(self, request, context):
+        """Size and state of the partition's temporal graph. FAILED_PRECONDITION: none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GraphStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -134,6 +179,21 @@ def add_GraphStoreServiceServicer_to_server(servicer, server):
                     servicer.GetSplit,
                     request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetSplitRequest.FromString,
                     response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetSplitResponse.SerializeToString,
+            ),
+            'AppendEdges': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendEdges,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.AppendEdgesRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.AppendEdgesResponse.SerializeToString,
+            ),
+            'SampleTemporal': grpc.unary_unary_rpc_method_handler(
+                    servicer.SampleTemporal,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SampleTemporalRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SampleTemporalResponse.SerializeToString,
+            ),
+            'GetTemporalInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTemporalInfo,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -273,6 +333,87 @@ class GraphStoreService(object):
             '/graphfeed.graph_store.v1.GraphStoreService/GetSplit',
             graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetSplitRequest.SerializeToString,
             graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetSplitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendEdges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/AppendEdges',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.AppendEdgesRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.AppendEdgesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SampleTemporal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/SampleTemporal',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SampleTemporalRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SampleTemporalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTemporalInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/GetTemporalInfo',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,30 @@
+"""kill -9 a graph-store during appends (issue 16, the short version of `graphfeed bench append`):
+real `graphfeed serve graph-store` processes, a writer appending in a loop through the routing
+client, each graph-store killed once mid-stream and restarted on the same partition, port and
+append dir. Every acknowledged edge must then be stored exactly once, and both processes must
+shut down cleanly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphfeed.bench.append import kill_trials, two_partitions
+
+pytestmark = pytest.mark.integration
+
+
+def test_no_acknowledged_edge_is_lost_or_applied_twice_across_kill_9(tmp_path: Path) -> None:
+    root = two_partitions(tmp_path / "g", nodes=2_000, edges=20_000, seed=1)
+    trials = kill_trials(root, tmp_path / "work", trials=2, batch_edges=200, seed=1)
+    assert [t["killed"] for t in trials] == [0, 1]
+    for t in trials:
+        assert t["retries"] >= 1, f"the kill must hit the stream (the writer retried nothing): {t}"
+        assert (t["lost"], t["duplicated"]) == (0, 0), t
+        assert t["stored"] == t["acked"] > 0
+    assert trials[1]["acked"] > trials[0]["acked"]
+    logs = sorted((tmp_path / "work" / "logs").glob("*.log"))
+    assert len(logs) == 4, logs  # two starts of each graph-store
+    for log in logs:
+        assert "Traceback" not in log.read_text(errors="replace"), log

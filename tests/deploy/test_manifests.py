@@ -139,7 +139,9 @@ def test_servers_probe_a_separate_health_port_and_outlast_grace_s(rendered: dict
         # Health has its own port and thread pool: a loader busy with streams still answers.
         for probe in ("startupProbe", "readinessProbe"):
             assert c[probe]["grpc"]["port"] == ports["health"], f"{name} {probe}"
-        assert c["livenessProbe"]["tcpSocket"]["port"] == ports["health"], f"{name}: liveness must not depend on peers"
+        # Liveness asks the health service's "graphfeed.liveness" entry: SERVING while the process
+        # runs, whatever its peers do (a graph-store being away is readiness' business).
+        assert c["livenessProbe"]["grpc"] == {"port": ports["health"], "service": "graphfeed.liveness"}, name
         assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300, f"{name}: cold starts take minutes"
         env = static_env(r, c)
         (grace_key,) = [k for k in env if k.endswith("_GRACE_S")]

@@ -100,11 +100,13 @@ def test_dashboard_has_the_panels_operators_need() -> None:
     for words in ("Minibatches/s", "Sampling latency p50 / p99", "Remote feature bytes/s by partition", "Cache hit rate per tier",
                   "Prefetch", "evictions", "queue depth", "RPC errors by code", "RocksDB bytes", "CPU per pod", "Memory per pod",
                   "RPC rate by service and method", "RPC latency p50 / p99 by service and method", "Bytes/s per service and hop",
-                  "Minibatches/s per trainer", "Data-stall fraction per trainer", "Trainer step time"):
+                  "Minibatches/s per trainer", "Data-stall fraction per trainer", "Trainer step time", "Appended edges/s",
+                  "Append latency", "Temporal sampling roots/s", "Disk bytes/s", "rows/s by tier"):
         assert any(words.lower() in t.lower() for t in titles), words
     assert len({p["id"] for p in d["panels"]}) == len(d["panels"])
     assert [p["title"] for p in d["panels"] if p["type"] == "row"] == [
-        "Overview", "Trainers", "RPC per service and method", "Feature cache and loader", "Graph-stores and pods"
+        "Overview", "Trainers", "RPC per service and method", "Feature cache and loader", "Dynamic graphs and out of core",
+        "Graph-stores and pods",
     ]
     for p in d["panels"]:
         if p["type"] == "row":

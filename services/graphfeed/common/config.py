@@ -16,6 +16,8 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from graphfeed.common.security import ClientSecurity, ServerSecurity
+
 _S = typing.TypeVar("_S", bound=BaseSettings)
 
 
@@ -52,6 +54,25 @@ class ServiceSettings(BaseSettings):
         description="Shared-memory directory for bulk tensors with same-host peers that offer it "
         "(this server's responses, and what its own clients offer); empty disables.",
     )
+
+
+    tls_cert: str = Field(default="", description="PEM certificate: TLS on the gRPC port (the health port stays plaintext for probes).")
+    tls_key: str = Field(default="", description="PEM private key of tls_cert.")
+    tls_client_ca: str = Field(default="", description="CA that signs client certificates: mutual TLS (clients without one are refused).")
+    auth_tokens_file: str = Field(default="", description="Accepted bearer tokens, one per line, re-read on change; empty: none needed.")
+    allowed_identities: list[str] = Field(
+        default_factory=list, description="Client certificate CNs/SANs allowed to call (with tls_client_ca); empty: any the CA signed."
+    )
+    tls_ca: str = Field(default="", description="CA this process's clients verify servers with: TLS to its peers.")
+    tls_client_cert: str = Field(default="", description="PEM certificate this process's clients present (mutual TLS).")
+    tls_client_key: str = Field(default="", description="PEM private key of tls_client_cert.")
+    token_file: str = Field(default="", description="File whose first line is the bearer token this process's clients send.")
+
+    def server_security(self) -> ServerSecurity:
+        return ServerSecurity.of(self.tls_cert, self.tls_key, self.tls_client_ca, self.auth_tokens_file, self.allowed_identities)
+
+    def client_security(self) -> ClientSecurity:
+        return ClientSecurity.of(self.tls_ca, self.tls_client_cert, self.tls_client_key, self.token_file)
 
 
 class PeerServiceSettings(ServiceSettings):

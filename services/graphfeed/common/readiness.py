@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from graphfeed.common import security
 from graphfeed.common.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def serve_health(servicer: health.HealthServicer, host: str, port: int, workers:
 
 def check_serving(address: str, peer: str, timeout_s: float) -> None:
     """Raises :class:`PeerNotReady` unless the server at ``address`` answers health SERVING."""
-    with grpc.insecure_channel(address) as channel:
+    with security.client_channel(address) as channel:
         try:
             resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError as err:

@@ -1,9 +1,7 @@
 """gRPC plumbing shared by the services: server assembly, error mapping, metrics, channels, retries.
 
-Servicers stay thin: they raise :class:`~graphfeed.common.errors.GraphfeedError` subclasses
-(from the core objects) and :class:`ServerInterceptor` turns them into statuses, logs
-unexpected exceptions with their traceback, and records :class:`RpcMetrics` for every call.
-"""
+Servicers raise :class:`~graphfeed.common.errors.GraphfeedError` subclasses; :class:`ServerInterceptor`
+turns them into statuses, logs unexpected exceptions, and records :class:`RpcMetrics` per call."""
 
 from __future__ import annotations
 
@@ -22,10 +20,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from graphfeed.common import bulk
+from graphfeed.common import bulk, security
 from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, from_rpc_error
 from graphfeed.common.metrics import RpcMetrics, counting_deserializer, counting_serializer, decoded, serve_metrics
 from graphfeed.common.readiness import LIVENESS_SERVICE, serve_health, set_serving
+from graphfeed.common.security import ServerSecurity
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -94,12 +93,11 @@ def client_channel(
         ("grpc.service_config_disable_resolution", 1),  # DNS must not replace the policy
         ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
         # grpcio's own (Python-level) option: the thread reading a server stream drives its
-        # completion queue itself instead of being handed every message by the channel's
-        # polling thread (graphfeed bench dataplane: about a quarter less client CPU per GB
-        # at 1 MB answers). Every graphfeed stream is read by one thread.
+        # completion queue itself (graphfeed bench dataplane: about a quarter less client CPU
+        # per GB at 1 MB answers). Every graphfeed stream is read by one thread.
         ("SingleThreadedUnaryStream", 1),
     ]
-    return grpc.insecure_channel(address, options=options)
+    return security.client_channel(address, options)  # TLS and a token when the process is set up so
 
 
 T = TypeVar("T")
@@ -255,6 +253,7 @@ def start_server(
     serving: bool = True,
     max_connection_age_s: float = 0.0,
     max_connection_age_grace_s: float = 0.0,
+    tls: ServerSecurity | None = None,
 ) -> RunningServer:
     """Builds and starts a server with health checking, reflection and the interceptor.
 
@@ -271,7 +270,9 @@ def start_server(
             clients re-resolve and spread over new replicas; 0 never.
         max_connection_age_grace_s: calls still running then get this long before the
             connection is cut; 0 no limit (long streams are never cut).
+        tls: TLS / mutual TLS on the port and who may call (default: plaintext, anyone).
     """
+    tls = tls or ServerSecurity()
     options: list[tuple[str, int]] = channel_options(max_message_bytes)
     if max_connection_age_s > 0:
         options.append(("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)))
@@ -279,7 +280,7 @@ def start_server(
             options.append(("grpc.max_connection_age_grace_ms", int(max_connection_age_grace_s * 1000)))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-        interceptors=[ServerInterceptor(metrics)],
+        interceptors=[ServerInterceptor(metrics), *tls.interceptors()],
         options=options,
     )
     register(server)
@@ -290,7 +291,7 @@ def start_server(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = tls.bind(server, f"{host}:{port}")
     if bound == 0:
         raise OSError(f"could not bind gRPC server to {host}:{port}")
     server.start()
@@ -357,6 +358,7 @@ def start_service_server(
             serving=serving,
             max_connection_age_s=settings.max_connection_age_s,
             max_connection_age_grace_s=settings.max_connection_age_grace_s,
+            tls=settings.server_security(),
         )
         try:
             if settings.health_port != -1:
@@ -392,6 +394,7 @@ def run_service(
         on_stop: releases the core after the server has drained.
     """
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    security.configure_clients(settings.client_security())  # this process's calls to its peers
     running, core = serve(settings)
     announce(name, running)
     wait_for_termination(running, settings.grace_s, on_stop=lambda: on_stop(core))

@@ -24,7 +24,7 @@ import hmac
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -198,3 +198,75 @@ def read_token(path: Path | str) -> str:
 def with_token(channel: grpc.Channel, token: str | None) -> grpc.Channel:
     """``channel`` sending ``authorization: Bearer <token>`` on every call (``token`` None: as is)."""
     return channel if not token else grpc.intercept_channel(channel, _TokenInterceptor(token))
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How this process's clients reach graphfeed servers: TLS when ``ca`` or ``cert`` is set
+    (``cert``/``key``: mutual TLS), and the bearer token sent with every call."""
+
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    token: str | None = None
+
+    @classmethod
+    def of(cls, ca: str = "", cert: str = "", key: str = "", token_file: str = "") -> ClientSecurity:
+        """From settings strings ("" = unset)."""
+        return cls(Path(ca) if ca else None, Path(cert) if cert else None, Path(key) if key else None,
+                   read_token(token_file) if token_file else None)  # fmt: skip
+
+    def channel(self, address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:
+        """A channel to ``address``: TLS or plaintext as configured, with the token attached."""
+        if self.ca is not None or self.cert is not None:
+            channel = grpc.secure_channel(address, channel_credentials(self.ca, self.cert, self.key), options=options)
+        else:
+            channel = grpc.insecure_channel(address, options=options)
+        return with_token(channel, self.token)
+
+
+_clients = ClientSecurity()
+
+
+def configure_clients(security: ClientSecurity) -> None:
+    """Sets how every client channel this process opens is secured (once, at start-up: a
+    process has one identity)."""
+    global _clients
+    _clients = security
+
+
+def client_channel(address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:
+    """A channel secured as :func:`configure_clients` said (plaintext by default)."""
+    return _clients.channel(address, options)
+
+
+@dataclass(frozen=True)
+class ServerSecurity:
+    """A server's TLS (``cert``/``key``; ``client_ca``: mutual TLS) and who may call it."""
+
+    cert: Path | None = None
+    key: Path | None = None
+    client_ca: Path | None = None
+    auth: Authenticator = field(default_factory=Authenticator)
+
+    @classmethod
+    def of(cls, cert: str = "", key: str = "", client_ca: str = "", tokens_file: str = "",
+           identities: Iterable[str] = ()) -> ServerSecurity:  # fmt: skip
+        """From settings strings ("" = unset)."""
+        if bool(cert) != bool(key):
+            raise FailedPrecondition("tls_cert and tls_key go together")
+        allowed = frozenset(identities)
+        if allowed and not client_ca:
+            raise FailedPrecondition("allowed identities need mutual TLS (tls_client_ca)")
+        auth = Authenticator(TokenFile(tokens_file) if tokens_file else None, allowed or None)
+        return cls(Path(cert) if cert else None, Path(key) if key else None, Path(client_ca) if client_ca else None, auth)
+
+    def interceptors(self) -> list[grpc.ServerInterceptor]:
+        """Goes after the service interceptor (refusals mapped and counted like other errors)."""
+        return [] if self.auth.open else [AuthInterceptor(self.auth)]
+
+    def bind(self, server: grpc.Server, address: str) -> int:
+        """Adds the port (TLS when configured); returns the bound port (0: failed)."""
+        if self.cert is None or self.key is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, server_credentials(self.cert, self.key, self.client_ca))

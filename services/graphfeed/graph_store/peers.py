@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from graphfeed.common import security
 from graphfeed.common.readiness import PeerNotReady
 from graphfeed.graph_store.client import PARTITION_PLACEHOLDER, RemotePartitionSet, info_from_proto
 from graphfeed.graph_store.types import PartitionInfo
@@ -22,7 +23,7 @@ from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 def partition_info(address: str, timeout_s: float) -> PartitionInfo:
     """GetPartitionInfo of the graph-store at ``address``; raises :class:`PeerNotReady` naming
     it at once when it refuses the connection, or after ``timeout_s`` when it does not answer."""
-    with grpc.insecure_channel(address) as channel:
+    with security.client_channel(address) as channel:
         try:
             resp = pb_grpc.GraphStoreServiceStub(channel).GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=timeout_s)
         except grpc.RpcError as err:

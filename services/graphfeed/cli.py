@@ -65,6 +65,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    from graphfeed.common.security import ClientSecurity, configure_clients  # noqa: PLC0415
     from graphfeed.trainer.config import TrainConfig  # noqa: PLC0415 - imported with the parser, not with graphfeed
     from graphfeed.trainer.connect import PeerTimeout  # noqa: PLC0415 - imported with the command
     from graphfeed.trainer.metrics import TrainerMetrics  # noqa: PLC0415
@@ -73,6 +74,7 @@ def _run_train(args: argparse.Namespace) -> int:
     if args.graph_stores is not None and not args.sampler_address:
         raise SystemExit("graphfeed train: --graph-stores needs --sampler")
     cfg = settings_from_args(TrainConfig, args)
+    configure_clients(ClientSecurity.of(cfg.tls_ca, cfg.tls_client_cert, cfg.tls_client_key, cfg.token_file))
     metrics = TrainerMetrics.create(cfg.job_id, cfg.rank)
     if cfg.metrics_port:  # up while the trainer waits for its peers, too
         try:

@@ -114,3 +114,30 @@ def test_health_is_public_and_tokens_rotate_without_a_restart(pki: Pki, address:
         assert _call(address, trainer, "rotated-token-2") == grpc.StatusCode.OK
     finally:
         pki["tokens"].write_text(f"{TOKEN}\n")
+
+
+def test_a_graph_store_secured_by_its_settings(pki: Pki, cora_root: Path) -> None:
+    """The settings path (`graphfeed serve graph-store --tls-cert ... --auth-tokens-file ...`):
+    TLS + token on the gRPC port, the health port plaintext for kubelet probes."""
+    from graphfeed.common.security import ClientSecurity
+    from graphfeed.graph_store.config import GraphStoreSettings
+    from graphfeed.graph_store.server import serve
+
+    settings = GraphStoreSettings(
+        part_dir=cora_root / part_dir_name(0), metrics_port=-1, tls_cert=str(pki["server.pem"]), tls_key=str(pki["server.key"]),
+        tls_client_ca=str(pki["ca.pem"]), auth_tokens_file=str(pki["tokens"]), allowed_identities=["trainer"],
+    )  # fmt: skip
+    running, store = serve(settings, CollectorRegistry())
+    try:
+        (pki.dir / "client-token").write_text(f"{TOKEN}\n")
+        client = ClientSecurity.of(str(pki["ca.pem"]), str(pki["trainer.pem"]), str(pki["trainer.key"]), str(pki.dir / "client-token"))
+        with client.channel(running.address) as ch:
+            ids = pb_grpc.GraphStoreServiceStub(ch).GetSplit(pb.GetSplitRequest(name="train"), timeout=10).ids
+            assert len(ids.shape) == 1
+        assert _call(running.address, None, TOKEN) == grpc.StatusCode.UNAVAILABLE  # plaintext refused
+        with grpc.insecure_channel(f"127.0.0.1:{running.health_port}") as ch:
+            status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        running.stop(0.5)
+        store.close()

@@ -123,6 +123,10 @@ class TrainConfig(BaseSettings):
         description='Type input features travel in from the loader: "" the stored one; float16 or bfloat16 '
         "halve the bytes (rounded by the loader, upcast to float32 on --device).",
     )
+    tls_ca: str = Field(default="", description="CA to verify the loader / graph-stores / samplers with: TLS to them.")
+    tls_client_cert: str = Field(default="", description="PEM certificate to present (mutual TLS).")
+    tls_client_key: str = Field(default="", description="PEM private key of --tls-client-cert.")
+    token_file: str = Field(default="", description="File whose first line is the bearer token sent with every call.")
     stop_after_steps: int | None = Field(default=None, description="Testing aid: exit after this many steps in this process.")
 
     @property

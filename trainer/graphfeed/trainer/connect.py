@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from graphfeed.common.errors import DeadlineExceeded, Unavailable
+import grpc
+
+from graphfeed.common.errors import DeadlineExceeded, GraphfeedError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -60,3 +62,36 @@ def wait_for(
         log.warning("waiting for %s: %s; next try in %.1fs (%.0fs of %gs)", what, last, wait, time.monotonic() - start, timeout_s)
         time.sleep(wait)  # backoff between tries of a peer that is not up yet
         backoff = min(backoff * 2, max_backoff_s)
+
+
+# A broken minibatch stream worth reopening: the loader went away or restarted (UNAVAILABLE, or
+# CANCELLED when its server stopped mid-stream) or a minibatch was lost on the way (DATA_LOSS).
+RESUMABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DATA_LOSS)
+
+
+class Resume:
+    """When to reopen a broken stream: resumable errors only, with capped exponential backoff,
+    until ``deadline_s`` has passed since the first failure without progress."""
+
+    def __init__(self, deadline_s: float, what: str, max_backoff_s: float = 5.0) -> None:
+        self.deadline_s = deadline_s
+        self.what = what
+        self.max_backoff_s = max_backoff_s
+        self.attempts = 0
+        self._since: float | None = None
+        self._backoff = 0.1
+
+    def again(self, exc: GraphfeedError, progressed: bool) -> bool:
+        """Whether to reopen after ``exc`` (sleeping the backoff first); False: give up."""
+        if exc.code not in RESUMABLE_CODES or self.deadline_s <= 0:
+            return False
+        now = time.monotonic()
+        if progressed or self._since is None:
+            self._since, self._backoff = now, 0.1
+        if now - self._since > self.deadline_s:
+            return False
+        self.attempts += 1
+        log.warning("%s: stream broke (%s: %s); reopening in %.1fs", self.what, exc.code.name, exc, self._backoff)
+        time.sleep(self._backoff)
+        self._backoff = min(self.max_backoff_s, self._backoff * 2)
+        return True

@@ -20,14 +20,14 @@ from graphfeed.common import blocks as blocks_codec
 from graphfeed.common import bulk, codec
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.bulk import Bulk, Received
-from graphfeed.common.errors import from_rpc_error
+from graphfeed.common.errors import GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.shm import SegmentReader
 from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
-from graphfeed.trainer.connect import wait_for
+from graphfeed.trainer.connect import Resume, wait_for
 from graphfeed.trainer.job import JobArgs, job_spec, job_to_proto
 
 if TYPE_CHECKING:
@@ -159,9 +159,28 @@ class _StepLoader:
         if self.step >= len(self):  # saved right after the last step of an epoch
             self.epoch, self.step = self.epoch + 1, 0
 
+    resume_s: float = 0.0  # how long a broken stream is reopened at the next step (0: never)
+    resumes: int = 0  # streams reopened so far
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
         epoch = self.epoch
         self.stats = EpochStats()
+        resume = Resume(self.resume_s, f"{type(self).__name__} epoch {epoch}")
+        while True:
+            step = self.step
+            try:
+                yield from self._epoch(epoch)
+                break
+            except GraphfeedError as exc:
+                # The loader replays deterministically: reopening at the next step loses and
+                # repeats nothing. Progress since the last failure restarts the deadline.
+                if not resume.again(exc, progressed=self.step > step):
+                    raise
+                self.resumes += 1
+        self.epoch, self.step = epoch + 1, 0
+
+    def _epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
+        """The minibatches of ``epoch`` from :attr:`step`, advancing it."""
         with self._minibatches(epoch, self.step) as stream:
             while True:
                 t0 = time.perf_counter()
@@ -177,7 +196,6 @@ class _StepLoader:
                 self._count(mb)
                 self.step += 1
                 yield batch
-        self.epoch, self.step = epoch + 1, 0
 
     def _minibatches(self, epoch: int, start: int) -> contextlib.AbstractContextManager[Iterator[Any]]:
         """The loader's minibatches of ``epoch`` from step ``start``, closed on exit."""
@@ -227,6 +245,10 @@ class RemoteDataLoader(_StepLoader):
         connect_timeout_s: how long to keep trying DescribeJob while the loader is not up or
             not ready (UNAVAILABLE, DEADLINE_EXCEEDED), with capped backoff and one log line
             per try; then :class:`~graphfeed.trainer.connect.PeerTimeout`.
+        resume_s: when a minibatch stream breaks (the loader restarted: UNAVAILABLE or
+            CANCELLED; a minibatch lost on the way: DATA_LOSS), how long to keep reopening it
+            at the next step, with capped backoff, before the error reaches the caller; the
+            iteration goes on with no step lost or repeated (default 300; 0: never).
         shm_dir: shared-memory directory offered to the loader: when the loader is on this host
             and sees the same directory, minibatch tensors arrive through it instead of inside
             the gRPC messages (identical contents). "" or None: always inline.
@@ -245,6 +267,7 @@ class RemoteDataLoader(_StepLoader):
         device: str | torch.device = "cpu",
         timeout_s: float = 60.0,
         connect_timeout_s: float = 60.0,
+        resume_s: float = 300.0,
         shm_dir: str | None = "/dev/shm",
         **job: Unpack[JobArgs],
     ) -> None:
@@ -253,6 +276,7 @@ class RemoteDataLoader(_StepLoader):
         self._transport = ClientTransport(shm_dir)
         self._job_proto = job_to_proto(self.job)
         self.timeout_s = timeout_s
+        self.resume_s = resume_s
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["LoaderService"], ["DescribeJob"])
         self._stub = pb_grpc.LoaderServiceStub(self._channel)
         service = pb.DESCRIPTOR.services_by_name["LoaderService"].full_name

@@ -5,7 +5,7 @@ set), args, env (envFrom ConfigMaps, literal values, downward-API fields, ``$(VA
 expansion) and ports are taken from the manifests, as the kubelet would. Only what cannot
 exist on one machine is mapped:
 
-- every containerPort gets a free loopback port; ``<service>:<port>`` and
+- every containerPort gets a free loopback port (also where a ``--*-port`` flag names it); ``<service>:<port>`` and
   ``<pod>.<service>:<port>`` in args and env become ``127.0.0.1:<that port>``; an env
   ``*_HOST`` or ``*_ADDR`` that is 0.0.0.0 or a cluster DNS name becomes 127.0.0.1; a
   ``*_PORT`` equal to one of the pod's containerPorts becomes its loopback port (a ``*_PORT``
@@ -202,6 +202,9 @@ class LocalCluster:
         env = self._env(pod, c)
         argv = [expand(a, env) for a in [*(c.get("command") or self.entrypoint), *(c.get("args") or [])]]
         argv = [self._rewrite(a, mounts, pod) for a in argv]
+        # A port flag naming one of the pod's containerPorts (``--metrics-port 8081``) binds its loopback port.
+        argv = [str(pod.ports[int(a)]) if i and argv[i - 1].endswith("-port") and a.isdigit() and int(a) in pod.ports else a
+                for i, a in enumerate(argv)]  # fmt: skip
         argv = [*self._executable(argv[0]), *argv[1:]]
         home = dict(mounts).get("/tmp", self.root / "pods" / pod.name / "home")
         home.mkdir(parents=True, exist_ok=True)

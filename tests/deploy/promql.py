@@ -19,12 +19,13 @@ PROMETHEUS_RULE = REPO / "k8s/monitoring/prometheusrule.yaml"
 # this list, and from then on the tests require data for it.
 PENDING_METRICS: dict[str, str] = {
 }
-# Histograms whose quantiles need a feature the local cluster emulation (a static Cora graph)
+# Series (histogram quantiles, per-partition gauges) that need a feature the local cluster emulation (a static Cora graph)
 # does not exercise: their panels must parse and their series exist, but may have no data there.
 # test_temporal_server.py and test_graph_store_budget.py check the values behind them.
 FEATURE_METRICS: dict[str, str] = {
     "graphfeed_graph_store_append_latency_seconds_bucket": "edge appends (--append-dir)",
     "graphfeed_graph_store_append_visible_seconds_bucket": "edge appends (--append-dir)",
+    "graphfeed_graph_store_temporal_edges": "a temporal graph (edge timestamps or --append-dir)",
 }
 # Series that come from Prometheus itself or from kube-state-metrics, not from graphfeed.
 EXTERNAL_METRICS = {"up", "kube_statefulset_replicas", "kube_statefulset_status_replicas_ready"}

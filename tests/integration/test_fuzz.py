@@ -6,13 +6,14 @@ flipped or cut. No INTERNAL or UNKNOWN answer, no hang, servers healthy and memo
 from __future__ import annotations
 
 import resource
+from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from graphfeed.bench.fuzz import BAD_CODES, fuzz_service, random_message, request_bytes
+from graphfeed.bench.fuzz import BAD_CODES, fuzz_method, fuzz_service, random_message, request_bytes
 from graphfeed.common import codec
 from graphfeed.graph_store.v1 import graph_store_pb2 as gs
 from graphfeed.loader.v1 import loader_pb2 as ld
@@ -79,3 +80,27 @@ def test_every_rpc_survives_fuzzing(cora_cluster: InProcessCluster, service: str
         assert r.codes.get("INVALID_ARGUMENT", 0) + r.codes.get("NOT_FOUND", 0) > 0, dict(r.codes)
     assert _serving(address)
     assert grown_mb < 300, f"peak RSS grew by {grown_mb:.0f} MB while fuzzing {service}"
+
+
+def test_a_graph_store_taking_appends_survives_fuzzing(cora_root: Path, tmp_path: Path) -> None:
+    """AppendEdges, SampleTemporal and GetTemporalInfo with a live append log: hostile batches
+    are refused, the log keeps serving, and what was accepted survives a reopen."""
+    from prometheus_client import CollectorRegistry
+
+    from graphfeed.common.partition import part_dir_name
+    from graphfeed.graph_store.config import GraphStoreSettings
+    from graphfeed.graph_store.server import serve
+
+    settings = GraphStoreSettings(part_dir=cora_root / part_dir_name(0), append_dir=str(tmp_path / "log"), metrics_port=-1)
+    running, store = serve(settings, CollectorRegistry())
+    try:
+        service = gs.DESCRIPTOR.services_by_name["GraphStoreService"]
+        methods = [service.methods_by_name[m] for m in ("AppendEdges", "SampleTemporal", "GetTemporalInfo")]
+        with grpc.insecure_channel(running.address) as channel:
+            for m in methods:
+                r = fuzz_method(channel, service, m, REQUESTS, seed=11)
+                assert not r.bad, f"{r.method}: {r.bad[:3]}; codes {dict(r.codes)}"
+        assert _serving(running.address)
+    finally:
+        running.stop(0.5)
+        store.close()

@@ -89,3 +89,25 @@ def test_trainer_metrics_are_labelled_with_job_and_rank() -> None:
     assert m.registry.get_sample_value("graphfeed_trainer_data_wait_seconds_total", labels) == 0.5
     assert m.registry.get_sample_value("graphfeed_trainer_step_seconds_count", labels) == 2
     assert m.registry.get_sample_value("graphfeed_trainer_step_seconds_bucket", {**labels, "le": "0.01"}) == 1
+
+
+def test_progress_reports_rate_and_data_wait_share() -> None:
+    import io
+
+    from graphfeed.trainer.progress import Progress
+
+    now = [0.0]
+    out = io.StringIO()  # not a terminal: a line every log_every_s
+    p = Progress(3, 10, stream=out, log_every_s=10.0, clock=lambda: now[0])
+    for _ in range(4):
+        now[0] += 5.0
+        p.update(wait_s=2.5, loss=0.5)  # half of each 5 s step waiting for data
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2  # at 10 s and 20 s
+    assert lines[-1] == "epoch 3 step 4/10     0.2 minibatches/s  data wait 50.0%  loss 0.5000"
+    quiet = io.StringIO()
+    q = Progress(0, 1, stream=quiet, enabled=False, clock=lambda: now[0])
+    now[0] += 100
+    q.update(0.0, 1.0)
+    q.close()
+    assert quiet.getvalue() == ""

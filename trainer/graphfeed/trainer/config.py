@@ -127,6 +127,7 @@ class TrainConfig(BaseSettings):
     tls_client_cert: str = Field(default="", description="PEM certificate to present (mutual TLS).")
     tls_client_key: str = Field(default="", description="PEM private key of --tls-client-cert.")
     token_file: str = Field(default="", description="File whose first line is the bearer token sent with every call.")
+    progress: bool = Field(default=True, description="Report progress inside an epoch (a live line on a terminal, else a line every 10 s).")
     stop_after_steps: int | None = Field(default=None, description="Testing aid: exit after this many steps in this process.")
 
     @property

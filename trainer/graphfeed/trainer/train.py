@@ -27,6 +27,7 @@ from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
 from graphfeed.trainer.job import JobArgs
 from graphfeed.trainer.metrics import TrainerMetrics
 from graphfeed.trainer.models import GraphSAGE
+from graphfeed.trainer.progress import Progress
 
 if TYPE_CHECKING:  # imported at run time only in embedded mode (see _embedded_loader)
     from graphfeed.loader.core import Loader
@@ -156,6 +157,7 @@ class Trainer:
         epoch = self.train_loader.state_dict()["epoch"]
         losses = []
         batches = iter(self.train_loader)
+        progress = Progress(epoch, len(self.train_loader), enabled=self.cfg.progress)
         while True:
             t0 = time.perf_counter()
             batch = next(batches, None)
@@ -172,11 +174,14 @@ class Trainer:
             self.opt.step()
             losses.append(float(loss))  # float() waits for the device: the step time is complete
             self.metrics.record(wait_s=t1 - t0, step_s=time.perf_counter() - t1)
+            progress.update(t1 - t0, losses[-1])
             self.applied.append((epoch, step, batch_digest(input_nodes, blocks)))
             if self.cfg.checkpoint is not None and len(self.applied) % self.cfg.checkpoint_every == 0:
                 save_checkpoint(self.cfg.checkpoint, self._state())
             if self.cfg.stop_after_steps is not None and len(self.applied) >= self.cfg.stop_after_steps:
+                progress.close()
                 return (sum(losses) / max(1, len(losses))), True
+        progress.close()
         return (sum(losses) / max(1, len(losses))), False
 
     @torch.no_grad()

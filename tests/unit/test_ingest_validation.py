@@ -141,3 +141,16 @@ def test_every_source_graph_is_checked_before_writing(tmp_path: Path, change: di
 
 def test_a_graph_without_labels_or_splits_is_still_valid() -> None:
     graph(node_data={}, splits={}).validate()
+
+
+def test_more_partitions_than_nodes_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from graphfeed.common.errors import InvalidArgument
+    from graphfeed.ingest.partition import assign_partitions
+    from graphfeed.ingest.sources import load_edge_csv
+
+    (tmp_path / "e.csv").write_text("0,1\n1,2\n")
+    g = load_edge_csv(tmp_path / "e.csv")
+    with pytest.raises(InvalidArgument, match="4 partitions of a 3-node graph"):
+        assign_partitions(g, 4)
+    with pytest.raises(InvalidArgument, match="empty"):
+        assign_partitions(g, 3, method="random", seed=0)  # a seed that leaves one partition empty

@@ -46,3 +46,18 @@ def test_train_flags_fill_the_train_config(monkeypatch: pytest.MonkeyPatch) -> N
     assert cfg.rank == 0 and cfg.loader_address == "" and cfg.stop_after_steps is None
     monkeypatch.setenv("JOB_COMPLETION_INDEX", "3")
     assert TrainConfig().rank == 3
+
+
+def test_a_missing_or_bad_setting_is_one_line_naming_flag_and_env(capsys: pytest.CaptureFixture[str]) -> None:
+    from graphfeed.cli import build_parser
+    from graphfeed.common.config import settings_from_args
+    from graphfeed.graph_store.config import GraphStoreSettings
+
+    args = build_parser().parse_args(["serve", "graph-store", "--port", "70000"])
+    with pytest.raises(SystemExit) as info:
+        settings_from_args(GraphStoreSettings, args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--part-dir (env GRAPHFEED_GRAPH_STORE_PART_DIR): is required" in err
+    assert "--port (env GRAPHFEED_GRAPH_STORE_PORT): Input should be less than or equal to 65535" in err
+    assert "Traceback" not in err and "pydantic" not in err

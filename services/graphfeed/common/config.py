@@ -9,10 +9,11 @@ the command line overrides the environment. Nothing is read at import time: :fun
 from __future__ import annotations
 
 import argparse
+import sys
 import typing
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -142,6 +143,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettin
 
 
 def settings_from_args(cls: type[_S], args: argparse.Namespace) -> _S:
-    """Settings from the environment, overridden by flags that were given."""
+    """Settings from the environment, overridden by flags that were given. Missing or bad
+    values end the program with one line per problem naming the flag and its env var (exit 2,
+    as argparse does), not a pydantic traceback."""
     given = {k: v for k, v in vars(args).items() if k in cls.model_fields and v is not None}
-    return cls(**given)
+    try:
+        return cls(**given)
+    except ValidationError as exc:
+        prefix = cls.model_config.get("env_prefix", "")
+        lines = []
+        for err in exc.errors():
+            name = str(err["loc"][0]) if err["loc"] else ""
+            where = f"{_flag(name)} (env {prefix}{name.upper()})" if name else cls.__name__
+            lines.append(f"graphfeed: {where}: {'is required' if err['type'] == 'missing' else err['msg']}")
+        print("\n".join(lines), file=sys.stderr)
+        raise SystemExit(2) from None

@@ -45,10 +45,12 @@ def assign_partitions(g: GraphData, num_partitions: int, method: str = "metis", 
     """
     if num_partitions < 1:
         raise InvalidArgument(f"num_partitions must be >= 1, got {num_partitions}")
+    if num_partitions > g.num_nodes:
+        raise InvalidArgument(f"{num_partitions} partitions of a {g.num_nodes}-node graph: every partition needs a node; use fewer")
     if num_partitions == 1:
         return np.zeros(g.num_nodes, dtype=np.int64)
     if method == "random":
-        return np.random.default_rng(seed).integers(0, num_partitions, g.num_nodes).astype(np.int64)
+        return _nonempty(np.random.default_rng(seed).integers(0, num_partitions, g.num_nodes).astype(np.int64), num_partitions, method)
     if method != "metis":
         raise InvalidArgument(f"unknown partition method {method!r}; choose from {METHODS}")
     import pymetis  # noqa: PLC0415 - only METIS ingests need it
@@ -64,7 +66,19 @@ def assign_partitions(g: GraphData, num_partitions: int, method: str = "metis", 
         num_partitions, pymetis.CSRAdjacency(xadj, adjncy), vweights=None if vweights is None else vweights.reshape(-1),
         options=pymetis.Options(seed=seed),
     )
-    return np.asarray(parts, dtype=np.int64)
+    return _nonempty(np.asarray(parts, dtype=np.int64), num_partitions, method)
+
+
+def _nonempty(parts: np.ndarray, num_partitions: int, method: str) -> np.ndarray:
+    """``parts``, unless a partition got no node (a graph-store would serve nothing): then
+    InvalidArgument before anything is written."""
+    empty = np.flatnonzero(np.bincount(parts, minlength=num_partitions) == 0)
+    if len(empty):
+        raise InvalidArgument(
+            f"{method} left partition(s) {', '.join(map(str, empty[:5]))} of {num_partitions} empty "
+            f"({len(parts)} nodes): use fewer partitions"
+        )
+    return parts
 
 
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,9 +16,11 @@ import torch
 
 from graphfeed.trainer.temporal.__main__ import main
 from graphfeed.trainer.temporal.events import TemporalEvents, load_events
+from graphfeed.trainer.temporal.loop import TGNConfig, TGNTrainer
 from graphfeed.trainer.temporal.memory import NodeMemory
 from graphfeed.trainer.temporal.metrics import average_precision, reciprocal_ranks
-from graphfeed.trainer.temporal.neighbors import InProcessNeighbors
+from graphfeed.trainer.temporal.neighbors import InProcessNeighbors, TemporalSample
+from graphfeed.trainer.temporal.store_source import StoreNeighbors
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--dataset", "collegemsg", "--events", "400", "--batch-size", "40", "--dim", "16", "--mrr-negatives", "4", "--threads", "1"]
@@ -138,3 +140,58 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path: Path, reference: tuple[
 def test_head_resplits_chronologically() -> None:
     ev: TemporalEvents = load_events("collegemsg").head(1000)
     assert (ev.num_events, ev.val_start, ev.test_start) == (1000, 700, 850) and ev.dst_range[0] >= 0
+
+
+class SpecStore:
+    """TEMPORAL_SPEC's append/sample contract, in process: directed in-edges keyed by dst, each
+    batch id applied once (a re-send with the same content is acknowledged as a duplicate)."""
+
+    def __init__(self, num_nodes: int, edge_feat_dim: int) -> None:
+        self.edges = InProcessNeighbors(num_nodes, edge_feat_dim, undirected=False)
+        self.acked: dict[str, bytes] = {}
+        self.duplicates = 0
+        self.fail_after_samples: int | None = None
+
+    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> bool:
+        content = b"".join(a.tobytes() for a in (src, dst, t) + (() if efeat is None else (efeat,)))
+        if batch_id in self.acked:
+            assert self.acked[batch_id] == content, f"batch {batch_id} re-sent with different content"
+            self.duplicates += 1
+            return True
+        self.edges.append(src, dst, t, efeat)
+        self.acked[batch_id] = content
+        return False
+
+    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent") -> TemporalSample:
+        assert strategy == "recent"
+        if self.fail_after_samples is not None:
+            self.fail_after_samples -= 1
+            if self.fail_after_samples < 0:
+                raise ConnectionError("graph-store went away")
+        return self.edges.sample(nodes, times, fanout)
+
+
+def small_config(**change: object) -> TGNConfig:
+    """The TGNConfig of the command line in SMALL, two epochs."""
+    base = dict(epochs=2, batch_size=40, memory_dim=16, time_dim=16, embed_dim=16, mrr_negatives=4)
+    return TGNConfig(**{**base, **change})  # type: ignore[arg-type]
+
+
+def test_store_source_trains_to_the_same_weights_and_resumes(tmp_path: Path, reference: tuple[dict, dict[str, torch.Tensor]]) -> None:
+    events = load_events("collegemsg").head(400)
+    store, threads = SpecStore(events.num_nodes, events.edge_feat_dim), torch.get_num_threads()
+    torch.set_num_threads(1)  # as the reference run
+    try:
+        ckpt = tmp_path / "tgn.pt"
+        store.fail_after_samples = 15  # the trainer dies in epoch 2, after its checkpoint at step 3
+        with pytest.raises(ConnectionError):
+            TGNTrainer(events, small_config(checkpoint=ckpt, checkpoint_every=3), StoreNeighbors(store, "job"), report=lambda _: None).run()
+        store.fail_after_samples = None
+        restarted = TGNTrainer(
+            events, small_config(checkpoint=ckpt, checkpoint_every=3), StoreNeighbors(store, "job"), report=lambda _: None
+        )
+        restarted.run()
+    finally:
+        torch.set_num_threads(threads)
+    assert same_weights(restarted.model.state_dict(), reference[1])
+    assert store.edges.num_edges == 2 * 400 and store.duplicates == 11  # the replay re-sent epoch 1's 11 batches

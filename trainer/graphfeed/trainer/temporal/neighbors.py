@@ -56,10 +56,12 @@ class InProcessNeighbors:
     Args:
         num_nodes: rows known up front (the index grows for larger ids).
         edge_feat_dim: D of the edge features (0: none).
+        undirected: store each event in both directions (TGN's view); False stores ``src -> dst``
+            only, as a graph-store does.
     """
 
-    def __init__(self, num_nodes: int, edge_feat_dim: int = 0) -> None:
-        self._dim = edge_feat_dim
+    def __init__(self, num_nodes: int, edge_feat_dim: int = 0, undirected: bool = True) -> None:
+        self._dim, self._undirected = edge_feat_dim, undirected
         self._indptr = np.zeros(num_nodes + 1, dtype=np.int64)
         self._ts = np.zeros(0, dtype=np.int64)  # index order
         self._pos = np.zeros(0, dtype=np.int64)  # index order -> log position
@@ -69,18 +71,20 @@ class InProcessNeighbors:
 
     @property
     def num_edges(self) -> int:
-        """Directed edges stored (twice the events appended)."""
+        """Directed edges stored (undirected: twice the events appended)."""
         return self._size
 
     def append(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None) -> None:
-        """Adds ``src -> dst`` and ``dst -> src`` at time ``t`` for every event."""
+        """Adds ``src -> dst`` (then, undirected, ``dst -> src``) at time ``t`` for every event."""
         src, dst, t = (np.asarray(a, dtype=np.int64) for a in (src, dst, t))
         if not len(src) == len(dst) == len(t) or (src < 0).any() or (dst < 0).any():
             raise InvalidArgument(f"append: src/dst/t must have one entry per event and ids >= 0, got {len(src)}/{len(dst)}/{len(t)}")
         feat = self._check_feat(efeat, len(src))
-        rows, nbr, ts = np.concatenate([dst, src]), np.concatenate([src, dst]), np.concatenate([t, t])
+        if self._undirected:
+            src, dst, t, feat = np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t, t]), np.concatenate([feat, feat])
+        rows, nbr, ts = dst, src, t
         self._grow_rows(int(rows.max(initial=-1)) + 1)
-        pos = self._append_log(nbr, np.concatenate([feat, feat]))
+        pos = self._append_log(nbr, feat)
         order = np.lexsort((ts, rows))  # stable: equal (row, t) stay in arrival order
         rows, ts, pos = rows[order], ts[order], pos[order]
         # after every stored edge of the row with time <= t: equal times keep arrival order

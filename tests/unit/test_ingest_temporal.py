@@ -3,13 +3,15 @@ CSVs, and the partition files that keep them (rows in time order, features align
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.common.partition import PartitionReader, part_dir_name
+from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
+from graphfeed.ingest import cli
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
 from graphfeed.ingest.sources import load_edge_csv, load_numpy_dir, load_source
@@ -156,3 +158,15 @@ def test_csv_header_without_a_timestamp_name_is_refused(tmp_path: Path) -> None:
     f.write_text("src,dst,weight\n1,2,3\n")
     with pytest.raises(InvalidArgument, match="timestamp column"):
         load_edge_csv(f)
+
+
+def test_ingest_command_writes_collegemsg_with_its_event_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="graphfeed")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    out = tmp_path / "cm"
+    argv = ["ingest", "--source", "collegemsg", "--undirected", "--out", str(out), "--method", "random", "--no-progress"]
+    assert cli.run(parser.parse_args(argv)) == 0
+    assert f"{2 * COLLEGEMSG_EVENTS:,} edges" in capsys.readouterr().out
+    manifest = GraphManifest.load(out)
+    assert manifest.has_edge_timestamps and manifest.extra["event_split"]["num_events"] == COLLEGEMSG_EVENTS
+    assert manifest.extra["undirected"] is True

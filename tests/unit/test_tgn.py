@@ -23,7 +23,8 @@ from graphfeed.trainer.temporal.neighbors import InProcessNeighbors, TemporalSam
 from graphfeed.trainer.temporal.store_source import StoreNeighbors
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["--dataset", "collegemsg", "--events", "400", "--batch-size", "40", "--dim", "16", "--mrr-negatives", "4", "--threads", "1"]
+SMALL = ["--dataset", "collegemsg", "--events", "400", "--batch-size", "40", "--dim", "16"]
+SMALL += ["--mrr-negatives", "4", "--lr", "1e-3", "--threads", "1"]
 
 
 def brute_force(batches: Sequence[tuple[np.ndarray, ...]], node: int, t: int, k: int) -> list[tuple[int, int, float]]:
@@ -173,7 +174,7 @@ class SpecStore:
 
 def small_config(**change: object) -> TGNConfig:
     """The TGNConfig of the command line in SMALL, two epochs."""
-    base = dict(epochs=2, batch_size=40, memory_dim=16, time_dim=16, embed_dim=16, mrr_negatives=4)
+    base = dict(epochs=2, batch_size=40, memory_dim=16, time_dim=16, embed_dim=16, mrr_negatives=4, lr=1e-3)
     return TGNConfig(**{**base, **change})  # type: ignore[arg-type]
 
 

@@ -24,7 +24,7 @@ from graphfeed.trainer.temporal.store_source import StoreNeighbors
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--dataset", "collegemsg", "--events", "400", "--batch-size", "40", "--dim", "16"]
-SMALL += ["--mrr-negatives", "4", "--lr", "1e-3", "--threads", "1"]
+SMALL += ["--mrr-negatives", "4", "--lr", "1e-3", "--threads", "1", "--mmap-threshold-kib", "0"]
 
 
 def brute_force(batches: Sequence[tuple[np.ndarray, ...]], node: int, t: int, k: int) -> list[tuple[int, int, float]]:

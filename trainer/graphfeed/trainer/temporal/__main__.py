@@ -19,7 +19,7 @@ import torch
 
 from graphfeed.common.errors import GraphfeedError
 from graphfeed.trainer.temporal.events import DATASETS, load_events
-from graphfeed.trainer.temporal.loop import TGNConfig, TGNTrainer
+from graphfeed.trainer.temporal.loop import TGNConfig, TGNTrainer, return_freed_memory_to_the_os
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-every", type=int, default=d.checkpoint_every, help=f"batches between checkpoints (default {d.checkpoint_every})"
     )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--mmap-threshold-kib", type=int, default=1024,
+        help="fix glibc's mmap threshold (KiB) so memory stays bounded; 0: glibc's dynamic one, ~35%% faster, "
+        "but resident memory grows by GBs over a LastFM epoch (default 1024)",
+    )  # fmt: skip
     p.add_argument("--json", type=Path, help="write the metrics and wall time here")
     p.add_argument("--save-weights", type=Path, help="write the final model state_dict here")
     p.add_argument("--crash-after-batches", type=int, help=argparse.SUPPRESS)  # resume tests
@@ -66,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.mmap_threshold_kib:
+        return_freed_memory_to_the_os(args.mmap_threshold_kib * 1024)
     try:
         events = load_events(args.dataset)
         if args.events:

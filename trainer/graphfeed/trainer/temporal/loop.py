@@ -15,6 +15,7 @@ up to the checkpoint and continues to the same final weights bit for bit.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -108,6 +109,24 @@ def batch_bounds(events: TemporalEvents, batch_size: int) -> list[tuple[int, int
     """``(first, stop, phase)`` of every batch of an epoch; no batch straddles two phases."""
     edges = (0, events.val_start, events.test_start, events.num_events)
     return [(a, min(a + batch_size, hi), phase) for phase, lo, hi in zip(PHASES, edges, edges[1:]) for a in range(lo, hi, batch_size)]
+
+
+def return_freed_memory_to_the_os(mmap_threshold_bytes: int = 1 << 20) -> None:
+    """Fixes glibc's mmap threshold for this process (call once, from a main()).
+
+    Each batch allocates MBs of temporaries whose sizes vary (the edge index grows by a batch,
+    val/test batches have 20x more roots). glibc raises its mmap threshold after such blocks are
+    freed, serves the next ones from the heap, and the heap fragments: resident memory grew by
+    ~11 MB per val/test batch, to 3.8 GB after one LastFM epoch (6.7 GB peak after two). With the
+    threshold fixed at 1 MiB a CollegeMsg val/test stretch stays flat, for ~35 % more time per
+    epoch (CollegeMsg, 20k events: 24.6 s vs ~18 s). A no-op where the C library is not glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_mmap_threshold = -3  # from glibc's malloc.h
+    libc.mallopt(m_mmap_threshold, mmap_threshold_bytes)
 
 
 def save_atomically(path: Path, state: dict) -> None:

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
         "--mmap-threshold-kib", type=int, default=1024,
-        help="fix glibc's mmap threshold (KiB) so memory stays bounded; 0: glibc's dynamic one, ~35%% faster, "
+        help="fix glibc's mmap threshold (KiB) so memory stays bounded; 0: glibc's dynamic one, up to 2x faster, "
         "but resident memory grows by GBs over a LastFM epoch (default 1024)",
     )  # fmt: skip
     p.add_argument("--json", type=Path, help="write the metrics and wall time here")

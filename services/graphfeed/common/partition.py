@@ -12,6 +12,7 @@ no id map is needed at serving time. ``orig_ids.npy`` keeps each node's id in th
     <root>/part-00000/indices.npy     int32 [E_p]        gid of each in-neighbor (edge source)
     <root>/part-00000/edge_ids.npy    int32 [E_p]        global edge id
     <root>/part-00000/edge_ts.npy     int64 [E_p]        edge timestamp (only when the input had ts)
+    <root>/part-00000/edge_feat.npy   float32 [E_p, D]   edge features, aligned with indices (only when the input had them)
     <root>/part-00000/orig_ids.npy    int64 [n_owned]    input id of each owned node
     <root>/part-00000/halo.npy        int64 [H]          sorted unique non-owned gids in indices
     <root>/part-00000/db/             RocksDB: node data in row chunks, splits
@@ -142,6 +143,7 @@ class PartitionArrays:
     node_data: dict[str, np.ndarray]
     splits: dict[str, np.ndarray]
     edge_ts: np.ndarray | None = None
+    edge_feat: np.ndarray | None = None
 
 
 def id_dtype(count: int) -> np.dtype:
@@ -191,6 +193,8 @@ def write_partition(root: Path, p: int, manifest: GraphManifest, arrays: Partiti
     np.save(d / "halo.npy", np.ascontiguousarray(arrays.halo, dtype=np.int64))
     if arrays.edge_ts is not None:
         np.save(d / "edge_ts.npy", np.ascontiguousarray(arrays.edge_ts, dtype=np.int64))
+    if arrays.edge_feat is not None:
+        np.save(d / "edge_feat.npy", np.ascontiguousarray(arrays.edge_feat, dtype=np.float32))
     db = Rdict(str(d / "db"), options=_db_options())
     try:
         wo = WriteOptions()
@@ -217,6 +221,11 @@ def write_graph_manifest(root: Path, manifest: GraphManifest) -> None:
     (Path(root) / MANIFEST).write_text(manifest.to_json())
 
 
+def _check_edge_feat(path: Path, feat: np.ndarray, num_edges: int) -> None:
+    if feat.dtype != np.float32 or feat.ndim != 2 or len(feat) != num_edges:
+        raise FailedPrecondition(f"{path}: edge_feat.npy is {feat.dtype} {feat.shape}; expected float32 [{num_edges}, D]")
+
+
 class PartitionReader:
     """Read access to one partition directory (what a graph-store pod mounts).
 
@@ -241,6 +250,8 @@ class PartitionReader:
         self.halo: np.ndarray = load("halo.npy")
         ts = self.path / "edge_ts.npy"
         self.edge_ts: np.ndarray | None = np.load(ts, mmap_mode="r") if ts.exists() else None
+        ef = self.path / "edge_feat.npy"  # absent in partitions written before edge features
+        self.edge_feat: np.ndarray | None = np.load(ef, mmap_mode="r") if ef.exists() else None
         if len(self.indptr) != self.num_owned + 1:
             raise FailedPrecondition(f"{self.path}: indptr has {len(self.indptr)} entries for {self.num_owned} owned nodes")
         for name in ("indices", "edge_ids"):
@@ -249,6 +260,8 @@ class PartitionReader:
                 raise FailedPrecondition(
                     f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; expected int32/int64 [{int(self.indptr[-1])}]"
                 )
+        if self.edge_feat is not None:
+            _check_edge_feat(self.path, self.edge_feat, len(self.indices))
         # Read-only: no exclusive lock, so several readers (and a restarting server) can open it.
         self._db = Rdict(str(self.path / "db"), options=_db_options(), access_type=AccessType.read_only())
 

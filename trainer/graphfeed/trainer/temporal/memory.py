@@ -1,0 +1,97 @@
+"""Per-node TGN memory, kept by the trainer: state, last update time, and one pending message.
+
+As in PyG's ``TGNMemory`` (with its ``LastAggregator``), an event's messages are stored when the
+event has been trained on and applied the next time either endpoint's memory is read, so the
+memory used to predict an event never includes that event. A node keeps only its latest
+pending message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from graphfeed.trainer.temporal.model import TGN
+
+
+class NodeMemory:
+    """Memory of ``num_nodes`` nodes (grows for larger ids)."""
+
+    def __init__(self, num_nodes: int, memory_dim: int, edge_dim: int) -> None:
+        self.memory_dim, self.edge_dim = memory_dim, edge_dim
+        self.mem: torch.Tensor  # float32 [N, memory_dim]
+        self.last_update: np.ndarray  # int64 [N], time of the message last applied
+        self.has_pending: np.ndarray  # bool [N]
+        self.pend_other: np.ndarray  # int64 [N], the pending message's peer
+        self.pend_t: np.ndarray  # int64 [N]
+        self.pend_feat: np.ndarray  # float32 [N, edge_dim]
+        self.reset(num_nodes)
+
+    def reset(self, num_nodes: int | None = None) -> None:
+        """All memories zero, no pending messages (the start of an epoch)."""
+        n = len(self.mem) if num_nodes is None else num_nodes
+        self.mem = torch.zeros(n, self.memory_dim)
+        self.last_update = np.zeros(n, dtype=np.int64)
+        self.has_pending = np.zeros(n, dtype=bool)
+        self.pend_other = np.zeros(n, dtype=np.int64)
+        self.pend_t = np.zeros(n, dtype=np.int64)
+        self.pend_feat = np.zeros((n, self.edge_dim), dtype=np.float32)
+
+    def read(self, model: TGN, nodes: np.ndarray) -> torch.Tensor:
+        """Memory of ``nodes`` (sorted unique) with their pending messages applied (differentiable
+        through the GRU); the stored state is unchanged until :meth:`commit`."""
+        self._grow(int(nodes.max(initial=-1)) + 1)
+        rows = self.mem[torch.from_numpy(nodes)]
+        pend = np.flatnonzero(self.has_pending[nodes])
+        if not len(pend):
+            return rows
+        p = nodes[pend]
+        dt = torch.from_numpy((self.pend_t[p] - self.last_update[p]).astype(np.float32))
+        other = self.mem[torch.from_numpy(self.pend_other[p])]
+        new = model.update_memory(self.mem[torch.from_numpy(p)], other, dt, torch.from_numpy(self.pend_feat[p]))
+        return rows.index_put((torch.from_numpy(pend),), new)
+
+    def commit(self, nodes: np.ndarray, rows: torch.Tensor) -> None:
+        """Stores ``rows`` (from :meth:`read` of the same ``nodes``) and clears their messages."""
+        p = nodes[self.has_pending[nodes]]
+        self.mem[torch.from_numpy(nodes)] = rows.detach()
+        self.last_update[p] = self.pend_t[p]
+        self.has_pending[p] = False
+
+    def store_messages(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None) -> None:
+        """Each endpoint's latest event of the batch becomes its pending message."""
+        n, b = max(int(src.max(initial=-1)), int(dst.max(initial=-1))) + 1, len(src)
+        self._grow(n)
+        node, other = np.concatenate([src, dst]), np.concatenate([dst, src])
+        event = np.concatenate([np.arange(b), np.arange(b)])
+        order = np.argsort(event, kind="stable")  # by event (time order), src side before dst side
+        rev = node[order][::-1]
+        _, first_in_rev = np.unique(rev, return_index=True)
+        last = order[len(order) - 1 - first_in_rev]  # latest occurrence of each node
+        who = node[last]
+        self.has_pending[who] = True
+        self.pend_other[who] = other[last]
+        self.pend_t[who] = np.concatenate([t, t])[last]
+        if efeat is not None and self.edge_dim:
+            self.pend_feat[who] = np.concatenate([efeat, efeat])[last]
+
+    def state_dict(self) -> dict:
+        """Everything, for a checkpoint."""
+        names = ("last_update", "has_pending", "pend_other", "pend_t", "pend_feat")
+        return {"mem": self.mem.clone(), **{k: getattr(self, k).copy() for k in names}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mem = state["mem"].clone()
+        for k in ("last_update", "has_pending", "pend_other", "pend_t", "pend_feat"):
+            setattr(self, k, np.array(state[k]))
+
+    def _grow(self, n: int) -> None:
+        extra = n - len(self.last_update)
+        if extra <= 0:
+            return
+        self.mem = torch.cat([self.mem, torch.zeros(extra, self.memory_dim)])
+        self.last_update = np.concatenate([self.last_update, np.zeros(extra, np.int64)])
+        self.has_pending = np.concatenate([self.has_pending, np.zeros(extra, bool)])
+        self.pend_other = np.concatenate([self.pend_other, np.zeros(extra, np.int64)])
+        self.pend_t = np.concatenate([self.pend_t, np.zeros(extra, np.int64)])
+        self.pend_feat = np.concatenate([self.pend_feat, np.zeros((extra, self.edge_dim), np.float32)])

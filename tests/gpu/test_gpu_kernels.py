@@ -144,8 +144,8 @@ def test_temporal_sampling_is_bit_identical(cp, K, fanout: int, strategy: str) -
     csr, rows, times = _temporal_graph()
     dev = [cp.asarray(a) for a in (*csr, rows, times)]
     for seed, first in ((0, 0), (123456789, 17), (2**64 - 1, 2**40)):
-        got = K.sample_temporal(*dev, fanout, strategy, seed, first)
-        want = reference.sample_temporal(*csr, rows, times, fanout, strategy, seed, first)
+        got = K.sample_temporal(dev[0], dev[1], dev[2], dev[3], dev[4], dev[5], fanout, strategy, seed, first)
+        want = reference.sample_temporal(csr[0], csr[1], csr[2], csr[3], rows, times, fanout, strategy, seed, first)
         for g, w in zip(got, want):
             assert np.array_equal(cp.asnumpy(g), w)
 

@@ -240,7 +240,7 @@ def test_appends_interleaved_with_sampling_see_a_consistent_prefix(cluster: Clus
 def _feature_server(root: Path, log_dir: Path, dim: int) -> tuple[RunningServer, GraphStore, CollectorRegistry]:
     """A server whose partition has ``dim`` edge-feature columns (base rows = edge id as float)."""
     reader = PartitionReader(root / "part-00000")
-    reader.edge_feat = np.repeat(np.asarray(reader.edge_ids, dtype=np.float32)[:, None], dim, axis=1)  # type: ignore[attr-defined]
+    reader.edge_feat = np.repeat(np.asarray(reader.edge_ids, dtype=np.float32)[:, None], dim, axis=1)
     store = GraphStore(reader, append_dir=log_dir)
     reg = CollectorRegistry()
     servicer = GraphStoreServicer(store, GraphStoreMetrics.create(reg), None, TemporalMetrics.create(reg))

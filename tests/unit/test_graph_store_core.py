@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ def open_store(arith_root: Path) -> Iterator[OpenStore]:
     """``open_store(p, **limits)`` opens partition p; every store is closed at teardown."""
     opened: list[GraphStore] = []
 
-    def _open(p: int = 0, **limits: int) -> GraphStore:
+    def _open(p: int = 0, **limits: Any) -> GraphStore:
         opened.append(GraphStore.open(arith_root / f"part-{p:05d}", **limits))
         return opened[-1]
 

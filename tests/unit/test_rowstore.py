@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -45,7 +46,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def open_store(root: Path) -> Iterator[OpenStore]:
     opened: list[GraphStore] = []
 
-    def _open(part_dir: Path | None = None, **kw: int) -> GraphStore:
+    def _open(part_dir: Path | None = None, **kw: Any) -> GraphStore:
         opened.append(GraphStore.open(part_dir or root / PART, **kw))
         return opened[-1]
 

@@ -125,7 +125,7 @@ def test_edge_features_follow_their_edges(made: tuple[Path, np.ndarray], tmp_pat
     reader = PartitionReader(made[0] / "part-00000")
     e = len(reader.indices)
     assert reader.edge_ts is not None
-    reader.edge_feat = np.stack([reader.edge_ids, reader.edge_ts], axis=1).astype(np.float32)  # type: ignore[attr-defined]
+    reader.edge_feat = np.stack([reader.edge_ids, reader.edge_ts], axis=1).astype(np.float32)
     s = TemporalStore.open(reader, tmp_path / "flog", max_blocks=2)
     try:
         for b in range(5):

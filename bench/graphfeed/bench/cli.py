@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "temporal": "graphfeed.bench.temporal",
     "rowstore": "graphfeed.bench.rowstore",
     "disk": "graphfeed.bench.disk",
+    "tgn": "graphfeed.bench.tgn",
     "append": "graphfeed.bench.append",
 }
 

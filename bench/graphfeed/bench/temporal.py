@@ -93,7 +93,7 @@ def _open(part: Path, log_dir: Path, args: argparse.Namespace) -> TemporalStore:
     reader = PartitionReader(part)
     dim = args.edge_feat_dim
     if dim and getattr(reader, "edge_feat", None) is None:  # ingest without edge_feat.npy: random base features
-        reader.edge_feat = np.random.default_rng(args.seed).random((len(reader.indices), dim), dtype=np.float32)  # type: ignore[attr-defined]
+        reader.edge_feat = np.random.default_rng(args.seed).random((len(reader.indices), dim), dtype=np.float32)
     reader.close()
     return TemporalStore.open(reader, log_dir, max_append_edges=max(1_000_000, args.batch_edges))
 

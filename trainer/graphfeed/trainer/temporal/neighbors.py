@@ -12,24 +12,12 @@ equal times in arrival order, where each event ``(u, v)`` arrives as ``u -> v`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
-
-
-@dataclass(frozen=True)
-class TemporalSample:
-    """Sampled in-neighbours of N roots (fields as ``graphfeed.graph_store.temporal.TemporalSample``
-    in TEMPORAL_SPEC.md; defined here until that module is merged)."""
-
-    offsets: np.ndarray  # int64 [N+1]
-    nbr: np.ndarray  # int64 [S] neighbour gids
-    ts: np.ndarray  # int64 [S]
-    eid: np.ndarray  # int64 [S]
-    efeat: np.ndarray | None  # float32 [S, D], None when D == 0
+from graphfeed.graph_store.temporal import TemporalSample
 
 
 class NeighborSource(Protocol):

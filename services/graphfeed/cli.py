@@ -64,6 +64,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_train)
 
 
+def _add_train_temporal(sub: argparse._SubParsersAction) -> None:
+    """``graphfeed train-temporal``: the TGN job (``python -m graphfeed.trainer.temporal``)."""
+    from graphfeed.trainer.temporal.__main__ import build_parser, run  # noqa: PLC0415 - imported with the parser
+
+    p = sub.add_parser("train-temporal", parents=[build_parser(add_help=False)], description=build_parser().description,
+                       help="train a TGN on a temporal graph, in process or through graph-stores (--graph-stores)")  # fmt: skip
+    p.set_defaults(func=run)
+
+
 def _run_train(args: argparse.Namespace) -> int:
     from graphfeed.common.security import ClientSecurity, configure_clients  # noqa: PLC0415
     from graphfeed.trainer.config import TrainConfig  # noqa: PLC0415 - imported with the parser, not with graphfeed
@@ -112,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_demo(sub)
     register_pack(sub)
     register_append(sub)
+    _add_train_temporal(sub)
     register_bench(sub)
     return parser
 

@@ -15,17 +15,15 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from graphfeed.common.errors import GraphfeedError
+from graphfeed.trainer.temporal.config import TGNConfig
 from graphfeed.trainer.temporal.events import DATASETS, load_events
-from graphfeed.trainer.temporal.loop import TGNConfig, TGNTrainer, return_freed_memory_to_the_os
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command's flags (the lead wires the same flags into ``graphfeed train --temporal``)."""
+def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    """The command's flags (also ``graphfeed train-temporal``'s)."""
     p = argparse.ArgumentParser(
-        prog="python -m graphfeed.trainer.temporal",
+        prog="python -m graphfeed.trainer.temporal", add_help=add_help,
         description="Train a TGN (memory + temporal attention) chronologically on a temporal dataset, "
         "printing AP / MRR per 10%% of the stream and per epoch (70/15/15 chronological split).",
     )
@@ -51,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="fix glibc's mmap threshold (KiB) so memory stays bounded; 0: glibc's dynamic one, up to 2x faster, "
         "but resident memory grows by GBs over a LastFM epoch (default 1024)",
     )  # fmt: skip
+    p.add_argument("--graph-stores", help="host:port of every graph-store started with --append-dir, comma-separated "
+                   "(or one {p} template): the events are appended there, durably, and neighbours sampled there; "
+                   "default: an in-process neighbour source")  # fmt: skip
+    p.add_argument("--job-id", default="tgn", help="names the job's append batches (unique per job; a resumed job reuses it)")
     p.add_argument("--json", type=Path, help="write the metrics and wall time here")
     p.add_argument("--save-weights", type=Path, help="write the final model state_dict here")
     p.add_argument("--crash-after-batches", type=int, help=argparse.SUPPRESS)  # resume tests
@@ -68,7 +70,14 @@ def config_from_args(args: argparse.Namespace) -> TGNConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command; returns the exit status (2 on a user error)."""
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command with parsed ``args``."""
+    import torch  # noqa: PLC0415 - not with the parser (every `graphfeed` command builds it)
+
+    from graphfeed.trainer.temporal.loop import TGNTrainer, return_freed_memory_to_the_os  # noqa: PLC0415
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.mmap_threshold_kib:
@@ -82,7 +91,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{events.name}: {events.num_events:,} events, {events.num_nodes:,} nodes, edge features D={events.edge_feat_dim}", flush=True
         )
         t0 = time.perf_counter()
-        trainer = TGNTrainer(events, cfg, report=lambda line: print(line, flush=True))
+        source = None
+        if args.graph_stores:
+            from graphfeed.graph_store.temporal_client import TemporalClient, TemporalStoreView  # noqa: PLC0415 - --graph-stores only
+            from graphfeed.trainer.temporal.store_source import StoreNeighbors  # noqa: PLC0415
+
+            source = StoreNeighbors(TemporalStoreView(TemporalClient(args.graph_stores.split(","))), args.job_id)
+        trainer = TGNTrainer(events, cfg, source=source, report=lambda line: print(line, flush=True))
         result = trainer.run()
         seconds = time.perf_counter() - t0
     except GraphfeedError as e:

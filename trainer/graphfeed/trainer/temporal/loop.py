@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from graphfeed.common.seeds import derive_seed, rng
+from graphfeed.trainer.temporal.config import TGNConfig
 from graphfeed.trainer.temporal.events import TemporalEvents
 from graphfeed.trainer.temporal.memory import NodeMemory
 from graphfeed.trainer.temporal.metrics import Scores
@@ -38,26 +39,6 @@ from graphfeed.trainer.temporal.neighbors import InProcessNeighbors, NeighborSou
 log = logging.getLogger(__name__)
 
 PHASES = ("train", "val", "test")
-
-
-@dataclass(frozen=True)
-class TGNConfig:
-    """Hyper-parameters and run settings (defaults as in PyG's TGN example)."""
-
-    seed: int = 0
-    epochs: int = 1
-    batch_size: int = 200  # events per batch
-    fanout: int = 10  # most recent neighbours attended to
-    memory_dim: int = 100
-    time_dim: int = 100
-    embed_dim: int = 100
-    heads: int = 2
-    lr: float = 1e-4
-    mrr_negatives: int = 19  # val/test negatives per event: MRR ranks the positive among 1 + this many; AP uses the first
-    chunks: int = 10  # metric lines per epoch (one per 10 % of the events by default)
-    checkpoint: Path | None = None
-    checkpoint_every: int = 50  # batches
-    crash_after_batches: int | None = None  # tests: SIGKILL this process after that many batches of this run
 
 
 @dataclass(frozen=True)

@@ -302,21 +302,6 @@ def test_gpus_and_images_per_overlay(rendered: dict[str, Rendered]) -> None:
     assert GPU not in rendered["cpu"].text and "nodeSelector" not in rendered["cpu"].text
 
 
-def test_pytorchjob_runs_the_gpu_trainer_pod_under_the_training_operator(rendered: dict[str, Rendered]) -> None:
-    r, gpu = rendered[PYTORCHJOB], rendered["gpu"]
-    assert r.find("Job", "trainer") is None and r.find("Service", "trainer") is None
-    ptj = r.get("PyTorchJob", "trainer")
-    reference = json.loads(json.dumps(gpu.get("Job", "trainer")["spec"]["template"]))
-    del reference["spec"]["subdomain"]
-    ref_trainer = reference["spec"]["containers"][0]
-    ref_trainer["name"], ref_trainer["ports"][0]["name"] = "pytorch", "pytorchjob-port"
-    ref_trainer["env"] = [e for e in ref_trainer["env"] if e["name"] == "TRAINER_DEVICE"]  # the operator sets the rest
-    for role in ("Master", "Worker"):
-        rs = ptj["spec"]["pytorchReplicaSpecs"][role]
-        assert rs["template"] == reference, role
-    assert ptj["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_services_pdbs_and_hpa_select_real_pods(rendered: dict[str, Rendered], overlay: str) -> None:
     r = rendered[overlay]
@@ -388,28 +373,3 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
         assert not _allowed(r, "Ingress", labels[server], monitoring, "other", port)
     for w in labels.values():
         assert _allowed(r, "Egress", w, {"k8s-app": "kube-dns"}, "kube-system", 53)
-
-
-def test_the_pack_job_packs_exactly_the_trainers_job(rendered: dict[str, Rendered]) -> None:
-    """The packs are found by the job's key: batch size, fanouts, seed, split and world size must
-    be the trainer's, and every loader sidecar must read the volume the Job writes."""
-    r = rendered[PACKED]
-    job = r.get("Job", "trainer")
-    (trainer,) = containers(job, init=False)
-    (loader,) = pod_spec(job)["initContainers"]
-    (pack,) = containers(r.get("Job", "pack"))
-    script = pack["args"][0]
-    env = {e["name"]: e.get("value") for e in pack["env"]}
-    trainer_env = {e["name"]: e.get("value") for e in trainer["env"]}
-    assert env["WORLD_SIZE"] == trainer_env["WORLD_SIZE"]
-    assert f"--batch-size {args_flag(trainer['args'], '--batch-size')}" in script
-    assert "--fanouts 10,10" in script and args_flag(trainer["args"], "--fanouts") is None  # the trainer's default 10 10
-    assert "--job-seed 0" in script and args_flag(trainer["args"], "--seed") is None  # the trainer's default seed
-    out = re.search(r"--out (\S+)", script)
-    assert out is not None
-    assert static_env(r, loader)["GRAPHFEED_LOADER_PACK_ROOT"] == out.group(1)
-    mounts = {m["name"]: m for m in loader["volumeMounts"]}
-    assert mounts["packs"]["mountPath"] == out.group(1) and mounts["packs"]["readOnly"] is True
-    assert _volume(pod_spec(job), "packs")["persistentVolumeClaim"]["claimName"] == "graph-packs"
-    resident = re.search(r"--resident-bytes (\d+)", script)
-    assert resident is not None and resident.group(1) == static_env(r, loader)["GRAPHFEED_LOADER_CACHE_BYTES"]

@@ -1,9 +1,7 @@
 """Clients of the graph-store: one partition over gRPC, and a whole partition set.
 
-:class:`RemotePartitionSet` is what samplers and loaders use in production;
-:class:`LocalPartitionSet` wraps in-process :class:`~graphfeed.graph_store.store.GraphStore`
-cores with the same interface, so multi-partition logic is unit-tested without sockets.
-"""
+:class:`RemotePartitionSet` is what samplers and loaders use; :class:`LocalPartitionSet` wraps
+in-process stores with the same interface (multi-partition logic unit-tested without sockets)."""
 
 from __future__ import annotations
 

@@ -162,3 +162,45 @@ def test_symmetrize_drops_duplicates_and_self_loops() -> None:
 def test_unknown_source() -> None:
     with pytest.raises(InvalidArgument, match="unknown source"):
         load_source("parquet")
+
+
+def test_real_world_edge_lists(tmp_path: Path) -> None:
+    """What edge lists in the wild look like: SNAP comment lines, a UTF-8 BOM, quoted ids,
+    semicolons or spaces, node names; each read exactly, none losing its first edge."""
+    cases = {
+        "snap.txt": "# Directed graph: web-Example\n# Nodes: 3 Edges: 3\n# FromNodeId\tToNodeId\n0\t1\n1\t2\n2\t0\n",
+        "bom.csv": "\ufeff0,1\n1,2\n2,0\n",
+        "quoted.csv": '"0","1"\n"1","2"\n"2","0"\n',
+        "semicolon.csv": "0;1\n1;2\n2;0\n",
+        "spaces.txt": "0 1\n1 2\n2 0\n",
+        "header.csv": "from,to\n0,1\n1,2\n2,0\n",
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        g = load_edge_csv(tmp_path / name)
+        orig = g.orig_ids
+        assert orig is not None
+        assert edge_set(orig[g.src], orig[g.dst]) == {(0, 1), (1, 2), (2, 0)}, name
+    names = tmp_path / "names.csv"
+    names.write_text("source,target\nalice,bob\nbob,carol\ncarol,alice\n")
+    g = load_edge_csv(names)
+    node_names = g.extra["node_names"]
+    assert list(node_names) == ["alice", "bob", "carol"] and g.orig_ids is not None
+    named = edge_set(node_names[g.orig_ids[g.src]], node_names[g.orig_ids[g.dst]])
+    assert named == {("alice", "bob"), ("bob", "carol"), ("carol", "alice")}
+    headerless_names = tmp_path / "plain-names.csv"
+    headerless_names.write_text("alice,bob\nbob,carol\n")
+    assert load_edge_csv(headerless_names).num_edges == 2  # the first line is an edge, not a header
+    with pytest.raises(InvalidArgument, match="is a directory"):
+        load_edge_csv(tmp_path)
+
+
+def test_node_names_map_back_from_graphfeed_ids(tmp_path: Path) -> None:
+    from graphfeed.ingest.partition import write_partitioned
+
+    f = tmp_path / "names.csv"
+    f.write_text("src,dst\nalice,bob\nbob,carol\ncarol,dave\n")
+    out = tmp_path / "graph"
+    write_partitioned(load_edge_csv(f), out, 2, method="random", seed=0)
+    names, orig = np.load(out / "node_names.npy"), np.load(out / "orig_ids.npy")
+    assert sorted(names[orig]) == ["alice", "bob", "carol", "dave"]  # every graphfeed id has its name

@@ -168,3 +168,40 @@ def random_split(num_nodes: int, fractions: tuple[float, float, float], seed: in
         "val": np.sort(perm[n_train : n_train + n_val]),
         "test": np.sort(perm[n_train + n_val :]),
     }
+
+
+DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)  # train / val / test of a random split
+
+
+def symmetrize(
+    src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Adds the reverse of every edge, then removes exact duplicates (same src, dst and ts).
+
+    The result lists the surviving input edges in input order, then the added reverses.
+    """
+    pick = symmetric_positions(src, dst, ts, drop_self_loops)
+    all_src, all_dst = np.concatenate([src, dst])[pick], np.concatenate([dst, src])[pick]
+    return all_src, all_dst, None if ts is None else np.concatenate([ts, ts])[pick]
+
+
+def symmetric_positions(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False) -> np.ndarray:
+    """The edges :func:`symmetrize` keeps, as positions in ``[edges, reversed edges]`` (length 2E),
+    so per-edge data (features) can follow them."""
+    both = np.concatenate([np.arange(len(src)), np.arange(len(src))])
+    keep = np.flatnonzero(np.tile(src != dst, 2)) if drop_self_loops else np.arange(2 * len(src))
+    all_src, all_dst = np.concatenate([src, dst])[keep], np.concatenate([dst, src])[keep]
+    all_ts = None if ts is None else ts[both[keep]]
+    return keep[_first_occurrences(all_src, all_dst, all_ts)]
+
+
+def _first_occurrences(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None) -> np.ndarray:
+    """Ascending positions of the first copy of each distinct (src, dst[, ts])."""
+    keys = (dst, src) if ts is None else (ts, dst, src)
+    order = np.lexsort(keys)  # stable: equal keys stay in input order
+    new_group = np.ones(len(order), dtype=bool)
+    same = (src[order[1:]] == src[order[:-1]]) & (dst[order[1:]] == dst[order[:-1]])
+    if ts is not None:
+        same &= ts[order[1:]] == ts[order[:-1]]
+    new_group[1:] = ~same
+    return np.sort(order[new_group])

@@ -152,12 +152,14 @@ def write_partitioned(
         splits=tuple(sorted(g.splits)),
         partition_method=method if assignment is None else "given",
         has_edge_timestamps=g.edge_ts is not None,
-        extra=dict(g.extra),
+        extra={k: v for k, v in g.extra.items() if k != "node_names"},  # names go to node_names.npy
         graph_version=uuid.uuid4().hex,
     )
     out_dir = Path(out_dir)
     write_graph_manifest(out_dir, manifest)
     np.save(out_dir / "orig_ids.npy", orig[order])  # gid -> input id, whole graph
+    if "node_names" in g.extra:  # names in the input: orig_ids index them
+        np.save(out_dir / "node_names.npy", np.asarray(g.extra["node_names"], dtype=str))
     for p in tqdm(range(num_partitions), desc="writing partitions", unit="part", disable=not progress):
         lo, hi = int(offsets[p]), int(offsets[p + 1])
         e_lo, e_hi = int(indptr_all[lo]), int(indptr_all[hi])

@@ -14,48 +14,25 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
-from graphfeed.ingest.graph import GraphData, check_finite, check_ids_in_range, check_labels, check_splits, find_nonfinite, random_split
+from graphfeed.ingest.csv_source import load_edge_csv
+from graphfeed.ingest.graph import (
+    DEFAULT_FRACTIONS,
+    GraphData,
+    check_finite,
+    check_ids_in_range,
+    check_labels,
+    check_splits,
+    find_nonfinite,
+    random_split,
+    symmetric_positions,
+    symmetrize,
+)  # fmt: skip
 from graphfeed.ingest.synthetic import generate, generate_preset
 from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, package_dir
 
-DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 CORA_NUM_CLASSES = 7
 
 log = logging.getLogger(__name__)
-
-
-def symmetrize(
-    src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Adds the reverse of every edge, then removes exact duplicates (same src, dst and ts).
-
-    The result lists the surviving input edges in input order, then the added reverses.
-    """
-    pick = symmetric_positions(src, dst, ts, drop_self_loops)
-    all_src, all_dst = np.concatenate([src, dst])[pick], np.concatenate([dst, src])[pick]
-    return all_src, all_dst, None if ts is None else np.concatenate([ts, ts])[pick]
-
-
-def symmetric_positions(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False) -> np.ndarray:
-    """The edges :func:`symmetrize` keeps, as positions in ``[edges, reversed edges]`` (length 2E),
-    so per-edge data (features) can follow them."""
-    both = np.concatenate([np.arange(len(src)), np.arange(len(src))])
-    keep = np.flatnonzero(np.tile(src != dst, 2)) if drop_self_loops else np.arange(2 * len(src))
-    all_src, all_dst = np.concatenate([src, dst])[keep], np.concatenate([dst, src])[keep]
-    all_ts = None if ts is None else ts[both[keep]]
-    return keep[_first_occurrences(all_src, all_dst, all_ts)]
-
-
-def _first_occurrences(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None) -> np.ndarray:
-    """Ascending positions of the first copy of each distinct (src, dst[, ts])."""
-    keys = (dst, src) if ts is None else (ts, dst, src)
-    order = np.lexsort(keys)  # stable: equal keys stay in input order
-    new_group = np.ones(len(order), dtype=bool)
-    same = (src[order[1:]] == src[order[:-1]]) & (dst[order[1:]] == dst[order[:-1]])
-    if ts is not None:
-        same &= ts[order[1:]] == ts[order[:-1]]
-    new_group[1:] = ~same
-    return np.sort(order[new_group])
 
 
 def _graphdatascience_dir() -> Path:
@@ -243,114 +220,6 @@ def _float32_features(f: Path, feat: np.ndarray) -> np.ndarray:
 def _check_len(f: Path, a: np.ndarray, want: int, what: str) -> None:
     if len(a) != want:
         raise InvalidArgument(f"{f}: has {len(a)} entries, expected as many {what} ({want})")
-
-
-def load_edge_csv(
-    path: str | Path,
-    *,
-    num_features: int = 0,
-    seed: int = 0,
-    undirected: bool = False,
-    split_seed: int = 0,
-    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
-    delimiter: str | None = None,
-    name: str | None = None,
-) -> GraphData:
-    """An edge list: one edge per line, ``src,dst[,ts]`` with integer node ids and timestamps.
-
-    A first line whose first two fields are not integers is a header; a header naming ``src``
-    and ``dst`` (and ``ts``, ``t``, ``time`` or ``timestamp``) selects those columns by name. Node ids can be any integers: the
-    nodes are the distinct ids (ascending) and ``orig_ids`` keeps them. There are no labels
-    (num_classes 0); "feat" is seeded N(0, 1) noise when ``num_features > 0``.
-
-    Args:
-        path: the CSV file.
-        num_features: width of the random "feat" table (0: none).
-        seed: seed of the random features.
-        undirected: add reverse edges (see :func:`symmetrize`).
-        split_seed: seed of the random train/val/test split.
-        fractions: train/val/test fractions.
-        delimiter: field separator (default: tab if the first line has one, else comma).
-        name: dataset name (default: the file's stem).
-    """
-    f = Path(path)
-    if not f.is_file():
-        raise NotFound(f"csv source: {f} does not exist")
-    cols = _read_edge_csv(f, delimiter)
-    orig, inverse = np.unique(np.concatenate([cols["src"], cols["dst"]]), return_inverse=True)
-    e = len(cols["src"])
-    src, dst, ts = inverse[:e].astype(np.int64), inverse[e:].astype(np.int64), cols.get("ts")
-    if undirected:
-        src, dst, ts = symmetrize(src, dst, ts)
-    n = len(orig)
-    node_data = {}
-    if num_features > 0:
-        node_data["feat"] = np.random.default_rng(seed).standard_normal((n, num_features), dtype=np.float32)
-    return GraphData(
-        name=name or f.stem,
-        num_nodes=n,
-        src=src,
-        dst=dst,
-        node_data=node_data,
-        splits=random_split(n, fractions, split_seed),
-        num_classes=0,
-        edge_ts=ts,
-        orig_ids=orig.astype(np.int64),
-        extra={"undirected": undirected},
-    )
-
-
-TS_COLUMN_NAMES = ("ts", "t", "time", "timestamp")
-"""Header names an edge CSV may give its (integer) timestamp column."""
-
-
-def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
-    """Columns "src", "dst" and maybe "ts" (int64) of an edge-list file."""
-    import pyarrow as pa  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
-    import pyarrow.csv as pacsv  # noqa: PLC0415
-
-    with open(f, encoding="utf-8", errors="replace") as fh:
-        first = fh.readline().strip()
-    if not first:
-        raise InvalidArgument(f"{f}: empty edge list")
-    delim = delimiter or ("\t" if "\t" in first else ",")
-    fields = [x.strip() for x in first.split(delim)]
-    has_header = len(fields) < 2 or not all(_is_int(x) for x in fields[:2])
-    names = [x.lower() for x in fields] if has_header else []
-    if len(fields) not in (2, 3):
-        raise InvalidArgument(f"{f}: expected 2 or 3 columns (src, dst[, ts]) separated by {delim!r}, got {len(fields)}: {first!r}")
-    wanted = ["src", "dst", "ts"][: len(fields)]
-    names = ["ts" if x in TS_COLUMN_NAMES else x for x in names]
-    if has_header and {"src", "dst"} <= set(names):
-        if len(fields) == 3 and "ts" not in names:
-            raise InvalidArgument(
-                f"{f}: the header names src and dst but not the timestamp column (one of {', '.join(TS_COLUMN_NAMES)}): {first!r}"
-            )
-        order = [names.index(c) for c in wanted]
-    else:
-        order = list(range(len(fields)))
-    read = pacsv.ReadOptions(skip_rows=1 if has_header else 0, autogenerate_column_names=True)
-    types = {f"f{i}": pa.int64() for i in range(len(fields))}
-    try:
-        table = pacsv.read_csv(f, read_options=read, parse_options=pacsv.ParseOptions(delimiter=delim),
-                               convert_options=pacsv.ConvertOptions(column_types=types))
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise InvalidArgument(f"{f}: not an integer edge list src{delim}dst[{delim}ts]: {e}") from e
-    out = {}
-    for key, i in zip(wanted, order):
-        col = table.column(i)
-        if col.null_count:
-            raise InvalidArgument(f"{f}: column {key!r} has {col.null_count} empty values")
-        out[key] = col.to_numpy().astype(np.int64)
-    return out
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
 
 
 def load_synthetic(

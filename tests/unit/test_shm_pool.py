@@ -186,3 +186,44 @@ def test_peer_segments_let_go_of_idle_mappings(tmp_path: Path) -> None:
     peers.open(tmp_path, seg.name).close()
     assert wait_for(lambda: len(peers) == 0)
     peers.close()
+
+
+def test_a_dead_readers_lent_segments_come_back_to_the_pool(tmp_path: Path) -> None:
+    """A trainer SIGKILLed while holding minibatches never hands their files back itself; the
+    writer's pool takes them back once no reader holds their lock (and leaves a live one's alone)."""
+    import signal
+    import subprocess
+    import sys
+
+    pool = shm.SegmentPool(tmp_path)
+    pool.ABANDON_GRACE_S = 0.0
+    segs = [pool.acquire(1 << 16) for _ in range(2)]
+    for s in segs:
+        s.close()
+    reader_code = (
+        "import sys, numpy as np\n"
+        "from pathlib import Path\n"
+        "from graphfeed.common import shm\n"
+        "r = shm.SegmentReader(Path(sys.argv[1]))\n"
+        "a = r.array(sys.argv[2], 0, (8,), np.int64, recycle=True)\n"
+        "print('mapped', flush=True)\n"
+        "sys.stdin.read()\n"  # holds the mapping until killed
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", reader_code, str(tmp_path), s.name], stdout=subprocess.PIPE,
+                              stdin=subprocess.PIPE, text=True) for s in segs]  # fmt: skip
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "mapped"
+        dead = procs[0]
+        dead.send_signal(signal.SIGKILL)
+        dead.wait()
+        got = pool.acquire(1 << 16)  # collects: the dead reader's file is free again, reused
+        assert pool.files == 2, "no third file: the abandoned one was taken back"
+        assert (tmp_path / (segs[1].name + shm.LENT_SUFFIX)).exists(), "a live reader's file stays lent"
+        got.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        pool.close()

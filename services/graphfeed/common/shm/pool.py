@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import mmap
 import os
 import threading
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from graphfeed.common.errors import FailedPrecondition, ResourceExhausted, Unavailable
-from graphfeed.common.shm.files import FREE_SUFFIX, LENT_SUFFIX, start_trimmer, suffixed, try_unlink
+from graphfeed.common.shm.files import FREE_SUFFIX, LENT_SUFFIX, start_trimmer, suffixed, try_rename, try_unlink
 from graphfeed.common.shm.owner_locks import new_segment_name
 from graphfeed.common.shm.segment import Segment
 
@@ -41,6 +42,7 @@ class SegmentPool:
     """
 
     _ROUND = 64 << 10
+    ABANDON_GRACE_S = 5.0  # a lent file younger than this is never taken for abandoned
 
     def __init__(self, directory: Path, max_free: int = 8, headroom: float = 0.125, idle_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
@@ -105,7 +107,7 @@ class SegmentPool:
         for name, (mm, cap, since) in list(self._files.items()):
             path = self.directory / name
             if since is None:
-                if self._is_ours(name, suffixed(path, FREE_SUFFIX)):
+                if self._is_ours(name, suffixed(path, FREE_SUFFIX)) or self._reclaim_abandoned(name, path):
                     self._files[name] = (mm, cap, now)
                     free.append((now, name))
                 elif not (os.path.lexists(path) or os.path.lexists(suffixed(path, LENT_SUFFIX))):
@@ -124,6 +126,27 @@ class SegmentPool:
         except OSError:
             return False
         return (st.st_dev, st.st_ino) == self._inodes.get(name) and st.st_uid == os.geteuid()
+
+    def _reclaim_abandoned(self, name: str, path: Path) -> bool:
+        """Takes back a lent file whose reader died without handing it back: readers hold a
+        shared flock while mapped, so an exclusive one succeeds only when none is alive. A file
+        lent less than ``ABANDON_GRACE_S`` ago is left alone (its reader may be about to lock)."""
+        lent = suffixed(path, LENT_SUFFIX)
+        try:
+            fd = os.open(lent, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self._inodes.get(name) or time.time() - st.st_ctime < self.ABANDON_GRACE_S:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a live reader
+            return try_rename(lent, suffixed(path, FREE_SUFFIX))
+        finally:
+            os.close(fd)
 
     def _drop(self, name: str) -> None:
         mm = self._files.pop(name)[0]

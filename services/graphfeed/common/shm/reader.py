@@ -4,6 +4,7 @@ cached mappings of a peer's segments it writes into (:class:`PeerSegments`)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
 import threading
@@ -31,6 +32,12 @@ from graphfeed.common.shm.files import (
 from graphfeed.common.shm.segment import Segment
 
 
+def _hand_back(lent: Path, free: Path, fd: int) -> None:
+    """A recycled segment's reader is done with it: back to its writer's pool, lock released."""
+    try_rename(lent, free)
+    os.close(fd)
+
+
 class SegmentReader:
     """Reader side for one received message: maps each named segment once and claims it
     (unlinks it, or, for a recycled one, renames it ``.lent`` and ``.free`` once unmapped).
@@ -55,19 +62,27 @@ class SegmentReader:
         # Recycled: the rename is the claim (atomic against the writer taking it back on expiry).
         # The writer rewrites the file only after it is ".free", i.e. after our mapping is gone,
         # so the private mapping never sees a later message's bytes.
-        lent = suffixed(path, LENT_SUFFIX)
+        # While mapped, the reader holds a shared flock on the file: a writer whose reader died
+        # (SIGKILL, no finalizer ran) finds it unlocked and takes the file back (SegmentPool).
+        lent, free = suffixed(path, LENT_SUFFIX), suffixed(path, FREE_SUFFIX)
         if not try_rename(path, lent):
             raise DataLoss(f"shared-memory segment {name} is gone from {self.directory}{self._GONE}")
         try:
-            mm, size = map_existing(lent, os.O_RDONLY, self._GONE, DataLoss, access=mmap.ACCESS_COPY)
+            fd, st = open_regular(lent, os.O_RDONLY, self._GONE, DataLoss)
         except BaseException:
-            try_rename(lent, suffixed(path, FREE_SUFFIX))
+            try_rename(lent, free)
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY) if st.st_size else None
+        except BaseException:
+            _hand_back(lent, free, fd)
             raise
         if mm is None:
-            try_rename(lent, suffixed(path, FREE_SUFFIX))
+            _hand_back(lent, free, fd)
         else:
-            weakref.finalize(mm, try_rename, lent, suffixed(path, FREE_SUFFIX))
-        return mm, size
+            weakref.finalize(mm, _hand_back, lent, free, fd)
+        return mm, st.st_size
 
     def array(self, name: str, offset: int, shape: tuple[int, ...], dtype: DTypeLike, recycle: bool = False) -> np.ndarray:
         """The array stored at ``offset`` of segment ``name`` (mapped and claimed on first use;

@@ -126,6 +126,18 @@ def test_template_names_every_graph_store_and_partition_zero_gives_the_count(ari
         running.stop(0)
 
 
+def test_the_temporal_client_takes_the_template_too(arith_root: Path, stores: Stores) -> None:
+    from graphfeed.graph_store.temporal_client import TemporalClient
+
+    port = free_port("127.0.0.10")
+    stores.start(arith_root, [("127.0.0.10", port), ("127.0.0.11", port)])
+    client = TemporalClient([f"127.0.0.1{{p}}:{port}"])
+    try:
+        assert [c.address for c in client.clients] == [f"127.0.0.10:{port}", f"127.0.0.11:{port}"]
+    finally:
+        client.close()
+
+
 def test_a_re_ingested_graph_is_noticed_and_reloaded(tmp_path: Path, stores: Stores, caplog: pytest.LogCaptureFixture) -> None:
     old_root, new_root = write_arithmetic(tmp_path / "old"), write_arithmetic(tmp_path / "new")
     old_v, new_v = GraphManifest.load(old_root).graph_version, GraphManifest.load(new_root).graph_version

@@ -34,7 +34,7 @@ import numpy as np
 
 from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
 from graphfeed.common.seeds import derive_seed
-from graphfeed.graph_store.client import GraphStoreClient
+from graphfeed.graph_store.client import GraphStoreClient, expand_addresses
 from graphfeed.graph_store.fanout import Pending
 from graphfeed.graph_store.temporal import AppendAck, TemporalSample
 from graphfeed.graph_store.temporal_index import int_array
@@ -100,6 +100,7 @@ class TemporalClient:
     def __init__(self, addresses: Sequence[str], *, client_id: str | None = None, timeout_s: float = 30.0,
                  retry_deadline_s: float = 120.0, max_backoff_s: float = 2.0, max_ids_per_request: int = 1_000_000,
                  shm_dir: str | None = None) -> None:  # fmt: skip
+        addresses = expand_addresses(addresses, timeout_s)  # one graph-store-{p}... template is fine too
         clients = [GraphStoreClient(a, timeout_s, shm_dir) for a in addresses]
         infos = [c.info() for c in clients]
         n = infos[0].num_partitions

@@ -204,3 +204,32 @@ def test_node_names_map_back_from_graphfeed_ids(tmp_path: Path) -> None:
     write_partitioned(load_edge_csv(f), out, 2, method="random", seed=0)
     names, orig = np.load(out / "node_names.npy"), np.load(out / "orig_ids.npy")
     assert sorted(names[orig]) == ["alice", "bob", "carol", "dave"]  # every graphfeed id has its name
+
+
+def test_a_csv_graph_with_labels_and_features_can_be_trained_on(tmp_path: Path) -> None:
+    edges, labels, feats = tmp_path / "edges.csv", tmp_path / "labels.csv", tmp_path / "feats.csv"
+    edges.write_text("src,dst\nalice,bob\nbob,carol\ncarol,alice\ndave,alice\n")
+    labels.write_text("node,label\ncarol,1\nalice,0\nbob,1\ndave,0\n")
+    feats.write_text("dave,4,40\nbob,2,20\nalice,1,10\ncarol,3,30\n")
+    g = load_edge_csv(edges, labels=labels, features=feats)
+    names = list(g.extra["node_names"])
+    assert names == ["alice", "bob", "carol", "dave"] and g.num_classes == 2
+    assert g.node_data["label"].tolist() == [0, 1, 1, 0]  # in node order, whatever the file's order
+    assert g.node_data["feat"].tolist() == [[1, 10], [2, 20], [3, 30], [4, 40]]
+    assert g.node_data["feat"].dtype == np.float32
+    (tmp_path / "short.csv").write_text("alice,0\nbob,1\n")
+    with pytest.raises(InvalidArgument, match="2 lines for 4 nodes"):
+        load_edge_csv(edges, labels=tmp_path / "short.csv")
+    (tmp_path / "stranger.csv").write_text("alice,0\nbob,1\ncarol,1\neve,0\n")
+    with pytest.raises(InvalidArgument, match="'eve' is not in the edge list"):
+        load_edge_csv(edges, labels=tmp_path / "stranger.csv")
+    (tmp_path / "nan.csv").write_text("alice,1\nbob,nan\ncarol,1\ndave,1\n")
+    with pytest.raises(InvalidArgument, match="NaN"):
+        load_edge_csv(edges, features=tmp_path / "nan.csv")
+    (tmp_path / "neg.csv").write_text("alice,0\nbob,-1\ncarol,1\ndave,0\n")
+    with pytest.raises(InvalidArgument):
+        load_edge_csv(edges, labels=tmp_path / "neg.csv")
+    ints = tmp_path / "ints.csv"
+    ints.write_text("10,11\n11,12\n")
+    (tmp_path / "int-labels.csv").write_text("12,2\n10,0\n11,1\n")
+    assert load_edge_csv(ints, labels=tmp_path / "int-labels.csv").node_data["label"].tolist() == [0, 1, 2]

@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--source", required=True, choices=sorted(SOURCES), help="input kind")
     src.add_argument("--path", type=Path, help="input: a directory of .npy files (numpy) or an edge-list file (csv)")
     src.add_argument("--undirected", action="store_true", help="numpy/csv/collegemsg/lastfm: also add the reverse of every edge")
+    src.add_argument("--labels", type=Path, help="csv: node,label per node (integer classes 0..C-1): a graph to train on")
+    src.add_argument("--features", type=Path, help="csv: node,x1,x2,... per node (numbers) instead of random features")
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
     presets = ", ".join(f"{k} ({_describe(v)})" for k, v in PRESETS.items())
@@ -93,6 +95,8 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         used += ["--homophily"] if args.homophily is not None else []
         if used:
             raise InvalidArgument(f"{', '.join(used)} only apply to --source synthetic")
+    if kind != "csv" and (args.labels is not None or args.features is not None):
+        raise InvalidArgument("--labels and --features only apply to --source csv (a numpy directory has label.npy and feat.npy)")
     if kind == "cora":
         return {"split_seed": args.split_seed}
     if kind in ("collegemsg", "lastfm"):  # chronological 70/15/15 event split, in the manifest's extra
@@ -102,7 +106,7 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if kind == "csv":
         return {
             "path": args.path, "num_features": args.feat_dim or 0, "seed": args.seed,
-            "undirected": args.undirected, "split_seed": args.split_seed,
+            "undirected": args.undirected, "split_seed": args.split_seed, "labels": args.labels, "features": args.features,
         }  # fmt: skip
     extra = {} if args.homophily is None else {"homophily": args.homophily}
     return {"preset": args.preset, **sizes, **extra, "seed": args.seed, "split_seed": args.split_seed, "progress": not args.no_progress}

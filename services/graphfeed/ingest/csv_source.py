@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
-from graphfeed.ingest.graph import DEFAULT_FRACTIONS, GraphData, random_split, symmetrize
+from graphfeed.ingest.graph import DEFAULT_FRACTIONS, GraphData, check_labels, random_split, symmetrize
 
 
 def load_edge_csv(
@@ -21,6 +21,8 @@ def load_edge_csv(
     fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
     delimiter: str | None = None,
     name: str | None = None,
+    labels: str | Path | None = None,
+    features: str | Path | None = None,
 ) -> GraphData:
     """An edge list: one edge per line, ``src,dst[,ts]``; node ids integers or names, integer timestamps.
 
@@ -41,6 +43,10 @@ def load_edge_csv(
         fractions: train/val/test fractions.
         delimiter: field separator (default: tab if the first line has one, else comma).
         name: dataset name (default: the file's stem).
+        labels: a CSV of ``node,label`` (node id or name as in the edge list, integer class
+            0..C-1), one line per node of the graph: the graph can then be trained on.
+        features: a CSV of ``node,x1,x2,...`` (numbers), one line per node: "feat" instead of
+            random noise.
     """
     f = Path(path)
     if f.is_dir():
@@ -57,9 +63,19 @@ def load_edge_csv(
     if undirected:
         src, dst, ts = symmetrize(src, dst, ts)
     n = len(orig)
-    node_data = {}
-    if num_features > 0:
+    keys = names if names is not None else orig
+    node_data: dict[str, np.ndarray] = {}
+    if features is not None:
+        node_data["feat"] = node_table(Path(features), keys, "features", np.float32)
+    elif num_features > 0:
         node_data["feat"] = np.random.default_rng(seed).standard_normal((n, num_features), dtype=np.float32)
+    num_classes = 0
+    if labels is not None:
+        label = node_table(Path(labels), keys, "labels", np.int64)
+        if label.shape[1] != 1:
+            raise InvalidArgument(f"{labels}: expected node,label columns, got {label.shape[1] + 1}")
+        node_data["label"] = label[:, 0]
+        num_classes = check_labels(str(labels), node_data["label"], n)
     return GraphData(
         name=name or f.stem,
         num_nodes=n,
@@ -67,7 +83,7 @@ def load_edge_csv(
         dst=dst,
         node_data=node_data,
         splits=random_split(n, fractions, split_seed),
-        num_classes=0,
+        num_classes=num_classes,
         edge_ts=ts,
         orig_ids=orig.astype(np.int64),
         extra={"undirected": undirected, **({"node_names": names} if names is not None else {})},
@@ -161,3 +177,47 @@ def _is_int(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def node_table(f: Path, keys: np.ndarray, what: str, dtype: type) -> np.ndarray:
+    """Rows of a ``node,v1,v2,...`` CSV in node order (``keys``: the sorted node ids or names of
+    the edge list); every node exactly once, nothing else (InvalidArgument naming the node)."""
+    import pyarrow as pa  # noqa: PLC0415 - file sources only
+    import pyarrow.csv as pacsv  # noqa: PLC0415
+
+    if not f.is_file():
+        raise NotFound(f"csv {what}: {f} does not exist")
+    skip, delim, lines = _sniff(f, None)
+    has_header = not _is_int(lines[0][0]) and (len(lines) < 2 or _is_int(lines[1][0]) or keys.dtype.kind == "U")
+    has_header = has_header and lines[0][0].lower() in ("node", "id", "node_id", "name", "src")
+    read = pacsv.ReadOptions(skip_rows=skip + (1 if has_header else 0), autogenerate_column_names=True)
+    try:
+        table = pacsv.read_csv(f, read_options=read, parse_options=pacsv.ParseOptions(delimiter=delim),
+                               convert_options=pacsv.ConvertOptions(column_types={"f0": pa.string()}))  # fmt: skip
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise InvalidArgument(f"{f}: not a node,{what} table: {e}") from e
+    node = table.column(0).to_numpy(zero_copy_only=False).astype(str)
+    at = _positions(f, node, keys)
+    if len(np.unique(at)) != len(at) or len(at) != len(keys):
+        raise InvalidArgument(f"{f}: {len(at)} lines for {len(keys)} nodes; give every node of the edge list exactly once")
+    try:
+        values = np.stack([table.column(i).to_numpy(zero_copy_only=False) for i in range(1, table.num_columns)], axis=1)
+        out: np.ndarray = np.empty((len(keys), values.shape[1]), dtype=dtype)
+        out[at] = values.astype(dtype)
+    except (ValueError, TypeError) as e:
+        raise InvalidArgument(f"{f}: {what} must be numbers: {e}") from e
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        raise InvalidArgument(f"{f}: {what} hold NaN or infinity")
+    return out
+
+
+def _positions(f: Path, node: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Where each node of a node table sits among ``keys`` (unknown nodes: InvalidArgument)."""
+    want = node if keys.dtype.kind == "U" else node.astype(np.int64) if _int_mask(node).all() else None
+    if want is None:
+        raise InvalidArgument(f"{f}: node ids must be the edge list's integers")
+    at = np.searchsorted(keys, want).clip(0, len(keys) - 1)
+    unknown = keys[at] != want
+    if unknown.any():
+        raise InvalidArgument(f"{f}: node {str(want[unknown][0])[:40]!r} is not in the edge list")
+    return at

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from graphfeed.trainer.checkpoint import save_checkpoint
 from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.connect import wait_for
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
@@ -58,16 +57,6 @@ def batch_digest(input_nodes: torch.Tensor, blocks: list) -> str:
         h.update(src.cpu().numpy().tobytes())
         h.update(dst.cpu().numpy().tobytes())
     return h.hexdigest()
-
-
-def save_checkpoint(path: Path, state: dict) -> None:
-    """Writes atomically: a crash leaves either the old or the new checkpoint, never half."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def init_distributed(cfg: TrainConfig) -> None:

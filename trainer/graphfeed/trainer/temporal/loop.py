@@ -22,13 +22,13 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphfeed.common.seeds import derive_seed, rng
+from graphfeed.trainer.checkpoint import save_checkpoint
 from graphfeed.trainer.temporal.config import TGNConfig
 from graphfeed.trainer.temporal.events import TemporalEvents
 from graphfeed.trainer.temporal.memory import NodeMemory
@@ -108,16 +108,6 @@ def return_freed_memory_to_the_os(mmap_threshold_bytes: int = 1 << 20) -> None:
         return
     m_mmap_threshold = -3  # from glibc's malloc.h
     libc.mallopt(m_mmap_threshold, mmap_threshold_bytes)
-
-
-def save_atomically(path: Path, state: dict) -> None:
-    """A crash leaves the old or the new checkpoint, never half of one."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class TGNTrainer:
@@ -258,7 +248,7 @@ class TGNTrainer:
             "epoch": self.epoch, "step": self.step, "position": self.position, "result": self.result,
             "phase": self._phase, "chunk": self._chunk, "chunk_first": self._chunk_first, "epoch_seconds": self._epoch_seconds,
         }  # fmt: skip
-        save_atomically(self.cfg.checkpoint, state)
+        save_checkpoint(self.cfg.checkpoint, state)
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])

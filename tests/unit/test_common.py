@@ -75,3 +75,12 @@ def test_error_messages_are_clipped_so_echoed_input_keeps_its_status() -> None:
     text = str(err)
     assert len(text) <= MAX_MESSAGE_CHARS and text.startswith("no split named xxx") and text.endswith("characters cut)")
     assert str(NotFound("y" * MAX_MESSAGE_CHARS)) == "y" * MAX_MESSAGE_CHARS
+
+
+def test_errors_name_at_most_five_distinct_ids() -> None:
+    import numpy as np
+
+    from graphfeed.common.errors import name_ids
+
+    assert name_ids(np.array([9, 7, 9])) == "7, 9"
+    assert name_ids(np.arange(12)[::-1]) == "0, 1, 2, 3, 4 and 7 more"

@@ -7,6 +7,7 @@ a gRPC status with the message, and clients turn statuses back into these classe
 from __future__ import annotations
 
 import grpc
+import numpy as np
 
 MAX_MESSAGE_CHARS = 1000  # a status message travels in trailing metadata (8 KiB in all by default)
 
@@ -19,6 +20,14 @@ def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
         return text
     cut = len(text) - limit
     return f"{text[: limit - 40]}... ({cut + 40} characters cut)"
+
+
+def name_ids(ids: np.ndarray, limit: int = 5) -> str:
+    """The distinct ``ids`` an error quotes: the first ``limit``, then how many more
+    (``"7, 9 and 3 more"``), so that a message stays short whatever the request held."""
+    distinct = np.unique(ids)
+    named = ", ".join(str(int(g)) for g in distinct[:limit])
+    return named + (f" and {len(distinct) - limit} more" if len(distinct) > limit else "")
 
 
 class GraphfeedError(Exception):

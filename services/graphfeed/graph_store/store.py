@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, name_ids
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_csr
@@ -22,7 +22,6 @@ from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeig
 
 log = logging.getLogger(__name__)
 
-_MAX_NAMED_IDS = 5  # offending ids quoted in a NotFound message
 
 
 def _load_splits(reader: PartitionReader) -> dict[str, np.ndarray]:
@@ -167,11 +166,8 @@ class GraphStore:
         gids = arr.astype(np.int64, copy=False)
         bad = (gids < self.start) | (gids >= self.stop)
         if bad.any():
-            offending = np.unique(gids[bad])
-            named = ", ".join(str(int(g)) for g in offending[:_MAX_NAMED_IDS])
-            more = f" and {len(offending) - _MAX_NAMED_IDS} more" if len(offending) > _MAX_NAMED_IDS else ""
             raise NotFound(
-                f"{what} {named}{more} are not owned by partition {self.partition_id}, "
+                f"{what} {name_ids(gids[bad])} are not owned by partition {self.partition_id}, "
                 f"which owns [{self.start}, {self.stop})"
             )
         return gids - self.start

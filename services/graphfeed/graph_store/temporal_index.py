@@ -30,10 +30,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, name_ids
 
 _I64_MIN = np.iinfo(np.int64).min
-_MAX_NAMED = 5  # offending ids quoted in an error
 _NO_ROW = 1 << 62  # row of an owned node that has no edge yet: beyond every array
 
 
@@ -269,11 +268,8 @@ def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:
     old = gids < lay.num_nodes
     bad = np.where(old, (gids < lay.start) | (gids >= lay.stop), gids % lay.num_partitions != lay.partition_id)
     if bad.any():
-        offending = np.unique(gids[bad])
-        named = ", ".join(str(int(g)) for g in offending[:_MAX_NAMED])
-        more = f" and {len(offending) - _MAX_NAMED} more" if len(offending) > _MAX_NAMED else ""
         raise FailedPrecondition(
-            f"{what} {named}{more} not owned by partition {lay.partition_id} of {lay.num_partitions}, which owns "
+            f"{what} {name_ids(gids[bad])} not owned by partition {lay.partition_id} of {lay.num_partitions}, which owns "
             f"[{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} with id % {lay.num_partitions} == {lay.partition_id}"
         )
 

@@ -188,8 +188,7 @@ def node_table(f: Path, keys: np.ndarray, what: str, dtype: type) -> np.ndarray:
     if not f.is_file():
         raise NotFound(f"csv {what}: {f} does not exist")
     skip, delim, lines = _sniff(f, None)
-    has_header = not _is_int(lines[0][0]) and (len(lines) < 2 or _is_int(lines[1][0]) or keys.dtype.kind == "U")
-    has_header = has_header and lines[0][0].lower() in ("node", "id", "node_id", "name", "src")
+    has_header = lines[0][0].lower() in ("node", "id", "node_id", "name", "src")  # a header names the node column
     read = pacsv.ReadOptions(skip_rows=skip + (1 if has_header else 0), autogenerate_column_names=True)
     try:
         table = pacsv.read_csv(f, read_options=read, parse_options=pacsv.ParseOptions(delimiter=delim),

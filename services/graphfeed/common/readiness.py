@@ -67,7 +67,7 @@ def serve_health(servicer: health.HealthServicer, host: str, port: int, workers:
 
 def check_serving(address: str, peer: str, timeout_s: float) -> None:
     """Raises :class:`PeerNotReady` unless the server at ``address`` answers health SERVING."""
-    with security.client_channel(address) as channel:
+    with security.channel(address) as channel:
         try:
             resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError as err:

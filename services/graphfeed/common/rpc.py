@@ -97,7 +97,7 @@ def client_channel(
         # per GB at 1 MB answers). Every graphfeed stream is read by one thread.
         ("SingleThreadedUnaryStream", 1),
     ]
-    return security.client_channel(address, options)  # TLS and a token when the process is set up so
+    return security.channel(address, options)  # TLS and a token when the process is set up so
 
 
 T = TypeVar("T")

@@ -235,8 +235,9 @@ def configure_clients(security: ClientSecurity) -> None:
     _clients = security
 
 
-def client_channel(address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:
-    """A channel secured as :func:`configure_clients` said (plaintext by default)."""
+def channel(address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:
+    """A channel secured as :func:`configure_clients` said (plaintext by default); with retry
+    policy and options, :func:`graphfeed.common.rpc.client_channel`."""
     return _clients.channel(address, options)
 
 

@@ -23,7 +23,7 @@ from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 def partition_info(address: str, timeout_s: float) -> PartitionInfo:
     """GetPartitionInfo of the graph-store at ``address``; raises :class:`PeerNotReady` naming
     it at once when it refuses the connection, or after ``timeout_s`` when it does not answer."""
-    with security.client_channel(address) as channel:
+    with security.channel(address) as channel:
         try:
             resp = pb_grpc.GraphStoreServiceStub(channel).GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=timeout_s)
         except grpc.RpcError as err:

@@ -54,9 +54,10 @@ def rule_exprs() -> list[tuple[str, str]]:
 
 
 def exported_series() -> set[str]:
-    """Series names graphfeed's metric classes export (RPC, graph-store and its temporal graph,
-    sampler, loader, trainer)."""
+    """Series names graphfeed's metric classes export (RPC, the shared-memory transport,
+    graph-store and its temporal graph, sampler, loader, trainer)."""
     from graphfeed.common.metrics import RpcMetrics
+    from graphfeed.common.transport import ServerTransport
     from graphfeed.graph_store.metrics import GraphStoreMetrics, RowTierCollector, TemporalMetrics
     from graphfeed.graph_store.rowstore import RowStats
     from graphfeed.loader.metrics import LoaderMetrics
@@ -67,6 +68,7 @@ def exported_series() -> set[str]:
     for cls in (RpcMetrics, GraphStoreMetrics, TemporalMetrics, SamplerMetrics, LoaderMetrics):
         cls.create(registry)
     TrainerMetrics.create("job", 0, registry)
+    ServerTransport(None, "metrics", registry)
     registry.register(RowTierCollector(lambda: RowStats(0, 0, 0, 0)))
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "summary": ("_sum", "_count", "")}
     return {fam.name + s for fam in registry.collect() for s in suffixes.get(fam.type, ("",))}

@@ -28,6 +28,7 @@ ALERTS = {
     "GraphfeedTrainerDataStall",
     "GraphfeedGraphStoreDown",
     "GraphfeedGraphStoreReplicasMissing",
+    "GraphfeedSharedMemoryRefused",
 }
 
 

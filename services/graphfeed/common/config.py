@@ -55,6 +55,15 @@ class ServiceSettings(BaseSettings):
         description="Shared-memory directory for bulk tensors with same-host peers that offer it "
         "(this server's responses, and what its own clients offer); empty disables.",
     )
+    shm_client_quota_mb: float = Field(
+        default=0, ge=0,
+        description="Shared-memory bytes (MiB) one client may hold unclaimed before its responses go inline "
+        "instead; 0: a quarter of shm_dir's size. Some room (1/16, at most 64 MiB) is always kept free.",
+    )  # fmt: skip
+
+    @property
+    def shm_client_quota_bytes(self) -> int:
+        return int(self.shm_client_quota_mb * (1 << 20))
 
 
     tls_cert: str = Field(default="", description="PEM certificate: TLS on the gRPC port (the health port stays plaintext for probes).")

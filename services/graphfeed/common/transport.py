@@ -39,6 +39,7 @@ from graphfeed.common.shm import (
     SegmentPool,
     SegmentReader,
     SegmentRegistry,
+    ShmQuota,
     shared_offer,
 )
 from graphfeed.common.v1 import tensor_pb2
@@ -57,21 +58,22 @@ class ServerTransport:
             the other half of the communication volume next to ``..._response_bytes_total``.
         ttl_s: seconds an unclaimed segment of a finished call survives before it is removed.
         pool_files: handed-back segment files kept for reuse (see :class:`SegmentPool`).
+        client_quota_bytes: unclaimed bytes one client may hold in ``shm_dir`` before its
+            responses go inline (0: a quarter of the directory; see :class:`ShmQuota`).
     """
 
     def __init__(
         self, shm_dir: str | Path | None, service: str = "", metrics: CollectorRegistry | None = None, ttl_s: float = 300.0,
-        pool_files: int = 16,
-    ) -> None:
+        pool_files: int = 16, client_quota_bytes: int = 0,
+    ) -> None:  # fmt: skip
         self.shm_dir = Path(shm_dir) if shm_dir else None
         self.pool_files = pool_files
         self.service = service
-        self._verifier = OfferVerifier([self.shm_dir.resolve()] if self.shm_dir else [])
         self.registry = SegmentRegistry(ttl_s)
         self._pools: dict[Path, SegmentPool] = {}
         self._pools_lock = threading.Lock()
         self.peers = PeerSegments()  # callers' own segments this server writes into, mapped once per file
-        self._bytes = None
+        self._bytes = self._declined = None
         if metrics is not None:
             self._bytes = Counter(
                 "graphfeed_rpc_response_shm_bytes_total",
@@ -79,18 +81,44 @@ class ServerTransport:
                 ("service", "method"),
                 registry=metrics,
             )
+            self._declined = Counter(
+                "graphfeed_rpc_shm_declined_total",
+                "Responses and minibatches sent inline although their client offered shared memory: "
+                "reason quota (the client held its quota unclaimed) or full (the directory was nearly full).",
+                ("service", "reason"),
+                registry=metrics,
+            )
+        self.quota: ShmQuota | None = None
+        try:
+            if self.shm_dir is not None:
+                self.quota = ShmQuota(self.shm_dir, self.registry, client_quota_bytes, on_decline=self.declined)
+        except OSError:
+            self.shm_dir = None  # no such directory here: no offer could check out anyway
+        self._verifier = OfferVerifier([self.shm_dir.resolve()] if self.shm_dir else [])
         atexit.register(self.close)  # a graceful exit leaves nothing behind in shm_dir
 
-    def directory(self, context: grpc.ServicerContext) -> Path | None:
-        """The shared directory when the caller's offer checks out, else None."""
+    def accept(self, context: grpc.ServicerContext) -> tuple[Path | None, str]:
+        """``(directory, client)`` for a call: the shared directory when the caller's offer
+        checks out (else None) and the offer's client name (see :class:`ShmQuota`)."""
         if self.shm_dir is None:
-            return None
-        return self._verifier.accept(context.invocation_metadata())
+            return None, ""
+        verified = self._verifier.verify(context.invocation_metadata())
+        return verified if verified is not None else (None, "")
 
     def response(self, context: grpc.ServicerContext, method: str) -> Response:
         """The tensors of one response message of ``method`` (a unary call's answer): in
-        shared memory when the caller's offer checks out, else inline (decided here, once)."""
-        return Response(self, method, self.directory(context))
+        shared memory when the caller's offer checks out and its client is within its quota,
+        else inline (decided here, once; a segment the directory has no room for after all
+        makes the rest of the response inline)."""
+        directory, client = self.accept(context)
+        if directory is not None and self.quota is not None and self.quota.decline(client) is not None:
+            directory = None
+        return Response(self, method, directory, client=client)
+
+    def declined(self, reason: str) -> None:
+        """Counts one response or minibatch sent inline for ``reason`` although shared memory was offered."""
+        if self._declined is not None:
+            self._declined.labels(self.service, reason).inc()
 
     def stream(self, context: grpc.ServicerContext, method: str) -> StreamCall:
         """One server-streaming call of ``method``: shared memory or inline, decided here for
@@ -157,13 +185,17 @@ class Response:
     :meth:`framed` (or yield :meth:`frames`) instead of the message itself.
     """
 
-    def __init__(self, transport: ServerTransport, method: str, directory: Path | None, owner: object = None) -> None:
+    def __init__(
+        self, transport: ServerTransport, method: str, directory: Path | None, owner: object = None, client: str = ""
+    ) -> None:
         self.directory = directory
         self.paths: list[Path] = []  # the segments this message refers to (a stream's back-pressure watches them)
         self._transport = transport
         self._method = method
         self._owner = owner
+        self._client = client
         self._arena: Arena | None = None  # where :meth:`encode` puts arrays, copied when finished
+        self._pending: list[tuple[np.ndarray, tensor_pb2.Tensor]] = []  # what :meth:`encode` put in the arena
         self._segments: list[Segment] = []  # written (and peers' segments), mapped until exit
         self._placed: dict[int, tuple[str, int, bool, int]] = {}  # data address -> (segment, offset, recycle, nbytes)
         self._nbytes = 0
@@ -188,16 +220,18 @@ class Response:
     def empty_many(self, shapes: Sequence[Sequence[int]], dtype: DTypeLike) -> list[np.ndarray]:
         """Several arrays like :meth:`empty`, laid out in one segment after whatever was
         encoded before (which that segment then carries too)."""
-        if self.directory is None:
-            return [np.empty(tuple(shape), dtype) for shape in shapes]
-        arena = self._open_arena()
-        self._nbytes += arena.nbytes  # what was encoded before; the new arrays count as encoded
-        offsets = [arena.reserve(shape, dtype) for shape in shapes]
-        segment = self._finish_arena()
-        out = [segment.array(at, tuple(shape), dtype) for at, shape in zip(offsets, shapes)]
-        for arr, at in zip(out, offsets):
-            self._place(arr, segment.name, at, segment.recycle)
-        return out
+        if self.directory is not None:
+            arena = self._open_arena()
+            encoded = arena.nbytes  # what was encoded before; the new arrays count as encoded
+            offsets = [arena.reserve(shape, dtype) for shape in shapes]
+            segment = self._finish_arena()
+            if segment is not None:
+                self._nbytes += encoded
+                out = [segment.array(at, tuple(shape), dtype) for at, shape in zip(offsets, shapes)]
+                for arr, at in zip(out, offsets):
+                    self._place(arr, segment.name, at, segment.recycle)
+                return out
+        return [np.empty(tuple(shape), dtype) for shape in shapes]
 
     def adopt(self, array: np.ndarray, segment: str, offset: int = 0, recycle: bool = False) -> None:
         """Says that ``array`` already lives in ``segment`` (of this server, e.g. a stream's
@@ -214,6 +248,7 @@ class Response:
         arr = np.asarray(array)
         ref = self._placed.get(arr.ctypes.data) if arr.flags.c_contiguous else None
         if ref is None or arr.nbytes > ref[3]:
+            self._pending.append((arr, field))
             return codec.encode(arr, field, self._open_arena())
         self._nbytes += arr.nbytes
         return codec.encode_ref(arr.shape, arr.dtype, ref[0], ref[1], field, ref[2])
@@ -265,14 +300,15 @@ class Response:
         """Writes the put arrays' segment (unless the response failed), unmaps, counts."""
         try:
             if self._arena is not None and exc_type is None:
-                self._nbytes += self._arena.nbytes  # laid out, not the (recycled) file's capacity
-                self._finish_arena()
+                laid_out = self._arena.nbytes  # not the (recycled) file's capacity
+                if self._finish_arena() is not None:
+                    self._nbytes += laid_out
         finally:
-            self._arena = None
+            self._arena, self._pending = None, []
             for segment in self._segments:
                 segment.close()  # arrays over it keep their mapping until they are gone
             self._segments = []
-        if self.directory is not None and exc_type is None:
+        if self._nbytes and exc_type is None:
             self._transport.count(self._method, self._nbytes)
 
     def _open_arena(self) -> Arena:
@@ -280,14 +316,23 @@ class Response:
             if self.directory is None:
                 raise RuntimeError(f"{self._method}: no shared directory was accepted, so no arena can be opened")
             pool = self._transport.pool(self.directory)
-            self._arena = Arena(self.directory, self._transport.registry, self._owner, pool)
+            self._arena = Arena(self.directory, self._transport.registry, self._owner, pool, self._client)
         return self._arena
 
-    def _finish_arena(self) -> Segment:
+    def _finish_arena(self) -> Segment | None:
+        """The arena's segment, written; None when the directory had no room: then what was
+        put in it, and the rest of the response, goes inline."""
         if self._arena is None or self.directory is None:
             raise RuntimeError(f"{self._method}: no arena is open to finish")
         arena, self._arena = self._arena, None
-        segment = arena.finish()
+        pending, self._pending = self._pending, []
+        quota = self._transport.quota
+        segment = arena.finish() if quota is None else quota.create(self._client, arena, self._transport.pool(self.directory))
+        if segment is None and quota is not None:  # refused after all (quota, or no room): the rest goes inline
+            self.directory = None
+            for array, field in pending:
+                codec.encode(array, field, layout=self._layout)
+            return None
         if segment is None:
             raise RuntimeError(f"{self._method}: finished an arena with nothing placed in it")
         self._segments.append(segment)
@@ -305,7 +350,7 @@ class StreamCall:
     cancelled, are removed at once. Use as a context manager around the whole stream."""
 
     def __init__(self, transport: ServerTransport, context: grpc.ServicerContext, method: str) -> None:
-        self.directory = transport.directory(context)
+        self.directory, self.client = transport.accept(context)
         self.owner = object()  # the registry owner of every segment of this call
         self._transport = transport
         self._context = context
@@ -321,9 +366,15 @@ class StreamCall:
         """The server's reusable segment files in :attr:`directory` (None inline)."""
         return None if self.directory is None else self._transport.pool(self.directory)
 
-    def response(self) -> Response:
-        """The tensors of the stream's next message."""
-        return Response(self._transport, self._method, self.directory, self.owner)
+    @property
+    def quota(self) -> ShmQuota | None:
+        """What decides, per message, whether the call's client may be sent more through shared memory."""
+        return self._transport.quota
+
+    def response(self, shared: bool = True) -> Response:
+        """The tensors of the stream's next message; ``shared`` False sends it inline (its
+        producer was refused shared memory for it: see :class:`ShmQuota`)."""
+        return Response(self._transport, self._method, self.directory if shared else None, self.owner, self.client)
 
     def __enter__(self) -> StreamCall:
         return self

@@ -12,6 +12,8 @@ from pydantic_settings import SettingsConfigDict
 from graphfeed.common.config import PeerServiceSettings
 from graphfeed.loader.cache_options import CacheOptions, CachePolicyName, InitialFill
 
+STREAMLESS_WORKERS = 4  # handler threads minibatch streams never take (DescribeJob, probes)
+
 CACHE_OPTION_SETTINGS = {
     "lookahead_prefetch_steps": "lookahead_prefetch_steps",
     "massivegnn_prefetch_fraction": "prefetch_fraction",
@@ -64,6 +66,16 @@ class LoaderSettings(PeerServiceSettings):
     massivegnn_alpha: float = _option("massivegnn_alpha")
     massivegnn_initial_fill: InitialFill = _option("massivegnn_initial_fill")
     max_inflight: int = Field(default=2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond).")
+    max_workers: int = Field(
+        default=64, ge=STREAMLESS_WORKERS + 1,
+        description="gRPC handler threads. An open minibatch stream holds one; at most max_workers - "
+        f"{STREAMLESS_WORKERS} streams are open at once, so that DescribeJob is always answered.",
+    )  # fmt: skip
+    max_streams_per_client: int = Field(
+        default=16, ge=1,
+        description="Minibatch streams one client (one process offering shared memory, else one connection) may "
+        "hold open; more are refused with RESOURCE_EXHAUSTED.",
+    )  # fmt: skip
     sample_workers: int = Field(default=2, ge=1, description="Threads issuing sampler calls, shared by all streams.")
     pack_root: str = Field(
         default="",

@@ -7,7 +7,9 @@ There is one gather (:class:`Gatherer`); where the features are assembled is a
 * :class:`HostBuffer` without a sink: a NumPy array.
 * :class:`HostBuffer` with a :class:`ShmSink`: a new shared-memory segment the consumer maps;
   same-host graph-stores write the misses' rows straight into it, so each row is copied once,
-  from its owner's table to where the trainer reads it.
+  from its owner's table to where the trainer reads it. When the consumer holds its quota
+  unclaimed, or the directory is nearly full, the sink refuses and the minibatch is assembled
+  as without one (and sent inline).
 * :class:`DeviceBuffer` (a loader embedded in a trainer on the GPU, the cache with a GPU tier):
   one kernel reads GPU-tier hits from device memory and host-tier hits zero-copy from pinned
   host memory; only the misses are fetched (to the host) and copied up.
@@ -32,7 +34,7 @@ import numpy as np
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import FailedPrecondition
-from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry
+from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry, ShmQuota
 from graphfeed.graph_store.fanout import fan_out
 from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
 from graphfeed.loader.cache import DeviceCachePolicy, Rows, RowsAt
@@ -55,6 +57,18 @@ class ShmSink:
     owner: object
     pool: SegmentPool | None = None  # reused files (pages already allocated); None: a new file each
     direct: bool = True
+    quota: ShmQuota | None = None  # what may refuse ``client`` a segment (None: never refused)
+    client: str = ""  # the consumer, as the quota counts it
+
+    def segment(self, shape: Sequence[int], dtype: np.dtype) -> Segment | None:
+        """A new segment holding one ``shape`` array at offset 0, or None when the consumer may
+        not be sent more through shared memory now (over its quota, or no room)."""
+        arena = Arena(self.directory, self.registry, self.owner, self.pool, self.client)
+        arena.reserve(shape, dtype)  # at offset 0
+        segment = arena.finish() if self.quota is None else self.quota.create(self.client, arena, self.pool)
+        if segment is None and self.quota is None:
+            raise RuntimeError(f"arena {arena.name} with a reserved {shape} array finished without a segment")
+        return segment
 
 
 @runtime_checkable
@@ -73,6 +87,7 @@ class FeatureBuffer(ABC):
     :meth:`complete`, :meth:`close`; then :meth:`missed_rows` if the policy admits rows."""
 
     segment: Segment | None = None  # the shared memory holding the features at offset 0, if any
+    refused: bool = False  # a sink refused this minibatch shared memory: it goes inline
 
     @abstractmethod
     def look_up(self, cache: SharedCache, stream: int, step: int, ids: np.ndarray) -> np.ndarray:
@@ -113,18 +128,15 @@ class HostBuffer(FeatureBuffer):
 
     def open(self) -> tuple[np.ndarray, np.ndarray]:
         shape = (len(self._hit), *self._row_shape)
-        if self._sink is None and self._pool is not None:
+        self.segment = self._sink.segment(shape, self._dtype) if self._sink is not None else None
+        self.refused = self._sink is not None and self.segment is None
+        if self.segment is not None:
+            self._features = self.segment.array(0, shape, self._dtype)
+        elif self._pool is not None:
             nbytes = self._dtype.itemsize * int(np.prod(shape, dtype=np.int64))
             self._features = self._pool.take(nbytes).view(self._dtype).reshape(shape)
-        elif self._sink is None:
-            self._features = np.empty(shape, dtype=self._dtype)
         else:
-            arena = Arena(self._sink.directory, self._sink.registry, self._sink.owner, self._sink.pool)
-            arena.reserve(shape, self._dtype)  # at offset 0
-            self.segment = arena.finish()
-            if self.segment is None:
-                raise RuntimeError(f"arena {arena.name} with a reserved {shape} array finished without a segment")
-            self._features = self.segment.array(0, shape, self._dtype)
+            self._features = np.empty(shape, dtype=self._dtype)
         return self._features, self._miss_pos
 
     def complete(self) -> np.ndarray:
@@ -173,6 +185,7 @@ class Gathered:
     stats: MinibatchStats
     segment: str | None  # the shared-memory segment holding the features at offset 0
     recycle: bool  # that segment is a pool's file
+    refused: bool = False  # shared memory was refused for this minibatch: send it inline
 
 
 @dataclass
@@ -223,7 +236,7 @@ class Gatherer:
                 policy.admit(ids[miss_pos], buf.missed_rows())
         stats = _stats(len(ids), len(miss_pos), packed, got, got_labels, sample_s, t0)
         seg = buf.segment
-        return Gathered(features, labels, stats, seg.name if seg is not None else None, seg is not None and seg.recycle)
+        return Gathered(features, labels, stats, seg.name if seg is not None else None, seg is not None and seg.recycle, buf.refused)
 
     def _buffer(self) -> FeatureBuffer:
         spec = self.partitions.info.node_data[self.feature_name]

@@ -37,3 +37,4 @@ class ReadyMinibatch:
     stats: MinibatchStats
     features_segment: str | None = None  # the shared-memory segment holding ``features`` at offset 0
     features_recycle: bool = False  # that segment is a pool's file (handed back, not unlinked)
+    inline: bool = False  # shared memory was refused for this minibatch (see ShmQuota): send it inline

@@ -13,10 +13,10 @@ from graphfeed.common.rpc import RunningServer, run_service, start_service_serve
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.client import RemotePartitionSet
 from graphfeed.graph_store.peers import connect_partitions, graph_changed
-from graphfeed.loader.config import LoaderSettings
+from graphfeed.loader.config import STREAMLESS_WORKERS, LoaderSettings
 from graphfeed.loader.core import Loader
 from graphfeed.loader.metrics import LoaderMetrics
-from graphfeed.loader.servicer import LoaderServicer
+from graphfeed.loader.servicer import LoaderServicer, StreamSlots
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 from graphfeed.sampler.client import SamplerClient
@@ -81,14 +81,15 @@ def start(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
     """
     registry = CollectorRegistry() if registry is None else registry
     metrics = LoaderMetrics.create(registry)
-    transport = ServerTransport(settings.shm_dir, "LoaderService", registry)
+    transport = ServerTransport(settings.shm_dir, "LoaderService", registry, client_quota_bytes=settings.shm_client_quota_bytes)
     running: RunningServer | None = None
     gate = PeerGate(
         "loader", lambda: _connect(settings, metrics), on_serving=lambda ok: running.set_serving(ok) if running else None,
         check=_graph_changed, release=close_all,
         check_interval_s=settings.peer_check_interval_s, max_backoff_s=settings.peer_backoff_max_s,
     )  # fmt: skip
-    servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, transport))
+    slots = StreamSlots(settings.max_workers - STREAMLESS_WORKERS, settings.max_streams_per_client)
+    servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, transport, slots=slots))
     running = start_service_server(
         settings,
         register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(cast(Any, servicer), server),

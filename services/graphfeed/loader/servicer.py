@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 
 from graphfeed.common import blocks, codec
 from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, Outgoing
+from graphfeed.common.errors import ResourceExhausted
 from graphfeed.common.shm import Backpressure
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
@@ -68,28 +71,76 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
 def shm_sink(call: StreamCall) -> ShmSink | None:
     """Where a stream assembles its features: a segment per minibatch in the call's shared
     directory, owned by the call (None inline)."""
-    return None if call.directory is None else ShmSink(call.directory, call.registry, call.owner, call.pool)
+    if call.directory is None:
+        return None
+    return ShmSink(call.directory, call.registry, call.owner, call.pool, quota=call.quota, client=call.client)
+
+
+class StreamSlots:
+    """How many minibatch streams may be open at once, in all and per client. A stream holds a
+    handler thread for as long as it is open, also when its client does not read; without a
+    bound, a client that opens streams and never reads them would take every thread and the
+    loader would answer no one. Beyond a bound a new stream is refused at once. Thread-safe.
+
+    Args:
+        total: streams open at once (keep it below the server's handler threads, so that
+            DescribeJob is always answered).
+        per_client: streams one client may hold open: one shared-memory offer (one process),
+            else one connection.
+    """
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self.total, self.per_client = max(1, total), max(1, per_client)
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+
+    @contextmanager
+    def hold(self, client: str) -> Iterator[None]:
+        """A slot for one stream of ``client`` for the ``with`` block.
+
+        Raises:
+            ResourceExhausted: the client, or the loader, has as many streams open as allowed.
+        """
+        with self._lock:
+            mine, everyone = self._open.get(client, 0), sum(self._open.values())
+            if mine >= self.per_client:
+                raise ResourceExhausted(f"this client already has {mine} minibatch streams open (max_streams_per_client)")
+            if everyone >= self.total:
+                raise ResourceExhausted(f"the loader has {everyone} minibatch streams open, its most: add loader "
+                                        "replicas or raise max_workers")  # fmt: skip
+            self._open[client] = mine + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open[client] -= 1
+                if not self._open[client]:
+                    del self._open[client]
 
 
 class LoaderServicer(pb_grpc.LoaderServiceServicer):
     """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core."""
 
-    def __init__(self, loader: Loader, transport: ServerTransport | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+    def __init__(
+        self, loader: Loader, transport: ServerTransport | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        slots: StreamSlots | None = None,
+    ) -> None:  # fmt: skip
         self._loader = loader
         self._transport = transport or ServerTransport(None)
         self._chunk_bytes = chunk_bytes  # bulk bytes per stream message without shared memory
+        self._slots = slots or StreamSlots(1 << 30, 1 << 30)
 
     def DescribeJob(self, request: pb.DescribeJobRequest, context: grpc.ServicerContext) -> pb.DescribeJobResponse:
         return info_to_proto(self._loader.describe(job_from_proto(request.job)))
 
     def StreamMinibatches(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Minibatch | Outgoing]:
-        with self._transport.stream(context, "StreamMinibatches") as call:
+        with self._transport.stream(context, "StreamMinibatches") as call, self._slots.hold(call.client or context.peer()):
             stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, shm_sink(call))
             context.add_callback(stream.close)  # a cancelled RPC stops the producer
             pressure = Backpressure(context, self._loader.max_inflight)  # sent through shared memory, not yet claimed
             with stream:
                 for mb in stream:
-                    with call.response() as r:
+                    with call.response(shared=not mb.inline) as r:
                         msg = minibatch_to_proto(mb, r)
                     if not pressure.wait():
                         return

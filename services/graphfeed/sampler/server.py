@@ -47,7 +47,7 @@ def start(settings: SamplerSettings, registry: CollectorRegistry | None = None) 
     """
     registry = CollectorRegistry() if registry is None else registry
     metrics = SamplerMetrics.create(registry)
-    transport = ServerTransport(settings.shm_dir, "SamplerService", registry)
+    transport = ServerTransport(settings.shm_dir, "SamplerService", registry, client_quota_bytes=settings.shm_client_quota_bytes)
 
     def connect() -> _Connected:
         remote = connect_partitions(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir)

@@ -30,6 +30,11 @@ removes (or hands back ``.free``) what nobody claims: at once when a stream is c
 after a TTL otherwise, everything at shutdown. A stream bounds how many of its messages are
 sent and not yet claimed (:class:`Backpressure`, woken by inotify when a file is claimed).
 
+Quota (:mod:`.quota`). One client (one offer) may hold only so much unclaimed in the directory,
+and some room is always kept free (:class:`ShmQuota`): past either, its next response or
+minibatch goes inline instead, so a stuck or hostile client cannot make every other client's
+segments fail for want of room. A segment that finds no room after all also goes inline.
+
 Dead owners (:mod:`.owner_locks`). A writer that dies without cleaning up (SIGKILL, the OOM
 killer) must not leave its files in the tmpfs for good (they are memory). Every writing process
 holds an *owner lock* in the directory (``graphfeed-owner-<token>``, ``flock``-ed until it
@@ -53,6 +58,7 @@ from graphfeed.common.shm.files import (
 from graphfeed.common.shm.offer import OfferVerifier, ShmOffer, shared_offer
 from graphfeed.common.shm.owner_locks import owner_token, sweep_dead_owners
 from graphfeed.common.shm.pool import SegmentPool
+from graphfeed.common.shm.quota import ShmQuota
 from graphfeed.common.shm.reader import PeerSegments, SegmentReader
 from graphfeed.common.shm.registry import SegmentRegistry
 from graphfeed.common.shm.segment import Arena, Segment
@@ -76,6 +82,7 @@ __all__ = [
     "SegmentReader",
     "SegmentRegistry",
     "ShmOffer",
+    "ShmQuota",
     "owner_token",
     "shared_offer",
     "sweep_dead_owners",

@@ -117,6 +117,12 @@ class OfferVerifier:
             metadata: (key, value) pairs as from ``ServicerContext.invocation_metadata()``
                 (objects with ``.key``/``.value``, or 2-tuples).
         """
+        verified = self.verify(metadata)
+        return verified[0] if verified is not None else None
+
+    def verify(self, metadata: Iterable[object] | None) -> tuple[Path, str] | None:
+        """Like :meth:`accept`, with the client: ``(directory, probe name)``. The probe names one
+        offer (one client process and directory), which is what per-client quotas count by."""
         if not self.allowed_dirs or not metadata:
             return None
         try:
@@ -131,7 +137,7 @@ class OfferVerifier:
             with self._lock:
                 hit = self._verified.get(value)
             if hit is not None:
-                return hit
+                return hit, value.rsplit("|", 2)[1]
             directory, reason = self._check(value)
         except Exception as e:  # noqa: BLE001 - bad metadata must never fail a call
             directory, value, reason = None, repr(metadata)[:200], f"unreadable offer ({e})"
@@ -143,7 +149,7 @@ class OfferVerifier:
             elif value not in self._logged and len(self._logged) < self._MAX_REMEMBERED:
                 self._logged.add(value)
                 log.info("client's shared-memory offer declined, sending bytes inline: %s", reason)
-        return directory
+        return (directory, value.rsplit("|", 2)[1]) if directory is not None else None
 
     def _check(self, value: str) -> tuple[Path | None, str]:
         parts = value.rsplit("|", 2)

@@ -186,6 +186,14 @@ class SegmentPool:
         self._inodes[name] = inode
         return Segment(name, path, cap, mm, recycle=True)
 
+    def reusable(self, nbytes: int) -> bool:
+        """Whether a handed-back file takes ``nbytes`` as it is (no new room in the directory)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._collect(self._clock())
+            return any(since is not None and cap >= nbytes for _, cap, since in self._files.values())
+
     @property
     def files(self) -> int:
         """Files the pool owns (out or free)."""

@@ -116,17 +116,20 @@ class Arena:
     """Lays out several arrays in one segment: :meth:`put` returns the offset at once, :meth:`finish` copies.
 
     With a ``pool`` the segment is a recycled file (``recycle`` is True, and the references to
-    it must say so: :func:`graphfeed.common.codec.encode` does)."""
+    it must say so: :func:`graphfeed.common.codec.encode` does). With a ``client`` the segment
+    counts toward what that client holds unclaimed in ``registry``."""
 
     def __init__(
-        self, directory: Path, registry: SegmentRegistry | None = None, owner: object = None, pool: SegmentPool | None = None
-    ) -> None:
+        self, directory: Path, registry: SegmentRegistry | None = None, owner: object = None, pool: SegmentPool | None = None,
+        client: str = "",
+    ) -> None:  # fmt: skip
         self.directory = Path(directory)
         self.name = new_segment_name(self.directory)
         self.recycle = pool is not None
         self._registry = registry
         self._owner = owner
         self._pool = pool
+        self._client = client
         self._items: list[tuple[int, np.ndarray | None]] = []
         self._end = 0
         self._finished = False
@@ -176,10 +179,10 @@ class Arena:
             return None
         if self._pool is not None:
             seg = self._pool.acquire(self._end, self.name)
-            if self._registry is not None:
-                self._registry.add(seg.path, self._owner, recycle=True)
         else:
-            seg = Segment.create(self.directory, self._end, self._registry, self._owner, name=self.name)
+            seg = Segment.create(self.directory, self._end, name=self.name)
+        if self._registry is not None:
+            self._registry.add(seg.path, self._owner, seg.recycle, self._client, self._end)
         for offset, arr in items:
             if arr is not None and arr.nbytes:
                 seg.array(offset, arr.shape, arr.dtype)[...] = arr

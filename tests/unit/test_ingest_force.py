@@ -142,3 +142,16 @@ def test_an_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.Capture
         assert "exists and is not a directory" in capsys.readouterr().err
         assert csv.read_text() == EDGES
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.csv"]
+
+
+def test_columns_name_a_headerless_third_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "timed.csv"
+    csv.write_text("10,11,5\n11,12,6\n12,13,7\n13,10,8\n")
+    assert ingest(csv, tmp_path / "refused") == 2
+    assert "3 columns and no header line: name them with --columns" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    assert ingest(csv, tmp_path / "weighted", "--columns", "src,dst,weight") == 0
+    weights = np.concatenate([np.load(p) for p in sorted((tmp_path / "weighted").glob("part-*/edge_feat.npy"))])
+    assert sorted(weights[:, 0].tolist()) == [5.0, 6.0, 7.0, 8.0]  # kept as an edge feature, not as times
+    assert ingest(csv, tmp_path / "timed", "--columns", "src,dst,ts") == 0
+    assert not list((tmp_path / "timed").glob("part-*/edge_feat.npy"))

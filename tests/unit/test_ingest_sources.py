@@ -150,7 +150,7 @@ def test_csv_errors(tmp_path: Path) -> None:
         load_edge_csv(bad)
     wide = tmp_path / "wide.csv"
     wide.write_text("1,2,3,4\n")
-    with pytest.raises(InvalidArgument, match="2 or 3 columns"):
+    with pytest.raises(InvalidArgument, match="4 columns and no header line"):
         load_edge_csv(wide)
 
 

@@ -153,11 +153,35 @@ def test_csv_timestamp_column_by_name(tmp_path: Path, header: str) -> None:
     assert list(zip(g.orig_ids[g.src].tolist(), g.orig_ids[g.dst].tolist(), g.edge_ts.tolist())) == [(7, 9, 300), (9, 7, 100)]
 
 
-def test_csv_header_without_a_timestamp_name_is_refused(tmp_path: Path) -> None:
-    f = tmp_path / "edges.csv"
-    f.write_text("src,dst,weight\n1,2,3\n")
-    with pytest.raises(InvalidArgument, match="timestamp column"):
-        load_edge_csv(f)
+def test_csv_columns_beyond_src_dst_are_named_never_guessed(tmp_path: Path) -> None:
+    weighted = tmp_path / "weighted.csv"
+    weighted.write_text("src,dst,weight\n1,2,0.5\n2,1,3\n")
+    g = load_edge_csv(weighted, undirected=True)  # a weight is an edge feature, kept (and follows its edge)
+    assert g.edge_ts is None and g.edge_feat is not None and g.extra["edge_feat_columns"] == ["weight"]
+    assert g.orig_ids is not None
+    got = {(int(g.orig_ids[s]), int(g.orig_ids[d])): float(w) for s, d, w in zip(g.src, g.dst, g.edge_feat[:, 0])}
+    assert got == {(1, 2): 0.5, (2, 1): 3.0}
+    plain = tmp_path / "plain.csv"
+    plain.write_text("1,2,300\n2,3,100\n")
+    with pytest.raises(InvalidArgument, match="3 columns and no header line: name them with --columns"):
+        load_edge_csv(plain)  # the third column could be a time or a weight
+    timed = load_edge_csv(plain, columns=["src", "dst", "ts"])
+    assert timed.edge_ts is not None and timed.edge_ts.tolist() == [300, 100] and timed.edge_feat is None
+    weighed = load_edge_csv(plain, columns=["src", "dst", "w"])
+    assert weighed.edge_ts is None and weighed.edge_feat is not None and weighed.edge_feat[:, 0].tolist() == [300.0, 100.0]
+    assert load_edge_csv(plain, columns=["src", "dst", "-"]).edge_feat is None  # skipped
+    wordy = tmp_path / "wordy.csv"
+    wordy.write_text("from,to,time,weight\n1,2,5,0.5\n")  # the endpoints in its own words: the first two
+    g = load_edge_csv(wordy)
+    assert g.edge_ts is not None and g.edge_ts.tolist() == [5] and g.edge_feat is not None and g.edge_feat.tolist() == [[0.5]]
+    for columns, message in [(["src", "dst"], "names 2 columns, the file has 3"), (["src", "src", "ts"], "exactly one src"),
+                             (["src", "dst", "dst"], "exactly one dst"), (["a", "a", "src"], "exactly one dst")]:  # fmt: skip
+        with pytest.raises(InvalidArgument, match=message):
+            load_edge_csv(plain, columns=columns)
+    nonnumeric = tmp_path / "labels.csv"
+    nonnumeric.write_text("src,dst,kind\n1,2,friend\n")
+    with pytest.raises(InvalidArgument, match="edge features numbers"):
+        load_edge_csv(nonnumeric)
 
 
 def test_ingest_command_writes_collegemsg_with_its_event_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--undirected", action="store_true", help="numpy/csv/collegemsg/lastfm: also add the reverse of every edge")
     src.add_argument("--labels", type=Path, help="csv: node,label per node (integer classes 0..C-1): a graph to train on")
     src.add_argument("--features", type=Path, help="csv: node,x1,x2,... per node (numbers) instead of random features")
+    src.add_argument(
+        "--columns", type=lambda text: text.split(","),
+        help="csv: the name of every column, e.g. src,dst,ts or src,dst,weight (- skips one; other names are numeric "
+        "edge features); needed for more than two columns without a header line",
+    )  # fmt: skip
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
     presets = ", ".join(f"{k} ({_describe(v)})" for k, v in PRESETS.items())
@@ -95,8 +100,10 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         used += ["--homophily"] if args.homophily is not None else []
         if used:
             raise InvalidArgument(f"{', '.join(used)} only apply to --source synthetic")
-    if kind != "csv" and (args.labels is not None or args.features is not None):
-        raise InvalidArgument("--labels and --features only apply to --source csv (a numpy directory has label.npy and feat.npy)")
+    if kind != "csv" and (args.labels is not None or args.features is not None or args.columns is not None):
+        raise InvalidArgument(
+            "--labels, --features and --columns only apply to --source csv (a numpy directory has label.npy and feat.npy)"
+        )
     if kind == "cora":
         return {"split_seed": args.split_seed}
     if kind in ("collegemsg", "lastfm"):  # chronological 70/15/15 event split, in the manifest's extra
@@ -107,6 +114,7 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "path": args.path, "num_features": args.feat_dim or 0, "seed": args.seed,
             "undirected": args.undirected, "split_seed": args.split_seed, "labels": args.labels, "features": args.features,
+            "columns": args.columns,
         }  # fmt: skip
     extra = {} if args.homophily is None else {"homophily": args.homophily}
     return {"preset": args.preset, **sizes, **extra, "seed": args.seed, "split_seed": args.split_seed, "progress": not args.no_progress}

@@ -1,14 +1,16 @@
 """Edge-list CSV input (``graphfeed ingest --source csv``): what real edge lists look like (SNAP
-comments, BOMs, quotes, tab/comma/semicolon/space, integer ids or node names, a timestamp column)."""
+comments, BOMs, quotes, tab/comma/semicolon/space, integer ids or node names, a timestamp column,
+weight-like columns kept as edge features)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
-from graphfeed.ingest.graph import DEFAULT_FRACTIONS, GraphData, check_labels, random_split, symmetrize
+from graphfeed.ingest.graph import DEFAULT_FRACTIONS, GraphData, check_labels, random_split, symmetrize_edges
 
 
 def load_edge_csv(
@@ -23,13 +25,19 @@ def load_edge_csv(
     name: str | None = None,
     labels: str | Path | None = None,
     features: str | Path | None = None,
+    columns: Sequence[str] | None = None,
 ) -> GraphData:
-    """An edge list: one edge per line, ``src,dst[,ts]``; node ids integers or names, integer timestamps.
+    """An edge list: one edge per line, ``src,dst`` and maybe more columns; node ids integers or
+    names.
 
     Leading ``#``/``%`` comment lines (SNAP) and a UTF-8 BOM are skipped; quotes around fields are
-    fine; the delimiter is tab, comma, semicolon or space (the first found). A header names
-    ``src``/``source`` and ``dst``/``target`` (and ``ts``, ``t``, ``time`` or ``timestamp``) and
-    selects those columns. The nodes are the distinct ids (ascending); ``orig_ids`` keeps them,
+    fine; the delimiter is tab, comma, semicolon or space (the first found). Columns are named by
+    ``columns``, else by a header line, else a two-column file is ``src,dst``; a file of more
+    columns with neither is refused (its third column could be a time or a weight: never guessed).
+    Names: ``src``/``source`` and ``dst``/``target`` (a header naming neither: its first two
+    columns), ``ts``/``t``/``time``/``timestamp`` (integer timestamps), ``-`` (skipped), and any
+    other name a numeric edge feature (e.g. ``weight``: ``edge_feat`` columns in that order, their
+    names in ``extra["edge_feat_columns"]``). The nodes are the distinct ids (ascending); ``orig_ids`` keeps them,
     or, for names, their positions in ``extra["node_names"]`` (``node_names.npy`` next to the
     partitions). There are no labels (num_classes 0); "feat" is seeded N(0, 1) noise when
     ``num_features > 0``.
@@ -47,21 +55,22 @@ def load_edge_csv(
             0..C-1), one line per node of the graph: the graph can then be trained on.
         features: a CSV of ``node,x1,x2,...`` (numbers), one line per node: "feat" instead of
             random noise.
+        columns: the name of every column, in order (a header line is then skipped, not read).
     """
     f = Path(path)
     if f.is_dir():
         raise InvalidArgument(f"csv source: {f} is a directory; give the edge-list file (a directory of .npy files is --source numpy)")
     if not f.is_file():
         raise NotFound(f"csv source: {f} does not exist")
-    cols = _read_edge_csv(f, delimiter)
+    cols, feat_names = _read_edge_csv(f, delimiter, columns)
     orig, inverse = np.unique(np.concatenate([cols["src"], cols["dst"]]), return_inverse=True)
     names = None
     if orig.dtype.kind == "U":  # node names: orig_ids are positions in the sorted names (node_names.npy)
         names, orig = orig, np.arange(len(orig), dtype=np.int64)
     e = len(cols["src"])
-    src, dst, ts = inverse[:e].astype(np.int64), inverse[e:].astype(np.int64), cols.get("ts")
+    src, dst, ts, efeat = inverse[:e].astype(np.int64), inverse[e:].astype(np.int64), cols.get("ts"), cols.get("edge_feat")
     if undirected:
-        src, dst, ts = symmetrize(src, dst, ts)
+        src, dst, ts, efeat = symmetrize_edges(src, dst, ts, efeat)
     n = len(orig)
     keys = names if names is not None else orig
     node_data: dict[str, np.ndarray] = {}
@@ -85,8 +94,13 @@ def load_edge_csv(
         splits=random_split(n, fractions, split_seed),
         num_classes=num_classes,
         edge_ts=ts,
+        edge_feat=efeat,
         orig_ids=orig.astype(np.int64),
-        extra={"undirected": undirected, **({"node_names": names} if names is not None else {})},
+        extra={
+            "undirected": undirected,
+            **({"node_names": names} if names is not None else {}),
+            **({"edge_feat_columns": feat_names} if feat_names else {}),
+        },
     )
 
 
@@ -113,8 +127,36 @@ def _sniff(f: Path, delimiter: str | None) -> tuple[int, str, list[list[str]]]:
     return skip, delim, [[x.strip().strip('"').strip("'") for x in line.split(delim)] for line in data]
 
 
-def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
-    """Columns "src", "dst" (int64, or strings: node names) and maybe "ts" (int64) of an edge list."""
+def _roles(f: Path, fields: list[str], header: bool, columns: Sequence[str] | None) -> list[str]:
+    """Each column's role: "src", "dst", "ts", "-" (skipped) or an edge feature's name."""
+    if columns is not None:
+        names = [c.strip().lower() for c in columns]
+        if len(names) != len(fields):
+            raise InvalidArgument(f"{f}: --columns names {len(names)} columns, the file has {len(fields)}: {fields!r}")
+    elif header:
+        names = [x.lower() for x in fields]
+    elif len(fields) == 2:
+        names = ["src", "dst"]
+    else:
+        raise InvalidArgument(
+            f"{f}: {len(fields)} columns and no header line: name them with --columns (e.g. src,dst,ts for "
+            f"timestamps, src,dst,weight for an edge feature, - to skip a column) or add a header: {fields!r}"
+        )
+    names = [{"source": "src", "target": "dst"}.get(x, "ts" if x in TS_COLUMN_NAMES else x) for x in names]
+    if header and columns is None and not {"src", "dst"} & set(names):
+        names = ["src", "dst", *names[2:]]  # a header with its own words for the endpoints (from,to)
+    for role in ("src", "dst"):
+        if names.count(role) != 1:
+            raise InvalidArgument(f"{f}: columns {names!r} need exactly one {role} column")
+    repeated = sorted({x for x in names if x != "-" and names.count(x) > 1})
+    if repeated:
+        raise InvalidArgument(f"{f}: column names {repeated!r} appear more than once in {names!r}")
+    return names
+
+
+def _read_edge_csv(f: Path, delimiter: str | None, columns: Sequence[str] | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Columns "src", "dst" (int64, or strings: node names), maybe "ts" (int64) and maybe
+    "edge_feat" (float32 [E, k]) of an edge list, and the names of the k edge features."""
     import pyarrow as pa  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
     import pyarrow.csv as pacsv  # noqa: PLC0415
 
@@ -127,33 +169,31 @@ def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
     has_header = bool({"src", "dst", "source", "target", *TS_COLUMN_NAMES} & set(lowered)) or (
         ints_below and not all(_is_int(x) for x in fields[:2])
     )
-    names = [{"source": "src", "target": "dst"}.get(x, x) for x in lowered] if has_header else []
-    if len(fields) not in (2, 3):
-        raise InvalidArgument(f"{f}: expected 2 or 3 columns (src, dst[, ts]) separated by {delim!r}, got {len(fields)}: {fields!r}")
-    wanted = ["src", "dst", "ts"][: len(fields)]
-    names = ["ts" if x in TS_COLUMN_NAMES else x for x in names]
-    if has_header and {"src", "dst"} <= set(names):
-        if len(fields) == 3 and "ts" not in names:
-            raise InvalidArgument(
-                f"{f}: the header names src and dst but not the timestamp column (one of {', '.join(TS_COLUMN_NAMES)}): {fields!r}"
-            )
-        order = [names.index(c) for c in wanted]
-    else:
-        order = list(range(len(fields)))
+    roles = _roles(f, fields, has_header, columns)
+    feat_names = [x for x in roles if x not in ("src", "dst", "ts", "-")]
+    kinds = {"src": pa.string(), "dst": pa.string(), "ts": pa.int64()}
+    types = {f"f{i}": kinds.get(x, pa.float64()) for i, x in enumerate(roles) if x != "-"}
     read = pacsv.ReadOptions(skip_rows=skip + (1 if has_header else 0), autogenerate_column_names=True)
-    types = {f"f{order[2]}": pa.int64()} if len(fields) == 3 else {}
-    types.update({f"f{i}": pa.string() for i in order[:2]})
     try:
         table = pacsv.read_csv(f, read_options=read, parse_options=pacsv.ParseOptions(delimiter=delim),
-                               convert_options=pacsv.ConvertOptions(column_types=types))  # fmt: skip
+                               convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types)))  # fmt: skip
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise InvalidArgument(f"{f}: not an edge list src{delim}dst[{delim}ts] (ts an integer): {e}") from e
-    out = {}
-    for key, i in zip(wanted, order):
-        col = table.column(i)
+        raise InvalidArgument(f"{f}: not an edge list with columns {delim.join(roles)} (ts an integer, edge features numbers): {e}") from e
+    out, feats = {}, []
+    for i, key in enumerate(roles):
+        if key == "-":
+            continue
+        col = table.column(f"f{i}")
         if col.null_count:
             raise InvalidArgument(f"{f}: column {key!r} has {col.null_count} empty values")
-        out[key] = col.to_numpy(zero_copy_only=False) if key != "ts" else col.to_numpy().astype(np.int64)
+        if key in ("src", "dst"):
+            out[key] = col.to_numpy(zero_copy_only=False)
+        elif key == "ts":
+            out[key] = col.to_numpy().astype(np.int64)
+        else:
+            feats.append(col.to_numpy().astype(np.float32))
+    if feats:
+        out["edge_feat"] = np.stack(feats, axis=1)
     ids = np.concatenate([out["src"], out["dst"]]).astype(str)
     is_int = _int_mask(ids)
     if is_int.all():
@@ -163,7 +203,7 @@ def _read_edge_csv(f: Path, delimiter: str | None) -> dict[str, np.ndarray]:
         raise InvalidArgument(f"{f}: node ids mix integers and names (e.g. {example[:40]!r}); use one or the other")
     else:
         out["src"], out["dst"] = out["src"].astype(str), out["dst"].astype(str)
-    return out
+    return out, feat_names
 
 
 def _int_mask(ids: np.ndarray) -> np.ndarray:

@@ -185,6 +185,16 @@ def symmetrize(
     return all_src, all_dst, None if ts is None else np.concatenate([ts, ts])[pick]
 
 
+def symmetrize_edges(
+    src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, edge_feat: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """:func:`symmetrize` (self-loops kept) with each edge's feature row following its edge."""
+    pick = symmetric_positions(src, dst, ts)
+    src, dst = np.concatenate([src, dst])[pick], np.concatenate([dst, src])[pick]
+    ts = None if ts is None else np.concatenate([ts, ts])[pick]
+    return src, dst, ts, None if edge_feat is None else np.concatenate([edge_feat, edge_feat])[pick]
+
+
 def symmetric_positions(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False) -> np.ndarray:
     """The edges :func:`symmetrize` keeps, as positions in ``[edges, reversed edges]`` (length 2E),
     so per-edge data (features) can follow them."""

@@ -24,8 +24,8 @@ from graphfeed.ingest.graph import (
     check_splits,
     find_nonfinite,
     random_split,
-    symmetric_positions,
     symmetrize,
+    symmetrize_edges,
 )  # fmt: skip
 from graphfeed.ingest.synthetic import generate, generate_preset
 from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, package_dir
@@ -141,10 +141,7 @@ def load_numpy_dir(
     feat32 = _float32_features(d / "feat.npy", feat)
     src, dst = ints["src"], ints["dst"]
     if undirected:
-        pick = symmetric_positions(src, dst, ts)
-        src, dst = np.concatenate([src, dst])[pick], np.concatenate([dst, src])[pick]
-        ts = None if ts is None else np.concatenate([ts, ts])[pick]
-        efeat = None if efeat is None else np.concatenate([efeat, efeat])[pick]
+        src, dst, ts, efeat = symmetrize_edges(src, dst, ts, efeat)
     return GraphData(
         name=name or d.name,
         num_nodes=n,

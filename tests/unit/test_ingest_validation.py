@@ -154,3 +154,17 @@ def test_more_partitions_than_nodes_is_refused_before_anything_is_written(tmp_pa
         assign_partitions(g, 4)
     with pytest.raises(InvalidArgument, match="empty"):
         assign_partitions(g, 3, method="random", seed=0)  # a seed that leaves one partition empty
+
+
+def test_labels_with_more_unused_class_ids_than_used_are_refused(caplog: pytest.LogCaptureFixture) -> None:
+    from graphfeed.common.errors import InvalidArgument
+    from graphfeed.ingest.graph import check_labels
+
+    stray = np.zeros(2000, dtype=np.int64)
+    stray[1::2], stray[7] = 1, 1000  # 0 and 1, and one 1000
+    with pytest.raises(InvalidArgument, match=r"3 distinct values up to 1000, so 998 of the ids 0\.\.1000 have no node"):
+        check_labels("label.npy", stray, len(stray))
+    with caplog.at_level(logging.WARNING, logger="graphfeed.ingest.graph"):
+        assert check_labels("label.npy", np.array([0, 1, 3, 3, 0]), 5) == 4  # one gap: kept, and said
+    assert "1 of the class ids 0..3 have no node (e.g. [2])" in caplog.text
+

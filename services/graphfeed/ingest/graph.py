@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -127,6 +130,17 @@ def check_labels(where: str, labels: np.ndarray, n: int) -> int:
             f"{where}: labels are not class ids: max label {labels[first]} (node {first}) "
             f"would mean {num_classes} classes for {n} nodes"
         )
+    unused = np.flatnonzero(np.bincount(labels.astype(np.int64), minlength=num_classes) == 0)
+    used = num_classes - len(unused)
+    if len(unused) > used:  # e.g. a stray 1000 among labels 0 and 1: 1001 model outputs, 998 never seen
+        raise InvalidArgument(
+            f"{where}: labels are not class ids 0..C-1: {used} distinct values up to {num_classes - 1}, so "
+            f"{len(unused)} of the ids 0..{num_classes - 1} have no node (e.g. {unused[0]}); remap them to "
+            f"0..{used - 1} (np.unique(labels, return_inverse=True)[1])"
+        )
+    if len(unused):
+        log.warning("%s: %d of the class ids 0..%d have no node (e.g. %s); the model still gets %d outputs",
+                    where, len(unused), num_classes - 1, unused[:5].tolist(), num_classes)  # fmt: skip
     return num_classes
 
 

@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "link-sweep": "graphfeed.bench.link_sweep",
     "link": "graphfeed.bench.links",
     "fuzz": "graphfeed.bench.fuzz",
+    "flood": "graphfeed.bench.flood",
     "temporal": "graphfeed.bench.temporal",
     "rowstore": "graphfeed.bench.rowstore",
     "disk": "graphfeed.bench.disk",

@@ -55,6 +55,7 @@ class BudgetedStores:
 
     processes: list[ServiceProcess]
     budget_bytes: int
+    ready_rss_bytes: int = 0  # all processes' RSS once every one was READY: budget rows loaded, nothing served
 
     @classmethod
     def start(cls, root: Path, budget_bytes: int, log_dir: Path, direct_io: bool = True, io_threads: int = 8) -> BudgetedStores:
@@ -66,6 +67,7 @@ class BudgetedStores:
                 args = ["graph-store", "--part-dir", str(root / part_dir_name(p)), "--memory-budget", str(budget_bytes),
                         "--direct-io" if direct_io else "--no-direct-io", "--io-threads", str(io_threads)]  # fmt: skip
                 stores.processes.append(start_service(f"disk-graph-store-{p}", args, log_dir))
+            stores.ready_rss_bytes = sum(status_bytes(pid, "VmRSS") for pid in stores.pids)
         except BaseException:
             stores.stop()
             raise

@@ -8,17 +8,27 @@ graphfeed systems also read with ``O_DIRECT``), one epoch of one job, systems in
 * **packed** (graphfeed): ``graphfeed pack`` wrote the epoch's packs (resident = the highest
   in-degree rows, exactly what the loader's ``static_degree`` cache of the budget holds); the
   loader serves its cache misses from the packs (pack tier), with 1 and with 4 pread threads.
-* **unpacked** (graphfeed, rows on demand): the same loader and cache, its misses read from a
-  flat feature file with coalesced ``O_DIRECT`` preads (4 KiB pages, adjacent pages merged).
-  The bounded-memory graph-store of issue 17 is built separately; this stands in for it.
+* **unpacked, budgeted graph-stores** (what a user without packs runs): one
+  ``graphfeed serve graph-store --memory-budget B/P --direct-io`` process per partition (the
+  stores together hold the budget: their highest in-degree rows), the same loader and cache,
+  its misses fetched over gRPC through ``RemotePartitionSet``, twice: with shared memory (same
+  host, the favourable case) and wire only (``shm_dir=""``, a loader on another host). Sampling
+  reads the same in-process topology as every other system (``--store-sampling remote`` sends it
+  to the graph-stores too), so the systems differ only in where feature rows come from.
+* **unpacked, flat file read by the loader**: the same loader and cache, its misses read by the
+  loader itself from a flat feature file with coalesced ``O_DIRECT`` preads (4 KiB pages,
+  adjacent pages merged): the disk cost of on-demand reads without the graph-store's process
+  and RPC, to tell the two apart.
 * **naive memmap**: what PyG/DGL users do: ``np.memmap`` of the flat file, ``feat[input_nodes]``
   per minibatch (sampling overlapped on 2 threads); once with the page cache as the kernel runs
   it (unbounded: it may cache the whole file), once held to the budget (see :func:`run_memmap`).
 
 Per system: e2e minibatches/s (sampling + features; no trainer step), disk bytes read
-(``/proc/self/io`` ``read_bytes``) and read amplification = disk bytes / bytes of the rows the
-memory tier did not serve. Also the packing: blow-up (packed / table bytes) and time vs the
-epoch's.
+(``/proc/<pid>/io`` ``read_bytes`` of this process and of the graph-store processes) and read
+amplification = disk bytes / bytes of the rows the memory tier did not serve; memory: the
+loader's peak RSS over its RSS before the loader was built (cache and buffers included), and
+the graph-store processes' peak RSS (``VmHWM``, reset before the epoch). Also the packing:
+blow-up (packed / table bytes) and time vs the epoch's.
 
 Example::
 
@@ -28,10 +38,13 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,8 +52,9 @@ from typing import Any
 import numpy as np
 
 from graphfeed.bench import report
+from graphfeed.bench.disk_stores import BudgetedStores, RemoteRows, read_bytes, reset_peak_rss, status_bytes
 from graphfeed.common.partition import GraphManifest, part_dir_name
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.client import LocalPartitionSet, RemotePartitionSet
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet
 from graphfeed.loader.core import Loader
@@ -53,6 +67,9 @@ log = logging.getLogger(__name__)
 
 PAGE = 4096
 FLAT = "feat.bin"  # the features in gid order, raw
+STORES_SHM = "unpacked, budgeted graph-stores, shared memory"
+STORES_WIRE = "unpacked, budgeted graph-stores, wire only"
+FLAT_SYSTEM = "unpacked, flat file read by the loader"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,6 +85,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--fanouts", default="10,5")
     p.add_argument("--threads", default="1,4", help="pread threads of the packed system, comma-separated")
+    p.add_argument("--store-budget-bytes", type=int, default=0, help="--memory-budget of each graph-store (0: the budget / partitions)")
+    p.add_argument("--io-threads", type=int, default=8, help="--io-threads of each graph-store")
+    p.add_argument("--shm-dir", default="/dev/shm", help="shared-memory directory of the graph-stores' shared-memory system")
+    p.add_argument("--store-sampling", choices=("local", "remote"), default="local",
+                   help="graph-store systems: sample from the in-process topology like the others (local) or over gRPC")  # fmt: skip
     p.add_argument("--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)")
     p.add_argument("--out", type=Path, default=Path("bench/results/disk.json"))
     p.set_defaults(func=run)
@@ -98,14 +120,6 @@ def drop_caches() -> bool:
     except OSError:
         return False
     return True
-
-
-def disk_read_bytes() -> int:
-    """Bytes this process caused to be read from storage (``/proc/self/io``)."""
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("read_bytes:"):
-            return int(line.split()[1])
-    return 0
 
 
 class FlatFileRows(ForwardingPartitionSet):
@@ -170,20 +184,48 @@ def warm_topology(root: Path) -> None:
         f.read_bytes()
 
 
-def measure(name: str, fn: Callable[[], dict[str, Any]], row_bytes: int, root: Path) -> dict[str, Any]:
-    """Runs one system from a cold page cache (features only): minibatches/s, disk bytes, read amplification."""
-    dropped = drop_caches()
+def measure(
+    name: str, prepare: Callable[[], Callable[[], dict[str, Any]]], row_bytes: int, root: Path, store_pids: Sequence[int] = (),
+    cold: bool = True,
+) -> dict[str, Any]:  # fmt: skip
+    """Runs one system from a cold page cache (features only): minibatches/s, disk bytes, read
+    amplification, memory.
+
+    ``prepare()`` builds the system (a loader warms its cache there, off the clock) and returns
+    the timed epoch. Disk bytes are this process's and the ``store_pids`` processes'. Memory:
+    this process's peak RSS over its RSS before ``prepare`` (``loader_rss_bytes``), and the sum of
+    the ``store_pids``' peak RSS during the epoch (``store_peak_rss_bytes``). ``cold=False``
+    leaves the page cache alone (tests: dropping it slows everything else on the machine).
+    """
+    pids: list[int | str] = ["self", *store_pids]
+    release_freed_memory()
+    rss0 = status_bytes("self", "VmRSS")
+    fn = prepare()
+    dropped = drop_caches() if cold else False
     warm_topology(root)
-    before = disk_read_bytes()
+    resets = [reset_peak_rss(pid) for pid in pids]  # every one, no short cut
+    store_rss = sum(status_bytes(pid, "VmRSS") for pid in store_pids)
+    before = sum(read_bytes(pid) for pid in pids)
     t0 = time.perf_counter()
     r = fn()
     seconds = time.perf_counter() - t0
-    disk = disk_read_bytes() - before
+    disk = sum(read_bytes(pid) for pid in pids) - before
     needed = r["disk_rows"] * row_bytes
     out = {"system": name, "seconds": seconds, "minibatches_per_s": r["steps"] / seconds, "disk_read_bytes": disk,
-           "needed_bytes": needed, "read_amplification": disk / needed if needed else 0.0, "page_cache_dropped": dropped, **r}  # fmt: skip
+           "needed_bytes": needed, "read_amplification": disk / needed if needed else 0.0, "page_cache_dropped": dropped,
+           "loader_rss_bytes": status_bytes("self", "VmHWM") - rss0, "store_rss_before_bytes": store_rss,
+           "store_peak_rss_bytes": sum(status_bytes(pid, "VmHWM") for pid in store_pids), "peak_rss_reset": all(resets),
+           "graph_store_processes": len(store_pids), **r}  # fmt: skip
     log.info("%s: %s", name, {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()})
     return out
+
+
+def release_freed_memory() -> None:
+    """Collects garbage (a closed loader's cycles) and hands freed heap pages back to the kernel
+    (glibc ``malloc_trim``), so the next system's RSS growth is not hidden by reused memory."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: growth may be understated
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def run_loader(parts: PartitionSet, job: JobSpec, **kw: Any) -> Callable[[], dict[str, Any]]:
@@ -225,15 +267,15 @@ def run_memmap(parts: PartitionSet, job: JobSpec, path: Path, budget_bytes: int 
         mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
         feat = np.frombuffer(mm, dtype=spec.dtype).reshape(-1, *spec.row_shape)
         steps = rows = flushes = 0
-        mark = disk_read_bytes()
+        mark = read_bytes()
         try:
             for _, ids in sample_steps(MultiHopSampler(parts), job, plan_epoch(parts, job, 0)):
                 x = feat[ids]
                 steps, rows = steps + 1, rows + len(x)
-                if budget_bytes and disk_read_bytes() - mark > budget_bytes:
+                if budget_bytes and read_bytes() - mark > budget_bytes:
                     mm.madvise(mmap.MADV_DONTNEED)
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                    mark, flushes = disk_read_bytes(), flushes + 1
+                    mark, flushes = read_bytes(), flushes + 1
                 if steps == max_steps:
                     break
             del feat, x
@@ -262,22 +304,63 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     manifest = pack_epoch(parts, job, 0, packs, opts)
     pack_s = time.perf_counter() - t0
-    results = [measure("in memory", run_loader(parts, job, cache_policy="none"), row_bytes, root)]
+    results = [measure("in memory", lambda: run_loader(parts, job, cache_policy="none"), row_bytes, root)]
     for threads in [int(t) for t in args.threads.split(",")]:
         kw = {"cache_policy": "static_degree", "cache_bytes": cache_bytes, "pack_root": packs, "pack_read_threads": threads}
-        results.append(measure(f"packed, {threads} pread threads", run_loader(parts, job, pack_direct_io=True, **kw), row_bytes, root))
+        packed = lambda kw=kw: run_loader(parts, job, pack_direct_io=True, **kw)  # noqa: E731
+        results.append(measure(f"packed, {threads} pread threads", packed, row_bytes, root))
+    results += run_budgeted_stores(args, root, parts, job)
     flat = FlatFileRows(parts, root / FLAT, "feat", threads=4)
     try:
-        unpacked = run_loader(flat, job, cache_policy="static_degree", cache_bytes=args.budget_bytes)
-        results.append(measure("unpacked, on-demand preads", unpacked, row_bytes, root))
+        unpacked = lambda: run_loader(flat, job, cache_policy="static_degree", cache_bytes=args.budget_bytes)  # noqa: E731
+        results.append(measure(FLAT_SYSTEM, unpacked, row_bytes, root))
     finally:
         flat.close()
-    results.append(measure("naive np.memmap", run_memmap(parts, job, root / FLAT), row_bytes, root))
-    naive_budget = run_memmap(parts, job, root / FLAT, args.budget_bytes, args.slow_steps)
+    results.append(measure("naive np.memmap", lambda: run_memmap(parts, job, root / FLAT), row_bytes, root))
+    naive_budget = lambda: run_memmap(parts, job, root / FLAT, args.budget_bytes, args.slow_steps)  # noqa: E731
     results.append(measure("naive np.memmap, page cache held to the budget", naive_budget, row_bytes, root))
     result = summarize(args, m, manifest.stats, pack_s, results, cache_bytes)
     report.write(args.out, result, markdown(result))
     return 0
+
+
+def store_budget(args: argparse.Namespace, partitions: int) -> int:
+    """Each graph-store's ``--memory-budget``: ``--store-budget-bytes``, or the budget split over
+    the partitions (the stores together keep the budget's worth of rows)."""
+    return args.store_budget_bytes or args.budget_bytes // partitions
+
+
+def run_budgeted_stores(args: argparse.Namespace, root: Path, parts: PartitionSet, job: JobSpec) -> list[dict[str, Any]]:
+    """The unpacked system as a user runs it: budgeted ``--direct-io`` graph-store processes
+    serving the loader's misses over gRPC, with shared memory and wire only (same processes)."""
+    m = GraphManifest.load(root)
+    row_bytes = m.node_data[job.feature_name].row_bytes
+    stores = BudgetedStores.start(root, store_budget(args, m.num_partitions), args.workdir / "logs", io_threads=args.io_threads)
+    out = []
+    try:
+        for system, shm_dir in ((STORES_SHM, args.shm_dir), (STORES_WIRE, "")):
+            remote = RemotePartitionSet(stores.addresses, timeout_s=120.0, shm_dir=shm_dir)
+            rows = remote if args.store_sampling == "remote" else RemoteRows(parts, remote)
+            shm0 = stores.shm_bytes()
+            try:
+                go = lambda rows=rows: run_loader(rows, job, cache_policy="static_degree", cache_bytes=args.budget_bytes)  # noqa: E731
+                r = measure(system, go, row_bytes, root, stores.pids)
+            finally:
+                rows.close()
+            shm = stores.shm_bytes() - shm0  # > 0 only where rows came through shared memory
+            out.append(
+                {
+                    **r,
+                    "store_budget_bytes": stores.budget_bytes,
+                    "store_rss_ready_bytes": stores.ready_rss_bytes,
+                    "shm_dir": shm_dir,
+                    "shm_bytes": shm,
+                    "sampling": args.store_sampling,
+                }
+            )
+    finally:
+        stores.stop()
+    return out
 
 
 def summarize(
@@ -291,6 +374,7 @@ def summarize(
         },
         "job": {"batch_size": args.batch_size, "fanouts": args.fanouts, "steps": best_packed["steps"]},
         "budget_bytes": args.budget_bytes, "cache_bytes": cache_bytes, "max_pack_bytes": args.max_pack_bytes,
+        "store_budget_bytes": store_budget(args, m.num_partitions),
         "pack": {**stats, "wall_seconds": pack_s},
         "systems": results,
         "ratios": {
@@ -298,7 +382,9 @@ def summarize(
             "packed_vs_memmap": best_packed["minibatches_per_s"] / by["naive np.memmap"]["minibatches_per_s"],
             "packed_vs_memmap_at_budget": best_packed["minibatches_per_s"]
             / by["naive np.memmap, page cache held to the budget"]["minibatches_per_s"],
-            "packed_vs_unpacked": best_packed["minibatches_per_s"] / by["unpacked, on-demand preads"]["minibatches_per_s"],
+            "packed_vs_unpacked": best_packed["minibatches_per_s"] / by[STORES_SHM]["minibatches_per_s"],
+            "packed_vs_unpacked_wire": best_packed["minibatches_per_s"] / by[STORES_WIRE]["minibatches_per_s"],
+            "packed_vs_flat_file": best_packed["minibatches_per_s"] / by[FLAT_SYSTEM]["minibatches_per_s"],
             "pack_time_vs_packed_epoch": pack_s / best_packed["seconds"],
         },
     }  # fmt: skip
@@ -313,11 +399,13 @@ def markdown(r: dict) -> str:
         f"{r['max_pack_bytes'] / mib:.0f} MiB), batch {j['batch_size']}, fanouts {j['fanouts']}, {j['steps']} steps; "
         "page cache dropped before each system."
     )
-    lines = [head, "", "| system | steps | minibatches/s | disk MiB read | needed MiB | read amplification |", "|---|---|---|---|---|---|"]
+    cols = "| system | steps | minibatches/s | disk MiB read | needed MiB | read amplification | loader RSS MiB | graph-store RSS MiB |"
+    lines = [head, "", cols, "|---|---|---|---|---|---|---|---|"]
     for s in r["systems"]:
+        stores = f"{s['store_rss_ready_bytes'] / mib:.0f} → {s['store_peak_rss_bytes'] / mib:.0f}" if s["graph_store_processes"] else "–"
         lines.append(
             f"| {s['system']} | {s['steps']} | {s['minibatches_per_s']:.2f} | {s['disk_read_bytes'] / mib:.1f} | "
-            f"{s['needed_bytes'] / mib:.1f} | {s['read_amplification']:.2f}x |"
+            f"{s['needed_bytes'] / mib:.1f} | {s['read_amplification']:.2f}x | {s['loader_rss_bytes'] / mib:.0f} | {stores} |"
         )
     packing = (
         f"Packing: blow-up {p['blow_up']:.2f}x ({p['packed_bytes'] / mib:.0f} MiB packed), {p['wall_seconds']:.1f} s "
@@ -327,11 +415,20 @@ def markdown(r: dict) -> str:
     ratios = (
         f"Best packed vs in memory {q['packed_vs_in_memory']:.2f}x, vs naive memmap {q['packed_vs_memmap']:.2f}x "
         f"(page cache held to the budget: {q['packed_vs_memmap_at_budget']:.2f}x), "
-        f"vs unpacked {q['packed_vs_unpacked']:.2f}x."
+        f"vs unpacked (budgeted graph-stores, shared memory) {q['packed_vs_unpacked']:.2f}x, "
+        f"wire only {q['packed_vs_unpacked_wire']:.2f}x, flat file read by the loader {q['packed_vs_flat_file']:.2f}x."
     )
     note = (
         "Needed = bytes of the rows the memory tier did not serve (cache misses; every input row for memmap). "
-        "Amplification below 1 means rows shared by a pack's minibatches were read once."
+        "Amplification below 1 means rows shared by a pack's minibatches were read once. "
+        f"Graph-stores: one process per partition, --memory-budget {r['store_budget_bytes'] / mib:.0f} MiB each, "
+        "--direct-io; their disk reads count above (labels included: the budget covers every node-data table, "
+        "so their reads exceed needed by the labels that were not in memory), their RSS (ready → peak) is all of their processes' "
+        "(interpreter, libraries, budget rows, buffers) once READY (budget rows loaded, nothing served) and at the "
+        "epoch's peak. Loader RSS = the bench "
+        "process's peak RSS over its RSS before the system was built (cache, pack buffers, mapped file pages); the "
+        "in-memory and packed rows sample from, and fall back to, in-process graph-stores holding the whole table, "
+        "which is not counted."
     )
     lines += ["", packing, ratios, "", note]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,130 @@
+"""The unpacked system of ``graphfeed bench disk`` as a user runs it: one budgeted graph-store
+process per partition (``--memory-budget``, ``--direct-io``) serving its rows over gRPC, plus the
+``/proc`` readings that count those processes' disk reads and memory with the loader's.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from graphfeed.cluster import ServiceProcess, start_service
+from graphfeed.common.partition import GraphManifest, part_dir_name
+from graphfeed.graph_store.client import RemotePartitionSet
+from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet, SampledNeighbors
+
+
+def read_bytes(pid: int | str = "self") -> int:
+    """Bytes process ``pid`` caused to be read from storage (``/proc/<pid>/io`` ``read_bytes``;
+    ``O_DIRECT`` reads included)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
+def status_bytes(pid: int | str, key: str) -> int:
+    """A ``kB`` field of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``) in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(f"no {key} in /proc/{pid}/status")
+
+
+def reset_peak_rss(pid: int | str = "self") -> bool:
+    """Sets ``VmHWM`` of ``pid`` back to its current RSS (``clear_refs`` 5, Linux >= 4.0), so the
+    next reading is the peak of what follows; False where not permitted (then the peak is since start)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5\n")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class BudgetedStores:
+    """``graphfeed serve graph-store --memory-budget B [--direct-io]`` per partition, on loopback.
+
+    Start with :meth:`start`; :meth:`stop` raises if a process did not exit cleanly (with its log).
+    """
+
+    processes: list[ServiceProcess]
+    budget_bytes: int
+    ready_rss_bytes: int = 0  # all processes' RSS once every one was READY: budget rows loaded, nothing served
+
+    @classmethod
+    def start(cls, root: Path, budget_bytes: int, log_dir: Path, direct_io: bool = True, io_threads: int = 8) -> BudgetedStores:
+        """One process per partition of the graph at ``root``, each keeping ``budget_bytes`` of
+        node data in memory; returns once every one answers health SERVING."""
+        stores = cls([], budget_bytes)
+        try:
+            for p in range(GraphManifest.load(root).num_partitions):
+                args = ["graph-store", "--part-dir", str(root / part_dir_name(p)), "--memory-budget", str(budget_bytes),
+                        "--direct-io" if direct_io else "--no-direct-io", "--io-threads", str(io_threads)]  # fmt: skip
+                stores.processes.append(start_service(f"disk-graph-store-{p}", args, log_dir))
+            stores.ready_rss_bytes = sum(status_bytes(pid, "VmRSS") for pid in stores.pids)
+        except BaseException:
+            stores.stop()
+            raise
+        return stores
+
+    @property
+    def addresses(self) -> list[str]:
+        return [s.address for s in self.processes]
+
+    @property
+    def pids(self) -> list[int]:
+        return [s.proc.pid for s in self.processes]
+
+    def shm_bytes(self) -> int:
+        """Node-data bytes the processes have answered through shared memory so far (their
+        ``graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"}``): tells the two transports apart."""
+        total = 0.0
+        for s in self.processes:
+            text = urllib.request.urlopen(f"http://{s.metrics_address}/metrics", timeout=10).read().decode()
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == "graphfeed_rpc_response_shm_bytes_total" and sample.labels.get("method") == "GetNodeData":
+                        total += sample.value
+        return int(total)
+
+    def stop(self) -> None:
+        """SIGTERM to every process; raises RuntimeError naming those that exited non-zero."""
+        failed = [f"{s.name} exit {code} (log {s.log_path})" for s in self.processes if (code := s.stop()) != 0]
+        if failed:
+            raise RuntimeError(f"graph-stores failed: {failed}")
+
+
+class RemoteRows(ForwardingPartitionSet):
+    """Node data (features, labels) from the graph-store processes in ``remote``; sampling and
+    degrees from ``local`` (the same in-process topology every other system of the bench samples
+    from), so the systems differ only in where feature rows come from.
+
+    Args:
+        local: in-process partitions of the same graph (topology).
+        remote: the graph-store processes; closed by :meth:`close`, ``local`` is not.
+    """
+
+    def __init__(self, local: PartitionSet, remote: RemotePartitionSet) -> None:
+        super().__init__(remote)
+        self.local, self.remote = local, remote
+
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> Future[SampledNeighbors]:
+        return self.local.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+
+    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
+        return self.local.get_degrees(p, ids)
+
+    def read_node_data_into(self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> Future[int]:
+        """Rows straight into ``out[positions]`` as each answer arrives (the remote loader's path)."""
+        return self.remote.read_node_data_into(p, name, ids, out, positions)
+
+    def close(self) -> None:
+        self.remote.close()

@@ -14,6 +14,12 @@ from graphfeed.loader.cache_options import CacheOptions, CachePolicyName, Initia
 
 STREAMLESS_WORKERS = 4  # handler threads minibatch streams never take (DescribeJob, probes)
 
+
+def max_streams(max_workers: int) -> int:
+    """Minibatch streams a loader with ``max_workers`` handler threads keeps open at once: all
+    but :data:`STREAMLESS_WORKERS` of them, or every one in a pool too small to keep any back."""
+    return max_workers - STREAMLESS_WORKERS if max_workers > STREAMLESS_WORKERS else max_workers
+
 CACHE_OPTION_SETTINGS = {
     "lookahead_prefetch_steps": "lookahead_prefetch_steps",
     "massivegnn_prefetch_fraction": "prefetch_fraction",
@@ -67,9 +73,10 @@ class LoaderSettings(PeerServiceSettings):
     massivegnn_initial_fill: InitialFill = _option("massivegnn_initial_fill")
     max_inflight: int = Field(default=2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond).")
     max_workers: int = Field(
-        default=64, ge=STREAMLESS_WORKERS + 1,
+        default=64, ge=1,
         description="gRPC handler threads. An open minibatch stream holds one; at most max_workers - "
-        f"{STREAMLESS_WORKERS} streams are open at once, so that DescribeJob is always answered.",
+        f"{STREAMLESS_WORKERS} streams are open at once (all max_workers when it is {STREAMLESS_WORKERS} or "
+        "fewer), so that DescribeJob is always answered.",
     )  # fmt: skip
     max_streams_per_client: int = Field(
         default=16, ge=1,

@@ -13,7 +13,7 @@ from graphfeed.common.rpc import RunningServer, run_service, start_service_serve
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.client import RemotePartitionSet
 from graphfeed.graph_store.peers import connect_partitions, graph_changed
-from graphfeed.loader.config import STREAMLESS_WORKERS, LoaderSettings
+from graphfeed.loader.config import LoaderSettings, max_streams
 from graphfeed.loader.core import Loader
 from graphfeed.loader.metrics import LoaderMetrics
 from graphfeed.loader.servicer import LoaderServicer, StreamSlots
@@ -88,7 +88,7 @@ def start(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
         check=_graph_changed, release=close_all,
         check_interval_s=settings.peer_check_interval_s, max_backoff_s=settings.peer_backoff_max_s,
     )  # fmt: skip
-    slots = StreamSlots(settings.max_workers - STREAMLESS_WORKERS, settings.max_streams_per_client)
+    slots = StreamSlots(max_streams(settings.max_workers), settings.max_streams_per_client)
     servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, transport, slots=slots))
     running = start_service_server(
         settings,

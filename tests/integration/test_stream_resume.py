@@ -77,3 +77,32 @@ def test_a_stream_survives_kill_9_and_restart_of(cluster: LocalCluster, cora_roo
     assert loader.epoch == 1 and loader.step == 0
     if victim == "loader":  # its stream died with it: reopened at the next step
         assert loader.resumes >= 1
+
+
+def test_a_stream_through_shared_memory_survives_a_loader_sigterm(cora_root: Path, tmp_path: Path) -> None:
+    """A graceful loader shutdown (SIGTERM: a pod deleted or rolled) while minibatches it sent
+    through shared memory are still unread: the trainer loses none and repeats none."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    c = LocalCluster.start(cora_root, tmp_path / "logs", shm_dir=str(shm), loader_args=["--grace-s", "0.5"])
+    try:
+        assert c.loader is not None and c.sampler is not None
+        reference = RemoteDataLoader(c.loader.address, "train", shm_dir=str(shm), **JOB)  # type: ignore[arg-type]
+        want = [_digest(b) for b in reference]
+        reference.close()
+        loader = RemoteDataLoader(c.loader.address, "train", shm_dir=str(shm), resume_s=120, **JOB)  # type: ignore[arg-type]
+        got = []
+        for step, batch in enumerate(loader):
+            got.append(_digest(batch))
+            if step == 2:  # the stream has sent steps ahead (max_inflight) that are not read yet
+                old = c.loader
+                assert old.stop() == 0  # SIGTERM: a clean exit, after the grace period
+                port = old.address.rsplit(":", 1)[1]
+                args = ["loader", "--graph-store-addresses", *(s.address for s in c.graph_stores),
+                        "--sampler-address", c.sampler.address, "--shm-dir", str(shm), "--port", port]  # fmt: skip
+                c.loader = start_service("loader", args, tmp_path / "logs")
+        loader.close()
+        assert got == want
+        assert loader.resumes >= 1
+    finally:
+        c.stop()

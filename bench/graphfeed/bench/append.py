@@ -68,6 +68,7 @@ class StoreProcess:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     starts: int = 0
+    extra_args: list[str] = field(default_factory=list)  # more ``serve graph-store`` flags
 
     @property
     def address(self) -> str:
@@ -78,7 +79,7 @@ class StoreProcess:
         self.starts += 1
         log = open(self.log_dir / f"{self.part_dir.name}-{self.starts}.log", "wb")  # noqa: SIM115 - the child's stderr
         cmd = [sys.executable, "-m", "graphfeed", "serve", "graph-store", "--part-dir", str(self.part_dir),
-               "--append-dir", str(self.append_dir), "--port", str(self.port), "--metrics-port", "-1"]  # fmt: skip
+               "--append-dir", str(self.append_dir), "--port", str(self.port), "--metrics-port", "-1", *self.extra_args]  # fmt: skip
         self.proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         ready = threading.Event()
 
@@ -242,7 +243,7 @@ def _throughput(address: str, args: argparse.Namespace) -> dict:
     edges = per_writer * k * n
     return {"batches": per_writer * k, "batch_edges": n, "in_flight": k, "edges": edges, "wall_s": wall,
             "edges_per_s": edges / wall, "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3),
-            "request_bytes": edges * 24, "mb_per_s": edges * 24 / wall / 1e6}  # fmt: skip
+            "max_ms": float(np.max(lat) * 1e3), "request_bytes": edges * 24, "mb_per_s": edges * 24 / wall / 1e6}  # fmt: skip
 
 
 def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
@@ -281,7 +282,18 @@ def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict]) -> str:
+def _restart(part: Path, append_dir: Path) -> dict:
+    """(d): what a restart costs after the throughput run: the append dir on disk and the open time."""
+    on_disk = sum(f.stat().st_size for f in append_dir.rglob("*") if f.is_file())
+    t0 = time.perf_counter()
+    store = TemporalStore.open(part, append_dir)
+    open_s = time.perf_counter() - t0
+    info = store.info()
+    store.close()
+    return {"append_dir_bytes": on_disk, "open_s": open_s, "num_appended": info.num_appended, "seq": info.seq}
+
+
+def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict], rs: dict) -> str:
     lines = [f"# graphfeed bench append ({args.nodes:,} nodes, {args.edges:,} base edges, through gRPC)", ""]
     if trials:
         lost, dup, acked = sum(t["lost"] for t in trials), sum(t["duplicated"] for t in trials), trials[-1]["acked"]
@@ -295,12 +307,21 @@ def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[di
             lines.append(f"| {t['trial']} | {t['killed']} | {t['retries']} | {t['down_s']:.1f} | {t['acked']:,} | {t['stored']:,} |")
         lines.append("")
     lines += [
-        "| appends | batch edges | in flight | durable edges/s | p50 ms | p99 ms | request MB/s |",
-        "|---|---|---|---|---|---|---|",
+        "| appends | batch edges | in flight | durable edges/s | p50 ms | p99 ms | max ms | request MB/s |",
+        "|---|---|---|---|---|---|---|---|",
         (
             f"| {tp['batches']} | {tp['batch_edges']:,} | {tp['in_flight']} | {tp['edges_per_s']:,.0f} | {tp['p50_ms']:.2f} "
-            f"| {tp['p99_ms']:.2f} | {tp['mb_per_s']:.1f} |"
+            f"| {tp['p99_ms']:.2f} | {tp['max_ms']:.2f} | {tp['mb_per_s']:.1f} |"
         ),
+        "",
+        (
+            f"Temporal settings: max blocks {args.max_blocks}, compact min edges {args.compact_min_edges:,}, "
+            f"snapshot min edges {args.snapshot_min_edges:,}."
+        ),
+        "",
+        "| restart: append dir MB (log + snapshots) | open s | appended edges | batches |",
+        "|---|---|---|---|",
+        f"| {rs['append_dir_bytes'] / 1e6:.1f} | {rs['open_s']:.2f} | {rs['num_appended']:,} | {rs['seq']} |",
         "",
         (
             f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | gRPC roots/s | gRPC + shm roots/s | in-process roots/s "
@@ -334,20 +355,26 @@ def run(args: argparse.Namespace) -> int:
             root = two_partitions(work / "g2", 10_000, 100_000, args.seed)
             trials = kill_trials(root, work / "kill", args.kill_trials, seed=args.seed, on_trial=lambda r: print(r, flush=True))
         part = _graph(work / "graph", args.nodes, args.edges, args.seed)
-        store = StoreProcess(part, work / "appends", work)
+        store = StoreProcess(part, work / "appends", work, extra_args=_temporal_flags(args))
         store.start()
         try:
             samp = _sampling(store.address, part, args)
             tp = _throughput(store.address, args)
         finally:
             code = store.stop()
+        restart = _restart(part, work / "appends")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "durability": trials, "appends": tp, "sampling": samp,
-              "graph_store_exit": code}  # fmt: skip
-    report.write(args.out, result, _table(args, trials, tp, samp))
+              "restart": restart, "graph_store_exit": code}  # fmt: skip
+    report.write(args.out, result, _table(args, trials, tp, samp, restart))
     ok = code == 0 and all(r["identical"] for r in samp) and not any(t["lost"] or t["duplicated"] for t in trials)
     return 0 if ok else 1
+
+
+def _temporal_flags(args: argparse.Namespace) -> list[str]:
+    return ["--temporal-max-blocks", str(args.max_blocks), "--temporal-compact-min-edges", str(args.compact_min_edges),
+            "--temporal-snapshot-min-edges", str(args.snapshot_min_edges)]  # fmt: skip
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -360,6 +387,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--roots", type=int, default=100_000, help="(node, time) roots per sample call (default 100,000)")
     p.add_argument("--fanout", type=int, default=10, help="neighbours per root (default 10)")
     p.add_argument("--repeats", type=int, default=5, help="timed sampling rounds; the fastest is reported (default 5)")
+    p.add_argument("--max-blocks", type=int, default=256, help="graph-store --temporal-max-blocks (default 256)")
+    p.add_argument("--compact-min-edges", type=int, default=1_000_000, help="--temporal-compact-min-edges (default 1,000,000)")
+    p.add_argument("--snapshot-min-edges", type=int, default=1_000_000, help="--temporal-snapshot-min-edges (default 1,000,000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None, help="where graphs and append logs live (default: the temp dir)")
     p.add_argument("--out", type=Path, default=Path("bench/results/append.json"), help="JSON output (markdown next to it)")

@@ -1,0 +1,142 @@
+"""Snapshots of a compacted temporal graph on disk, so that the append log can be truncated.
+
+A restart used to replay every batch ever appended. After a background compaction the store
+persists the compacted base (:func:`persist`) into ``<append dir>/snapshots/snap-<seq>``:
+
+1. the arrays (``indptr``, ``nbr``, ``ts``, ``eid``, ``feat``, ``new_gids``, ``new_rows``) as
+   ``.npy`` files in a ``tmp-`` directory, each fsync'd, then ``manifest.json`` (seq, edge
+   count, rows, min/max t, the log's layout and a blake2b digest per file), fsync'd, then the
+   directory itself;
+2. the directory renamed to ``snap-<seq>`` (atomic) and the parent fsync'd: from now on a
+   restart loads it;
+3. the log's batches ``<= seq`` deleted (their ``id/`` acks stay, so a retry is still answered);
+4. older snapshots and leftovers removed.
+
+Only batches already fsync'd in the log are ever in a snapshot, so a crash between any two
+steps loses nothing: before 2 the log still holds every batch; after 2 the batches the
+snapshot covers are skipped at replay whether or not 3 ran. :func:`load_newest` ignores
+``tmp-`` directories and any snapshot whose manifest or digests do not check out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.graph_store import temporal_index as ti
+
+log = logging.getLogger(__name__)
+
+_ARRAYS = ("indptr", "nbr", "ts", "eid", "feat", "new_gids", "new_rows")
+_PREFIX, _TMP = "snap-", "tmp-"
+
+# Crash tests set this to stop the process after a named step ("files", "renamed", "truncated",
+# "cleaned"); None in production.
+step_hook: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
+
+
+def _write_durably(path: Path, data: bytes | np.ndarray) -> None:
+    """Writes ``data`` (raw bytes, or an array as ``.npy``) and fsyncs the file."""
+    with open(path, "wb") as f:
+        if isinstance(data, np.ndarray):
+            np.save(f, np.ascontiguousarray(data), allow_pickle=False)
+        else:
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def persist(directory: Path, snap: ti.Snapshot, layout: dict[str, int], drop_log: Callable[[int], None]) -> Path:
+    """Writes compacted ``snap`` (no blocks) durably, then calls ``drop_log(snap.seq)``; see the module.
+
+    Every batch of ``snap`` must already be durable in the log. Returns the snapshot's directory.
+    """
+    if snap.n_blocks or snap.n_arena_edges:
+        raise ValueError("only a compacted snapshot (no blocks) can be persisted")
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"{_PREFIX}{snap.seq:016d}"
+    tmp = directory / f"{_TMP}{snap.seq:016d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    b = snap.base
+    arrays = dict(indptr=b.indptr, nbr=b.nbr, ts=b.ts, eid=b.eid, feat=b.feat, new_gids=snap.new_gids, new_rows=snap.new_rows)
+    for name, arr in arrays.items():
+        _write_durably(tmp / f"{name}.npy", arr)
+    _step("files")
+    manifest = {"seq": snap.seq, "num_appended": snap.num_appended, "num_rows": snap.num_rows, "min_t": snap.min_t,
+                "max_t": snap.max_t, "layout": layout, "files": {n: _digest(tmp / f"{n}.npy") for n in _ARRAYS}}  # fmt: skip
+    _write_durably(tmp / "manifest.json", json.dumps(manifest, sort_keys=True).encode())
+    _fsync_dir(tmp)
+    shutil.rmtree(final, ignore_errors=True)  # only after a crash between this rename and the cleanup below
+    os.rename(tmp, final)
+    _fsync_dir(directory)
+    _step("renamed")
+    drop_log(snap.seq)
+    _step("truncated")
+    remove_others(directory, keep=final)
+    _step("cleaned")
+    return final
+
+
+def remove_others(directory: Path, keep: Path | None) -> None:
+    """Deletes every snapshot and leftover under ``directory`` but ``keep``."""
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        if path != keep and path.name.startswith((_PREFIX, _TMP)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def load_newest(directory: Path, layout: dict[str, int]) -> tuple[ti.Snapshot, Path] | None:
+    """The newest snapshot under ``directory`` whose manifest and digests check out (None: none).
+
+    The arrays are memory-mapped read-only (compaction writes new ones). A snapshot written for
+    another ``layout`` is skipped with a warning, like a torn one.
+    """
+    if not directory.is_dir():
+        return None
+    for path in sorted((p for p in directory.iterdir() if p.name.startswith(_PREFIX)), reverse=True):
+        try:
+            manifest = json.loads((path / "manifest.json").read_text())
+            if manifest["layout"] != layout:
+                raise ValueError(f"written for {manifest['layout']}, not {layout}")
+            for name in _ARRAYS:
+                if _digest(path / f"{name}.npy") != manifest["files"][name]:
+                    raise ValueError(f"{name}.npy does not match its digest")
+            arr = {name: np.load(path / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in _ARRAYS}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("temporal snapshot %s is unusable (%s); trying an older one", path, exc)
+            continue
+        base = ti.Csr(arr["indptr"], arr["nbr"], arr["ts"], arr["eid"], arr["feat"])
+        snap = ti.Snapshot(
+            base=base, arena=ti.empty_arena(base.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0,
+            num_rows=manifest["num_rows"], new_gids=np.asarray(arr["new_gids"]), new_rows=np.asarray(arr["new_rows"]),
+            seq=manifest["seq"], num_appended=manifest["num_appended"], min_t=manifest["min_t"], max_t=manifest["max_t"],
+        )  # fmt: skip
+        return snap, path
+    return None

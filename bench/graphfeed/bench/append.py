@@ -180,11 +180,13 @@ def compare(acked: np.ndarray, stored: np.ndarray) -> dict[str, int]:
 
 
 def kill_trials(root: Path, work: Path, trials: int, batch_edges: int = 500, seed: int = 0,
-                on_trial: Callable[[dict], None] | None = None) -> list[dict]:  # fmt: skip
+                on_trial: Callable[[dict], None] | None = None, extra_args: tuple[str, ...] = (),
+                batches_before_kill: int = 5) -> list[dict]:  # fmt: skip
     """Runs ``trials`` kill -9 / restart cycles (partition ``k % 2`` in trial k) under a streaming
-    writer; returns one result per trial (see :func:`compare`, plus retries and times)."""
+    writer; returns one result per trial (see :func:`compare`, plus retries and times).
+    ``extra_args``: more ``serve graph-store`` flags (e.g. small snapshot thresholds)."""
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    stores = [StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs") for p in range(2)]
+    stores = [StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs", extra_args=list(extra_args)) for p in range(2)]
     results: list[dict] = []
     acked_all: list[np.ndarray] = []  # every trial's acknowledged edges: the stores keep them all
     client = None
@@ -196,7 +198,7 @@ def kill_trials(root: Path, work: Path, trials: int, batch_edges: int = 500, see
         for k in range(trials):
             writer = Writer(client, num_nodes, batch_edges, seed + k, first_t=10**9 + 10**6 * k)
             writer.start()
-            writer.wait_for(5)
+            writer.wait_for(batches_before_kill)
             retries0, victim, t0 = client.retries, stores[k % 2], time.perf_counter()
             victim.kill9()
             victim.start()

@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 _ARRAYS = ("indptr", "nbr", "ts", "eid", "feat", "new_gids", "new_rows")
 _PREFIX, _TMP = "snap-", "tmp-"
 
-# Crash tests set this to stop the process after a named step ("files", "renamed", "truncated",
-# "cleaned"); None in production.
+# Crash tests set this to kill the process after a named step ("files", "manifest", "renamed",
+# "truncated", "cleaned"); None in production.
 step_hook: Callable[[str], None] | None = None
 
 
@@ -92,6 +92,7 @@ def persist(directory: Path, snap: ti.Snapshot, layout: dict[str, int], drop_log
                 "max_t": snap.max_t, "layout": layout, "files": {n: _digest(tmp / f"{n}.npy") for n in _ARRAYS}}  # fmt: skip
     _write_durably(tmp / "manifest.json", json.dumps(manifest, sort_keys=True).encode())
     _fsync_dir(tmp)
+    _step("manifest")
     shutil.rmtree(final, ignore_errors=True)  # only after a crash between this rename and the cleanup below
     os.rename(tmp, final)
     _fsync_dir(directory)

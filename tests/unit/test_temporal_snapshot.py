@@ -22,7 +22,7 @@ from tests.unit.temporal_graphs import write_temporal
 APPENDED = 1 << 62
 LAYOUT = {"partition_id": 0, "num_partitions": 1, "edge_feat_dim": 0}
 ROWS = np.array([0, 7, 19])
-SNAPSHOTS = {"max_blocks": 2, "compact_min_edges": 10**9, "snapshot_min_edges": 1}  # a snapshot every ~27 batches
+SNAPSHOTS = {"max_blocks": 2, "compact_min_edges": 10**9, "snapshot_min_edges": 1}  # a snapshot after most compactions
 
 
 @pytest.fixture
@@ -72,6 +72,8 @@ def test_a_snapshot_truncates_the_log_and_a_restart_replays_only_what_follows(pa
     (snap,) = _snapshots(log_dir)
     covered = json.loads((log_dir / "snapshots" / snap / "manifest.json").read_text())["seq"]
     assert 0 < covered <= 70 and _logged_seqs(log_dir) == list(range(covered + 1, 71))
+    eid = np.load(log_dir / "snapshots" / snap / "eid.npy")
+    assert len(eid) == 3 * covered and (eid & APPENDED).all()  # the appended edges only: ingest edges stay in the partition
     s = TemporalStore.open(part, log_dir)
     try:
         assert s.info().seq == 70 and s.info().num_appended == 210
@@ -134,7 +136,7 @@ def test_kill_9_at_each_step_of_a_snapshot_loses_no_acknowledged_edge(part: Path
                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])  # fmt: skip
     assert child.returncode == -signal.SIGKILL, f"the child was not killed at {step!r} (rc {child.returncode}): {child.stderr}"
     acked = [json.loads(line) for line in child.stdout.splitlines()]
-    assert len(acked) > 30, child.stderr
+    assert len(acked) >= 4, child.stderr
     left = _snapshots(log_dir)
     assert any(n.startswith("tmp-") for n in left) == (step in ("files", "manifest")), left
     s = TemporalStore.open(part, log_dir, **SNAPSHOTS)

@@ -55,9 +55,9 @@ class GraphStoreSettings(ServiceSettings):
     temporal_snapshot_min_edges: int = Field(
         default=1_000_000,
         ge=0,
-        description="With appends, persist the compacted temporal graph into the append dir once "
-        "max(this, all edges / 4) edges were appended since the last snapshot; the log's older batches are then deleted "
-        "and a restart replays only the later ones. 0: never (the log keeps every batch).",
+        description="With appends, persist the appended edges of the compacted temporal graph into the append dir once "
+        "max(this, E / 4) edges were appended since the last snapshot (of E appended edges); the log's older batches "
+        "are then deleted and a restart replays only the later ones. 0: never (the log keeps every batch).",
     )
 
     def temporal_limits(self) -> dict[str, int]:

@@ -61,9 +61,10 @@ class TemporalStore:
     With a log, a background thread compacts (O(all edges), the thresholds keep it amortized
     O(1) per edge) without holding the append lock; appends wait for it only when
     ``4 * max_blocks`` blocks (or 4x the edge threshold) pile up during one merge. After a
-    merge, once ``max(snapshot_min_edges, all edges / 4)`` edges were appended since the last
-    snapshot, the merged graph is persisted in ``<log_dir>/snapshots`` and the log's batches it
-    covers are deleted; :meth:`open` loads the newest valid snapshot and replays only later batches.
+    merge, once ``max(snapshot_min_edges, E / 4)`` edges were appended since the last snapshot
+    (of ``E`` appended edges), the merged graph's appended edges are persisted in
+    ``<log_dir>/snapshots`` and the log's batches they cover are deleted; :meth:`open` loads the
+    newest valid snapshot onto the ingest base and replays only later batches.
 
     Args:
         base: the partition's time-sorted CSR (see :func:`~graphfeed.graph_store.temporal_index.time_sorted_base`).
@@ -269,7 +270,7 @@ class TemporalStore:
             if self._over(merged, 1) and self._compactor is not None:
                 self._compactor.wake()
         self._sync_and_publish(merged)  # after it, every batch of merged (so of compacted) is durable
-        due = max(self.snapshot_min_edges, compacted.num_edges // 4)
+        due = max(self.snapshot_min_edges, self._snapshot_at // 4)  # a snapshot writes every appended edge: amortized O(1)
         if self.snapshot_min_edges and self._log is not None and compacted.num_appended - self._snapshot_at >= due:
             path = temporal_snapshot.persist(self._log.path / "snapshots", compacted, self._log.layout, self._log.drop_batches)
             self._snapshot_at = compacted.num_appended
@@ -278,7 +279,7 @@ class TemporalStore:
 
     def _replay(self, append_log: TemporalLog) -> None:
         """Loads the newest snapshot, then applies the later logged batches in order (checked when acknowledged)."""
-        loaded = temporal_snapshot.load_newest(append_log.path / "snapshots", append_log.layout)
+        loaded = temporal_snapshot.load_newest(append_log.path / "snapshots", append_log.layout, self._latest)
         if loaded is not None:
             snap, path = loaded
             if snap.seq > append_log.seq():

@@ -17,6 +17,7 @@ import pytest
 from graphfeed.common.errors import FailedPrecondition
 from graphfeed.graph_store.temporal import TemporalStore
 from graphfeed.graph_store.temporal_log import TemporalLog
+from graphfeed.graph_store.temporal_snapshot import load_arrays
 from tests.unit.temporal_graphs import write_temporal
 
 APPENDED = 1 << 62
@@ -72,7 +73,8 @@ def test_a_snapshot_truncates_the_log_and_a_restart_replays_only_what_follows(pa
     (snap,) = _snapshots(log_dir)
     covered = json.loads((log_dir / "snapshots" / snap / "manifest.json").read_text())["seq"]
     assert 0 < covered <= 70 and _logged_seqs(log_dir) == list(range(covered + 1, 71))
-    eid = np.load(log_dir / "snapshots" / snap / "eid.npy")
+    arrays = load_arrays(log_dir / "snapshots" / snap, json.loads((log_dir / "snapshots" / snap / "manifest.json").read_text()))
+    eid = arrays["eid"]
     assert len(eid) == 3 * covered and (eid & APPENDED).all()  # the appended edges only: ingest edges stay in the partition
     s = TemporalStore.open(part, log_dir)
     try:
@@ -100,7 +102,7 @@ def test_a_torn_snapshot_is_ignored_and_a_damaged_one_after_truncation_is_refuse
     finally:
         s.close()
     assert _snapshots(log_dir) == [snap]
-    ts = log_dir / "snapshots" / snap / "ts.npy"
+    ts = log_dir / "snapshots" / snap / "ts.z"
     data = bytearray(ts.read_bytes())
     data[-1] ^= 1
     ts.write_bytes(bytes(data))  # the only snapshot no longer matches its digest, and the log lacks its batches

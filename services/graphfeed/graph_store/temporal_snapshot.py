@@ -8,10 +8,11 @@ every compacted row they precede the appended ones, so :func:`load_newest` rebui
 base as one block of them added to the ingest base and compacted (one O(E) merge at open,
 instead of decoding and adding every logged batch). The steps:
 
-1. the arrays (``rows``, ``nbr``, ``ts``, ``eid``, ``feat`` of the appended edges in stored
-   order, ``new_gids``, ``new_rows``) as ``.npy`` files in a ``tmp-`` directory, each fsync'd,
-   then ``manifest.json`` (seq, edge counts, rows, min/max t, the log's layout and a blake2b
-   digest per file), fsync'd, then the directory itself;
+1. the arrays (the rows with appended edges and their counts, then ``nbr``, ``ts``, ``eid``,
+   ``feat`` of the appended edges in stored order, ``new_gids``, ``new_rows``) as zlib-compressed
+   files (level 1; sorted columns delta-coded first) in a ``tmp-`` directory, each fsync'd, then
+   ``manifest.json`` (seq, edge counts, rows, min/max t, the log's layout, and per array its
+   dtype, shape and the blake2b digest of its file), fsync'd, then the directory itself;
 2. the directory renamed to ``snap-<seq>`` (atomic) and the parent fsync'd: from now on a
    restart loads it;
 3. the log's batches ``<= seq`` deleted (their ``id/`` acks stay, so a retry is still answered);
@@ -30,6 +31,7 @@ import json
 import logging
 import os
 import shutil
+import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +42,8 @@ from graphfeed.graph_store import temporal_index as ti
 
 log = logging.getLogger(__name__)
 
-_ARRAYS = ("rows", "nbr", "ts", "eid", "feat", "new_gids", "new_rows")
+_ARRAYS = ("row_ids", "row_counts", "nbr", "ts", "eid", "feat", "new_gids", "new_rows")
+_DELTA = ("row_ids", "ts", "eid", "new_gids")  # ascending, or nearly: their differences compress well
 _APPENDED = 1 << 62  # the eid bit of an appended edge
 _PREFIX, _TMP = "snap-", "tmp-"
 
@@ -62,20 +65,36 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _digest(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _write_durably(path: Path, data: bytes | np.ndarray) -> None:
-    """Writes ``data`` (raw bytes, or an array as ``.npy``) and fsyncs the file."""
+def _write_durably(path: Path, data: bytes) -> None:
+    """Writes ``data`` and fsyncs the file."""
     with open(path, "wb") as f:
-        if isinstance(data, np.ndarray):
-            np.save(f, np.ascontiguousarray(data), allow_pickle=False)
-        else:
-            f.write(data)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _encode(name: str, arr: np.ndarray) -> tuple[bytes, dict]:
+    """An array's file content (zlib, level 1: fast) and its manifest entry."""
+    a = np.ascontiguousarray(arr)
+    raw = np.diff(a, prepend=a.dtype.type(0)) if name in _DELTA and len(a) else a  # int64 wraps: cumsum undoes it exactly
+    data = zlib.compress(np.ascontiguousarray(raw).tobytes(), 1)
+    return data, {"dtype": a.dtype.str, "shape": list(a.shape), "digest": _digest(data)}
+
+
+def load_arrays(path: Path, manifest: dict) -> dict[str, np.ndarray]:
+    """The arrays of the snapshot at ``path``, checked against ``manifest`` (ValueError when torn)."""
+    out = {}
+    for name in _ARRAYS:
+        entry, data = manifest["arrays"][name], (path / f"{name}.z").read_bytes()
+        if _digest(data) != entry["digest"]:
+            raise ValueError(f"{name}.z does not match its digest")
+        arr = np.frombuffer(zlib.decompress(data), dtype=np.dtype(entry["dtype"])).reshape(entry["shape"])
+        out[name] = np.cumsum(arr, dtype=arr.dtype) if name in _DELTA else arr
+    return out
 
 
 def persist(directory: Path, snap: ti.Snapshot, layout: dict[str, int], drop_log: Callable[[int], None]) -> Path:
@@ -93,14 +112,16 @@ def persist(directory: Path, snap: ti.Snapshot, layout: dict[str, int], drop_log
     tmp.mkdir()
     b = snap.base
     pos = np.flatnonzero(np.asarray(b.eid) & _APPENDED)
-    rows = np.searchsorted(b.indptr, pos, side="right") - 1
-    arrays = dict(rows=rows, nbr=b.nbr[pos], ts=b.ts[pos], eid=b.eid[pos], feat=b.feat[pos], new_gids=snap.new_gids, new_rows=snap.new_rows)
-    for name, arr in arrays.items():
-        _write_durably(tmp / f"{name}.npy", arr)
+    row_ids, row_counts = np.unique(np.searchsorted(b.indptr, pos, side="right") - 1, return_counts=True)  # pos ascending: rows too
+    arrays = dict(row_ids=row_ids, row_counts=row_counts, nbr=b.nbr[pos], ts=b.ts[pos], eid=b.eid[pos], feat=b.feat[pos],
+                  new_gids=snap.new_gids, new_rows=snap.new_rows)  # fmt: skip
+    entries = {}
+    for name in _ARRAYS:  # zlib releases the GIL: appends and samples go on meanwhile
+        data, entries[name] = _encode(name, arrays[name])
+        _write_durably(tmp / f"{name}.z", data)
     _step("files")
     manifest = {"seq": snap.seq, "num_appended": snap.num_appended, "ingest_edges": len(b.ts) - len(pos), "num_rows": snap.num_rows,
-                "min_t": snap.min_t, "max_t": snap.max_t, "layout": layout,
-                "files": {n: _digest(tmp / f"{n}.npy") for n in _ARRAYS}}  # fmt: skip
+                "min_t": snap.min_t, "max_t": snap.max_t, "layout": layout, "arrays": entries}  # fmt: skip
     _write_durably(tmp / "manifest.json", json.dumps(manifest, sort_keys=True).encode())
     _fsync_dir(tmp)
     _step("manifest")
@@ -138,11 +159,8 @@ def load_newest(directory: Path, layout: dict[str, int], ingest: ti.Snapshot) ->
             manifest = json.loads((path / "manifest.json").read_text())
             if manifest["layout"] != layout or manifest["ingest_edges"] != len(ingest.base.ts):
                 raise ValueError(f"written for {manifest['layout']} with {manifest['ingest_edges']} ingest edges")
-            for name in _ARRAYS:
-                if _digest(path / f"{name}.npy") != manifest["files"][name]:
-                    raise ValueError(f"{name}.npy does not match its digest")
-            arr = {name: np.load(path / f"{name}.npy", allow_pickle=False) for name in _ARRAYS}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            arr = load_arrays(path, manifest)
+        except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
             log.warning("temporal snapshot %s is unusable (%s); trying an older one", path, exc)
             continue
         return _restore(ingest, manifest, arr), path
@@ -151,8 +169,8 @@ def load_newest(directory: Path, layout: dict[str, int], ingest: ti.Snapshot) ->
 
 def _restore(ingest: ti.Snapshot, manifest: dict, arr: dict[str, np.ndarray]) -> ti.Snapshot:
     """The ingest base plus the persisted appended edges as one block, compacted."""
-    rows, n = arr["rows"], len(arr["rows"])
-    m = int(np.count_nonzero(rows[1:] != rows[:-1])) + 1 if n else 0
+    rows = np.repeat(arr["row_ids"], arr["row_counts"])
+    n, m = len(rows), len(arr["row_ids"])
     arena = ti.add_block(ingest, rows, arr["nbr"], arr["ts"], arr["eid"], arr["feat"]) if n else ingest.arena
     snap = replace(
         ingest, arena=arena, n_entries=m, n_blocks=1 if n else 0, n_arena_edges=n, num_rows=manifest["num_rows"],

@@ -228,9 +228,11 @@ def _kill_trial(part: Path, log_dir: Path, start: int, acks_wanted: int) -> int:
                 break
             acked.append(json.loads(line))
         os.kill(child.pid, signal.SIGKILL)  # right after an ack, likely mid-way through the next batch
+        # acks the child printed before the kill landed (it runs ahead of this reader on a busy
+        # machine), read through the same buffered reader: communicate() would skip its buffer
+        out = child.stdout.read()
     finally:
-        out, err = child.communicate(timeout=30)
-    # acks the child printed before the kill landed (it runs ahead of this reader on a busy machine)
+        _, err = child.communicate(timeout=30)
     acked += [json.loads(line) for line in out.splitlines(keepends=True) if line.endswith("\n")]
     assert len(acked) >= acks_wanted, f"child stopped after {len(acked)} acks (rc {child.returncode}): {err}"
     assert child.returncode == -signal.SIGKILL

@@ -290,6 +290,9 @@ class TemporalStore:
         for batch in append_log.batches(self._latest.seq + 1):
             self._replay_one(batch)
             count += 1
+        if self._latest.seq != append_log.seq():  # e.g. a damaged snapshot that covered every batch left
+            raise FailedPrecondition(f"append log: {append_log.seq()} batches were acknowledged, {self._latest.seq} found; "
+                                     "the log is damaged")  # fmt: skip
         self._acks = append_log.acks()
         if count:
             log.info("partition %d: replayed %d appended batches (%d edges) from %s",

@@ -14,6 +14,9 @@ Three measurements (issue 16):
     into one graph-store, ``--in-flight`` writers (disjoint destinations, so per-node time order
     holds), each ack fsync'd. Edges/s, p50/p99 batch latency and request bytes. Target: >= 1M
     edges/s per graph-store.
+(d) **Restart cost** after (b): the append dir on disk (log, snapshots) and the time to open
+    it again. With ``--restart-batches``, also in process: that many batches of random edges
+    appended with snapshots off and on (``--snapshot-min-edges``), then the same measures.
 (c) **Temporal sampling roots/s**: ``--roots`` roots, fanout ``--fanout``, both strategies,
     through gRPC vs the in-process store vs the vectorized NumPy baseline of ``bench temporal``
     (same data, same run; outputs checked identical).
@@ -297,7 +300,24 @@ def _restart(part: Path, append_dir: Path) -> dict:
             "num_appended": info.num_appended, "seq": info.seq}  # fmt: skip
 
 
-def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict], rs: dict) -> str:
+def _restart_compare(part: Path, work: Path, args: argparse.Namespace) -> list[dict]:
+    """(d), in process: random batches with snapshots off, then on; log / snapshot bytes and open time after each."""
+    rows = []
+    for snapshot_min in (0, args.snapshot_min_edges):
+        log_dir, rng = work / f"restart-{snapshot_min}", np.random.default_rng(args.seed + 9)
+        store = TemporalStore.open(part, log_dir, max_blocks=args.max_blocks, compact_min_edges=args.compact_min_edges,
+                                   snapshot_min_edges=snapshot_min, max_append_edges=max(1_000_000, args.batch_edges))  # fmt: skip
+        try:
+            for b in range(args.restart_batches):
+                n = args.batch_edges
+                store.append(f"r{b}", rng.integers(0, args.nodes, n), rng.integers(0, args.nodes, n), np.full(n, 2 * T_SPAN + b))
+        finally:
+            store.close()
+        rows.append({"snapshot_min_edges": snapshot_min, **_restart(part, log_dir)})
+    return rows
+
+
+def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict], rs: dict, compare: list[dict]) -> str:
     lines = [f"# graphfeed bench append ({args.nodes:,} nodes, {args.edges:,} base edges, through gRPC)", ""]
     if trials:
         lost, dup, acked = sum(t["lost"] for t in trials), sum(t["duplicated"] for t in trials), trials[-1]["acked"]
@@ -326,6 +346,15 @@ def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[di
         "| restart: log MB on disk | snapshot MB | open s | appended edges | batches |",
         "|---|---|---|---|---|",
         f"| {rs['log_bytes'] / 1e6:.1f} | {rs['snapshot_bytes'] / 1e6:.1f} | {rs['open_s']:.2f} | {rs['num_appended']:,} | {rs['seq']} |",
+        "",
+    ]
+    if compare:
+        lines += ["| restart, random batches in process: snapshot min edges | log MB | snapshot MB | open s | appended edges | batches |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in compare:
+            mb = f"{r['log_bytes'] / 1e6:.1f} | {r['snapshot_bytes'] / 1e6:.1f}"
+            lines.append(f"| {r['snapshot_min_edges']:,} | {mb} | {r['open_s']:.2f} | {r['num_appended']:,} | {r['seq']} |")
+    lines += [
         "",
         (
             f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | gRPC roots/s | gRPC + shm roots/s | in-process roots/s "
@@ -367,11 +396,12 @@ def run(args: argparse.Namespace) -> int:
         finally:
             code = store.stop()
         restart = _restart(part, work / "appends")
+        compare = _restart_compare(part, work, args) if args.restart_batches else []
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "durability": trials, "appends": tp, "sampling": samp,
-              "restart": restart, "graph_store_exit": code}  # fmt: skip
-    report.write(args.out, result, _table(args, trials, tp, samp, restart))
+              "restart": restart, "restart_compare": compare, "graph_store_exit": code}  # fmt: skip
+    report.write(args.out, result, _table(args, trials, tp, samp, restart, compare))
     ok = code == 0 and all(r["identical"] for r in samp) and not any(t["lost"] or t["duplicated"] for t in trials)
     return 0 if ok else 1
 
@@ -394,6 +424,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-blocks", type=int, default=256, help="graph-store --temporal-max-blocks (default 256)")
     p.add_argument("--compact-min-edges", type=int, default=1_000_000, help="--temporal-compact-min-edges (default 1,000,000)")
     p.add_argument("--snapshot-min-edges", type=int, default=1_000_000, help="--temporal-snapshot-min-edges (default 1,000,000)")
+    p.add_argument("--restart-batches", type=int, default=0, help="(d) random batches, snapshots off / on (default 0: skip)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None, help="where graphs and append logs live (default: the temp dir)")
     p.add_argument("--out", type=Path, default=Path("bench/results/append.json"), help="JSON output (markdown next to it)")

@@ -228,9 +228,13 @@ def _kill_trial(part: Path, log_dir: Path, start: int, acks_wanted: int) -> int:
                 break
             acked.append(json.loads(line))
         os.kill(child.pid, signal.SIGKILL)  # right after an ack, likely mid-way through the next batch
+        # acks the child printed before the kill landed (it runs ahead of this reader on a busy
+        # machine), read through the same buffered reader: communicate() would skip its buffer
+        out = child.stdout.read()
     finally:
         _, err = child.communicate(timeout=30)
-    assert len(acked) == acks_wanted, f"child stopped after {len(acked)} acks (rc {child.returncode}): {err}"
+    acked += [json.loads(line) for line in out.splitlines(keepends=True) if line.endswith("\n")]
+    assert len(acked) >= acks_wanted, f"child stopped after {len(acked)} acks (rc {child.returncode}): {err}"
     assert child.returncode == -signal.SIGKILL
     s = TemporalStore.open(part, log_dir)
     try:
@@ -249,7 +253,7 @@ def _kill_trial(part: Path, log_dir: Path, start: int, acks_wanted: int) -> int:
 
 
 def test_sigkill_right_after_acks_loses_no_acknowledged_edge(graph: Path, tmp_path: Path) -> None:
-    assert _kill_trial(graph / "part-00000", tmp_path / "klog", 0, 20) == 21
+    assert _kill_trial(graph / "part-00000", tmp_path / "klog", 0, 20) >= 21
 
 
 @pytest.mark.slow

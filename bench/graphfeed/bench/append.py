@@ -14,6 +14,9 @@ Three measurements (issue 16):
     into one graph-store, ``--in-flight`` writers (disjoint destinations, so per-node time order
     holds), each ack fsync'd. Edges/s, p50/p99 batch latency and request bytes. Target: >= 1M
     edges/s per graph-store.
+(d) **Restart cost** after (b): the append dir on disk (log, snapshots) and the time to open
+    it again. With ``--restart-batches``, also in process: that many batches of random edges
+    appended with snapshots off and on (``--snapshot-min-edges``), then the same measures.
 (c) **Temporal sampling roots/s**: ``--roots`` roots, fanout ``--fanout``, both strategies,
     through gRPC vs the in-process store vs the vectorized NumPy baseline of ``bench temporal``
     (same data, same run; outputs checked identical).
@@ -68,6 +71,7 @@ class StoreProcess:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     starts: int = 0
+    extra_args: list[str] = field(default_factory=list)  # more ``serve graph-store`` flags
 
     @property
     def address(self) -> str:
@@ -78,7 +82,7 @@ class StoreProcess:
         self.starts += 1
         log = open(self.log_dir / f"{self.part_dir.name}-{self.starts}.log", "wb")  # noqa: SIM115 - the child's stderr
         cmd = [sys.executable, "-m", "graphfeed", "serve", "graph-store", "--part-dir", str(self.part_dir),
-               "--append-dir", str(self.append_dir), "--port", str(self.port), "--metrics-port", "-1"]  # fmt: skip
+               "--append-dir", str(self.append_dir), "--port", str(self.port), "--metrics-port", "-1", *self.extra_args]  # fmt: skip
         self.proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         ready = threading.Event()
 
@@ -179,11 +183,13 @@ def compare(acked: np.ndarray, stored: np.ndarray) -> dict[str, int]:
 
 
 def kill_trials(root: Path, work: Path, trials: int, batch_edges: int = 500, seed: int = 0,
-                on_trial: Callable[[dict], None] | None = None) -> list[dict]:  # fmt: skip
+                on_trial: Callable[[dict], None] | None = None, extra_args: tuple[str, ...] = (),
+                batches_before_kill: int = 5) -> list[dict]:  # fmt: skip
     """Runs ``trials`` kill -9 / restart cycles (partition ``k % 2`` in trial k) under a streaming
-    writer; returns one result per trial (see :func:`compare`, plus retries and times)."""
+    writer; returns one result per trial (see :func:`compare`, plus retries and times).
+    ``extra_args``: more ``serve graph-store`` flags (e.g. small snapshot thresholds)."""
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    stores = [StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs") for p in range(2)]
+    stores = [StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs", extra_args=list(extra_args)) for p in range(2)]
     results: list[dict] = []
     acked_all: list[np.ndarray] = []  # every trial's acknowledged edges: the stores keep them all
     client = None
@@ -195,7 +201,7 @@ def kill_trials(root: Path, work: Path, trials: int, batch_edges: int = 500, see
         for k in range(trials):
             writer = Writer(client, num_nodes, batch_edges, seed + k, first_t=10**9 + 10**6 * k)
             writer.start()
-            writer.wait_for(5)
+            writer.wait_for(batches_before_kill)
             retries0, victim, t0 = client.retries, stores[k % 2], time.perf_counter()
             victim.kill9()
             victim.start()
@@ -242,7 +248,7 @@ def _throughput(address: str, args: argparse.Namespace) -> dict:
     edges = per_writer * k * n
     return {"batches": per_writer * k, "batch_edges": n, "in_flight": k, "edges": edges, "wall_s": wall,
             "edges_per_s": edges / wall, "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3),
-            "request_bytes": edges * 24, "mb_per_s": edges * 24 / wall / 1e6}  # fmt: skip
+            "max_ms": float(np.max(lat) * 1e3), "request_bytes": edges * 24, "mb_per_s": edges * 24 / wall / 1e6}  # fmt: skip
 
 
 def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
@@ -281,7 +287,37 @@ def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict]) -> str:
+def _restart(part: Path, append_dir: Path) -> dict:
+    """(d): what a restart costs after the throughput run: the append dir on disk and the open time."""
+    on_disk = sum(f.stat().st_size for f in append_dir.rglob("*") if f.is_file())
+    snapshots = sum(f.stat().st_size for f in (append_dir / "snapshots").rglob("*") if f.is_file())
+    t0 = time.perf_counter()
+    store = TemporalStore.open(part, append_dir)
+    open_s = time.perf_counter() - t0
+    info = store.info()
+    store.close()
+    return {"append_dir_bytes": on_disk, "log_bytes": on_disk - snapshots, "snapshot_bytes": snapshots, "open_s": open_s,
+            "num_appended": info.num_appended, "seq": info.seq}  # fmt: skip
+
+
+def _restart_compare(part: Path, work: Path, args: argparse.Namespace) -> list[dict]:
+    """(d), in process: random batches with snapshots off, then on; log / snapshot bytes and open time after each."""
+    rows = []
+    for snapshot_min in (0, args.snapshot_min_edges):
+        log_dir, rng = work / f"restart-{snapshot_min}", np.random.default_rng(args.seed + 9)
+        store = TemporalStore.open(part, log_dir, max_blocks=args.max_blocks, compact_min_edges=args.compact_min_edges,
+                                   snapshot_min_edges=snapshot_min, max_append_edges=max(1_000_000, args.batch_edges))  # fmt: skip
+        try:
+            for b in range(args.restart_batches):
+                n = args.batch_edges
+                store.append(f"r{b}", rng.integers(0, args.nodes, n), rng.integers(0, args.nodes, n), np.full(n, 2 * T_SPAN + b))
+        finally:
+            store.close()
+        rows.append({"snapshot_min_edges": snapshot_min, **_restart(part, log_dir)})
+    return rows
+
+
+def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict], rs: dict, compare: list[dict]) -> str:
     lines = [f"# graphfeed bench append ({args.nodes:,} nodes, {args.edges:,} base edges, through gRPC)", ""]
     if trials:
         lost, dup, acked = sum(t["lost"] for t in trials), sum(t["duplicated"] for t in trials), trials[-1]["acked"]
@@ -295,12 +331,30 @@ def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[di
             lines.append(f"| {t['trial']} | {t['killed']} | {t['retries']} | {t['down_s']:.1f} | {t['acked']:,} | {t['stored']:,} |")
         lines.append("")
     lines += [
-        "| appends | batch edges | in flight | durable edges/s | p50 ms | p99 ms | request MB/s |",
-        "|---|---|---|---|---|---|---|",
+        "| appends | batch edges | in flight | durable edges/s | p50 ms | p99 ms | max ms | request MB/s |",
+        "|---|---|---|---|---|---|---|---|",
         (
             f"| {tp['batches']} | {tp['batch_edges']:,} | {tp['in_flight']} | {tp['edges_per_s']:,.0f} | {tp['p50_ms']:.2f} "
-            f"| {tp['p99_ms']:.2f} | {tp['mb_per_s']:.1f} |"
+            f"| {tp['p99_ms']:.2f} | {tp['max_ms']:.2f} | {tp['mb_per_s']:.1f} |"
         ),
+        "",
+        (
+            f"Temporal settings: max blocks {args.max_blocks}, compact min edges {args.compact_min_edges:,}, "
+            f"snapshot min edges {args.snapshot_min_edges:,}."
+        ),
+        "",
+        "| restart: log MB on disk | snapshot MB | open s | appended edges | batches |",
+        "|---|---|---|---|---|",
+        f"| {rs['log_bytes'] / 1e6:.1f} | {rs['snapshot_bytes'] / 1e6:.1f} | {rs['open_s']:.2f} | {rs['num_appended']:,} | {rs['seq']} |",
+        "",
+    ]
+    if compare:
+        lines += ["| restart, random batches in process: snapshot min edges | log MB | snapshot MB | open s | appended edges | batches |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in compare:
+            mb = f"{r['log_bytes'] / 1e6:.1f} | {r['snapshot_bytes'] / 1e6:.1f}"
+            lines.append(f"| {r['snapshot_min_edges']:,} | {mb} | {r['open_s']:.2f} | {r['num_appended']:,} | {r['seq']} |")
+    lines += [
         "",
         (
             f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | gRPC roots/s | gRPC + shm roots/s | in-process roots/s "
@@ -334,20 +388,27 @@ def run(args: argparse.Namespace) -> int:
             root = two_partitions(work / "g2", 10_000, 100_000, args.seed)
             trials = kill_trials(root, work / "kill", args.kill_trials, seed=args.seed, on_trial=lambda r: print(r, flush=True))
         part = _graph(work / "graph", args.nodes, args.edges, args.seed)
-        store = StoreProcess(part, work / "appends", work)
+        store = StoreProcess(part, work / "appends", work, extra_args=_temporal_flags(args))
         store.start()
         try:
             samp = _sampling(store.address, part, args)
             tp = _throughput(store.address, args)
         finally:
             code = store.stop()
+        restart = _restart(part, work / "appends")
+        compare = _restart_compare(part, work, args) if args.restart_batches else []
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "durability": trials, "appends": tp, "sampling": samp,
-              "graph_store_exit": code}  # fmt: skip
-    report.write(args.out, result, _table(args, trials, tp, samp))
+              "restart": restart, "restart_compare": compare, "graph_store_exit": code}  # fmt: skip
+    report.write(args.out, result, _table(args, trials, tp, samp, restart, compare))
     ok = code == 0 and all(r["identical"] for r in samp) and not any(t["lost"] or t["duplicated"] for t in trials)
     return 0 if ok else 1
+
+
+def _temporal_flags(args: argparse.Namespace) -> list[str]:
+    return ["--temporal-max-blocks", str(args.max_blocks), "--temporal-compact-min-edges", str(args.compact_min_edges),
+            "--temporal-snapshot-min-edges", str(args.snapshot_min_edges)]  # fmt: skip
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -360,6 +421,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--roots", type=int, default=100_000, help="(node, time) roots per sample call (default 100,000)")
     p.add_argument("--fanout", type=int, default=10, help="neighbours per root (default 10)")
     p.add_argument("--repeats", type=int, default=5, help="timed sampling rounds; the fastest is reported (default 5)")
+    p.add_argument("--max-blocks", type=int, default=256, help="graph-store --temporal-max-blocks (default 256)")
+    p.add_argument("--compact-min-edges", type=int, default=1_000_000, help="--temporal-compact-min-edges (default 1,000,000)")
+    p.add_argument("--snapshot-min-edges", type=int, default=1_000_000, help="--temporal-snapshot-min-edges (default 1,000,000)")
+    p.add_argument("--restart-batches", type=int, default=0, help="(d) random batches, snapshots off / on (default 0: skip)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=None, help="where graphs and append logs live (default: the temp dir)")
     p.add_argument("--out", type=Path, default=Path("bench/results/append.json"), help="JSON output (markdown next to it)")

@@ -41,6 +41,30 @@ class GraphStoreSettings(ServiceSettings):
         "ingest-time timestamps). Opt-in: the log holds a lock, so two graph-stores cannot share it.",
     )
 
+    temporal_max_blocks: int = Field(
+        default=256,
+        ge=1,
+        description="With appends, compact the temporal graph in the background once this many append "
+        "batches are pending; appends wait when 4x as many pile up while a compaction runs.",
+    )
+    temporal_compact_min_edges: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="Also compact once the pending batches hold more than max(this, base edges) edges (amortized O(1) per appended edge).",
+    )
+    temporal_snapshot_min_edges: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="With appends, persist the appended edges of the compacted temporal graph into the append dir once "
+        "max(this, E / 4) edges were appended since the last snapshot (of E appended edges); the log's older batches "
+        "are then deleted and a restart replays only the later ones. 0: never (the log keeps every batch).",
+    )
+
+    def temporal_limits(self) -> dict[str, int]:
+        """The :class:`~graphfeed.graph_store.temporal.TemporalStore` settings, by its keyword names."""
+        return {"max_blocks": self.temporal_max_blocks, "compact_min_edges": self.temporal_compact_min_edges,
+                "snapshot_min_edges": self.temporal_snapshot_min_edges}  # fmt: skip
+
     def append_path(self) -> Path | None:
         """Where the append log lives, or None when appends are disabled."""
         return Path(self.append_dir) if self.append_dir else None

@@ -47,6 +47,7 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
         memory_budget=int(settings.memory_budget),
         direct_io=settings.direct_io,
         io_threads=settings.io_threads,
+        **settings.temporal_limits(),
     )
     metrics = GraphStoreMetrics.create(registry)
     registry.register(RowTierCollector(store.row_stats))

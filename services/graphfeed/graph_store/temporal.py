@@ -6,7 +6,10 @@ This is GNNFlow's dynamic-graph store (issue 16) inside a graph-store. The piece
   block lists as a base CSR + append blocks chained per row) and immutable snapshots;
 - :mod:`~graphfeed.graph_store.temporal_log`: the RocksDB log that makes an append durable
   before it is acknowledged and replays it at open;
-- :mod:`~graphfeed.graph_store.temporal_sampling`: the compiled recent / uniform-before-t sampler.
+- :mod:`~graphfeed.graph_store.temporal_sampling`: the compiled recent / uniform-before-t sampler;
+- :mod:`~graphfeed.graph_store.temporal_compactor`: the background thread that compacts;
+- :mod:`~graphfeed.graph_store.temporal_snapshot`: the compacted graph on disk, so that the
+  log can be truncated and a restart replays only the batches after it.
 
 :class:`TemporalStore` validates every request and keeps the idempotence table (batch id ->
 ack). An append runs in two phases. Under the append lock (the order of batches): answer a
@@ -17,6 +20,10 @@ group commit) and *publish* the latest snapshot (one reference assignment, the o
 samples read), then acknowledge. So an acknowledged batch is durable and visible, a sample
 never sees a batch that is not durable, and never half of one: samples take no lock and read
 whichever published snapshot is current when they start.
+Compaction runs beside the appends: crossing a threshold wakes the compactor thread, which
+merges the snapshot of that moment without the lock, then (under it) moves the blocks appended
+meanwhile onto the merged base and publishes that; an append waits only when 4x the threshold
+piles up during one merge. After a merge it may persist the merged graph and truncate the log.
 Rows, edge ids and the ownership rule are those of ``TEMPORAL_SPEC``: appended edges get
 ``eid = (1 << 62) | (partition << 40) | seq``; a node ``g >= num_nodes`` belongs to ``g % P``.
 """
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,52 +40,17 @@ import numpy as np
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store import temporal_index as ti
+from graphfeed.graph_store import temporal_snapshot
+from graphfeed.graph_store.temporal_compactor import Compactor
 from graphfeed.graph_store.temporal_log import LoggedAck, LoggedBatch, TemporalLog, content_digest
 from graphfeed.graph_store.temporal_sampling import gather_features, sample_snapshot
+from graphfeed.graph_store.temporal_types import AppendAck, OutOfOrder, TemporalInfo, TemporalSample
+
+__all__ = ["AppendAck", "OutOfOrder", "TemporalInfo", "TemporalSample", "TemporalStore"]
 
 log = logging.getLogger(__name__)
 
 _STRATEGIES = ("recent", "uniform")
-
-
-class OutOfOrder(InvalidArgument):
-    """An appended edge is older than the last edge already stored for its row."""
-
-
-@dataclass(frozen=True)
-class AppendAck:
-    """The answer to an append (also to a retry of it, with ``duplicate=True``)."""
-
-    first_eid: int  # eid of the batch's first stored edge (in stored (dst, t) order)
-    num_edges: int
-    duplicate: bool  # True when batch_id had already been acknowledged (nothing applied)
-    visible_seq: int  # batches applied after this one (monotone); sampling sees it from now on
-
-
-@dataclass(frozen=True)
-class TemporalSample:
-    """Per root ``i``, edges ``[offsets[i], offsets[i+1])`` in ascending time."""
-
-    offsets: np.ndarray  # int64 [N+1]
-    nbr: np.ndarray  # int64 [S] neighbour gids
-    ts: np.ndarray  # int64 [S]
-    eid: np.ndarray  # int64 [S]
-    efeat: np.ndarray | None  # float32 [S, D], None when D == 0 or not asked
-
-
-@dataclass(frozen=True)
-class TemporalInfo:
-    """Size and state of the temporal graph of one partition."""
-
-    num_edges: int  # base + appended edges
-    num_appended: int  # edges appended since ingest (the next edge seq)
-    num_rows: int  # owned ingest nodes + nodes that arrived by append
-    num_blocks: int  # append blocks not compacted yet
-    min_t: int | None  # None when there is no edge
-    max_t: int | None
-    edge_feat_dim: int
-    seq: int  # batches acknowledged
-    log_bytes: int = 0  # bytes of edge data written to the log by this process
 
 
 class TemporalStore:
@@ -86,8 +58,13 @@ class TemporalStore:
 
     Build it with :meth:`open`. Thread-safe: appends are staged one at a time under a lock and
     fsync'd together; samples run concurrently with them (and with each other, GIL released).
-    Compaction runs inside the append that crosses a threshold (under the lock, O(all edges)),
-    so that append's latency includes it; the thresholds keep it amortized O(1) per edge.
+    With a log, a background thread compacts (O(all edges), the thresholds keep it amortized
+    O(1) per edge) without holding the append lock; appends wait for it only when
+    ``4 * max_blocks`` blocks (or 4x the edge threshold) pile up during one merge. After a
+    merge, once ``max(snapshot_min_edges, E / 4)`` edges were appended since the last snapshot
+    (of ``E`` appended edges), the merged graph's appended edges are persisted in
+    ``<log_dir>/snapshots`` and the log's batches they cover are deleted; :meth:`open` loads the
+    newest valid snapshot onto the ingest base and replays only later batches.
 
     Args:
         base: the partition's time-sorted CSR (see :func:`~graphfeed.graph_store.temporal_index.time_sorted_base`).
@@ -99,18 +76,22 @@ class TemporalStore:
         max_blocks: compact when this many blocks are pending (default 256).
         compact_min_edges: also compact when the blocks hold more edges than
             ``max(compact_min_edges, base edges)`` (default 1,000,000): amortized O(1) per edge.
+        snapshot_min_edges: see above (default 0: no snapshots, the log keeps every batch).
     """
 
     def __init__(self, base: ti.Csr, layout: ti.Layout, append_log: TemporalLog | None, *, max_append_edges: int = 1_000_000,
                  max_ids_per_request: int = 4_000_000, max_fanout: int = 1000, max_blocks: int = 256,
-                 compact_min_edges: int = 1_000_000) -> None:  # fmt: skip
+                 compact_min_edges: int = 1_000_000, snapshot_min_edges: int = 0) -> None:  # fmt: skip
         self.layout = layout
         self.max_append_edges, self.max_ids_per_request, self.max_fanout = max_append_edges, max_ids_per_request, max_fanout
-        self.max_blocks, self.compact_min_edges = max_blocks, compact_min_edges
+        self.max_blocks, self.compact_min_edges, self.snapshot_min_edges = max_blocks, compact_min_edges, snapshot_min_edges
         self._log = append_log
         self._lock = threading.Lock()  # orders appends: staging, the log's WAL, the blocks
         self._publish_lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)  # no append between staging and publishing
+        self._cond = threading.Condition(self._lock)  # appends in flight, the compactor's state
+        self._compactor: Compactor | None = None  # started after replay (which compacts in line)
+        self._snapshot_at = 0  # num_appended of the newest snapshot on disk
+        self._compactions = 0  # background rounds published
         self._inflight = 0
         self._closed = False
         self._broken: str | None = None  # why the log failed: appends are refused until reopened
@@ -124,6 +105,7 @@ class TemporalStore:
         self._acks: dict[str, LoggedAck] = {}
         if append_log is not None:
             self._replay(append_log)
+            self._compactor = Compactor(self._cond, self._compact_round, f"temporal-compactor-{layout.partition_id}")
         self._snap = self._latest  # what samples read: only batches whose WAL is synced
 
     @classmethod
@@ -138,7 +120,7 @@ class TemporalStore:
             log_dir: the append log (RocksDB, created if missing); None: appends are refused.
             num_partitions, partition_id: checked against the partition's manifest when given.
             limits: ``max_append_edges``, ``max_ids_per_request``, ``max_fanout``, ``max_blocks``,
-                ``compact_min_edges`` (see the class).
+                ``compact_min_edges``, ``snapshot_min_edges`` (see the class).
 
         Raises:
             FailedPrecondition: layout mismatch, or a log written for another layout.
@@ -184,11 +166,16 @@ class TemporalStore:
             ResourceExhausted: more than ``max_append_edges`` edges.
             FailedPrecondition: a dst not owned here; the id reused with other content; no log.
         """
-        src, dst, t, feat = self._check_batch(batch_id, src, dst, t, efeat)
+        self._writable_log()
+        src, dst, t, feat = ti.check_batch(self.layout, self.edge_feat_dim, self.max_append_edges, batch_id, src, dst, t, efeat)
         digest = content_digest(src, dst, t, feat)
         with self._lock:
             self._check_open()
             done = self._acks.get(batch_id)
+            if done is None and self._backlogged():
+                self._cond.wait_for(lambda: not self._backlogged())  # back-pressure: the lock is released meanwhile
+                self._check_open()
+                done = self._acks.get(batch_id)  # another appender may have staged this id meanwhile
             fresh = done is None
             if done is None:
                 done = self._stage(batch_id, digest, src, dst, t, feat)
@@ -201,7 +188,7 @@ class TemporalStore:
         finally:
             with self._lock:
                 self._inflight -= 1
-                self._idle.notify_all()
+                self._cond.notify_all()
         return AppendAck(done.first_eid, done.num_edges, not fresh, done.visible_seq)
 
     def _stage(self, batch_id: str, digest: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray) -> LoggedAck:
@@ -210,7 +197,7 @@ class TemporalStore:
         src, dst, t, feat = src[order], dst[order], t[order], feat[order]
         snap = self._latest
         rows, new_gids, new_rows = ti.rows_for_append(snap, self.layout, dst)
-        self._check_time_order(snap, rows, dst, t)
+        ti.check_time_order(snap, rows, dst, t)
         first_seq = snap.num_appended
         ack = LoggedAck(digest, self._eid(first_seq), len(src), snap.seq + 1)
         self._writable_log().write(batch_id, ack, first_seq, src, dst, t, feat)
@@ -238,37 +225,6 @@ class TemporalStore:
     def _eid(self, seq: int) -> int:
         return (1 << 62) | (self.layout.partition_id << 40) | seq
 
-    def _check_batch(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
-                     efeat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-        self._writable_log()
-        if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
-            raise InvalidArgument(f"batch_id must be a non-empty string of at most 256 characters, got {batch_id!r}")
-        arrays = [ti.int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t"))]
-        n = len(arrays[0])
-        if any(len(a) != n for a in arrays):
-            raise InvalidArgument(f"src, dst and t must have the same length, got {[len(a) for a in arrays]}")
-        if n > self.max_append_edges:
-            raise ResourceExhausted(f"{n} edges in one batch exceed the limit of {self.max_append_edges}; split the batch")
-        for a, what in zip(arrays[:2], ("src", "dst"), strict=True):
-            if n and a.min() < 0:
-                raise InvalidArgument(f"{what} must be node ids >= 0, got {int(a.min())}")
-        feat = ti.feat_array(efeat, n, self.edge_feat_dim)
-        ti.check_owned(self.layout, arrays[1], "dst")
-        return arrays[0], arrays[1], arrays[2], feat
-
-    def _check_time_order(self, snap: ti.Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.ndarray) -> None:
-        if not len(rows):
-            return
-        first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])  # each row's oldest edge in the batch
-        last = ti.last_times(snap, rows[first])
-        bad = np.flatnonzero(t[first] < last)
-        if len(bad):
-            i = first[bad[0]]
-            raise OutOfOrder(
-                f"edge into node {int(dst[i])} at t={int(t[i])} is older than its last stored edge at t={int(last[bad[0]])}"
-                f" ({len(bad)} node(s) out of order); appends must not go back in time per node"
-            )
-
     def _apply(self, snap: ti.Snapshot, rows: np.ndarray, new_gids: np.ndarray, new_rows: np.ndarray, src: np.ndarray,
                t: np.ndarray, feat: np.ndarray) -> None:  # fmt: skip
         """Adds one sorted batch as a block to the latest (unpublished) snapshot (lock held)."""
@@ -284,16 +240,59 @@ class TemporalStore:
             new_gids=new_gids, new_rows=new_rows, seq=snap.seq + 1, num_appended=snap.num_appended + n,
             min_t=min(lo) if lo else None, max_t=max(hi) if hi else None,
         )  # fmt: skip
-        s = self._latest
-        if s.n_blocks >= self.max_blocks or s.n_arena_edges >= max(self.compact_min_edges, len(s.base.ts)):
-            self._latest = ti.compact(s)
+        if self._over(self._latest, 1):
+            if self._compactor is None:
+                self._latest = ti.compact(self._latest)  # replay at open: nobody waits for an ack
+            else:
+                self._compactor.wake()
+
+    def _over(self, s: ti.Snapshot, factor: int) -> bool:
+        """``factor`` times the compaction threshold is reached (1: compact now; 4: appends wait)."""
+        return s.n_blocks >= factor * self.max_blocks or s.n_arena_edges >= factor * max(self.compact_min_edges, len(s.base.ts))
+
+    def _backlogged(self) -> bool:
+        c = self._compactor
+        return c is not None and c.busy and not self._closed and self._over(self._latest, 4)
+
+    def _compact_round(self) -> None:
+        """One background compaction (compactor thread): merges without the lock, publishes under it."""
+        with self._lock:
+            taken = self._latest
+            if self._closed or not taken.n_blocks:
+                return
+        compacted = ti.compact(taken)  # O(all edges), appends go on meanwhile
+        with self._lock:
+            latest = self._latest
+            if self._closed or latest.base is not taken.base:  # closing, or compact() merged first
+                return
+            self._latest = merged = ti.carry_over(compacted, taken, latest)
+            self._compactions += 1
+            if self._over(merged, 1) and self._compactor is not None:
+                self._compactor.wake()
+        self._sync_and_publish(merged)  # after it, every batch of merged (so of compacted) is durable
+        due = max(self.snapshot_min_edges, self._snapshot_at // 4)  # a snapshot writes every appended edge: amortized O(1)
+        if self.snapshot_min_edges and self._log is not None and compacted.num_appended - self._snapshot_at >= due:
+            path = temporal_snapshot.persist(self._log.path / "snapshots", compacted, self._log.layout, self._log.drop_batches)
+            self._snapshot_at = compacted.num_appended
+            log.info("partition %d: snapshot %s (%d edges); the log keeps the batches after %d",
+                     self.layout.partition_id, path, compacted.num_edges, compacted.seq)  # fmt: skip
 
     def _replay(self, append_log: TemporalLog) -> None:
-        """Applies every logged batch in order (they were checked when first acknowledged)."""
+        """Loads the newest snapshot, then applies the later logged batches in order (checked when acknowledged)."""
+        loaded = temporal_snapshot.load_newest(append_log.path / "snapshots", append_log.layout, self._latest)
+        if loaded is not None:
+            snap, path = loaded
+            if snap.seq > append_log.seq():
+                raise FailedPrecondition(f"snapshot {path} holds batch {snap.seq} but the log ends at {append_log.seq()}; damaged")
+            self._latest, self._snapshot_at = snap, snap.num_appended
+            temporal_snapshot.remove_others(path.parent, keep=path)  # leftovers of a crash
         count = 0
-        for batch in append_log.batches():
+        for batch in append_log.batches(self._latest.seq + 1):
             self._replay_one(batch)
             count += 1
+        if self._latest.seq != append_log.seq():  # e.g. a damaged snapshot that covered every batch left
+            raise FailedPrecondition(f"append log: {append_log.seq()} batches were acknowledged, {self._latest.seq} found; "
+                                     "the log is damaged")  # fmt: skip
         self._acks = append_log.acks()
         if count:
             log.info("partition %d: replayed %d appended batches (%d edges) from %s",
@@ -359,7 +358,8 @@ class TemporalStore:
         """Sizes and sequence numbers (of the current snapshot)."""
         s = self._snap
         log_bytes = self._log.bytes_written if self._log is not None else 0
-        return TemporalInfo(s.num_edges, s.num_appended, s.num_rows, s.n_blocks, s.min_t, s.max_t, self.edge_feat_dim, s.seq, log_bytes)
+        return TemporalInfo(s.num_edges, s.num_appended, s.num_rows, s.n_blocks, s.min_t, s.max_t, self.edge_feat_dim, s.seq, log_bytes,
+                            self._compactions)  # fmt: skip
 
     def compact(self) -> None:
         """Merges the pending blocks into the base CSR now (samples are unchanged by it)."""
@@ -371,10 +371,14 @@ class TemporalStore:
         self._sync_and_publish(target)
 
     def close(self) -> None:
-        """Closes the append log; the store must not be used afterwards. Idempotent."""
+        """Stops the compactor (a running round finishes), closes the append log. Idempotent."""
         with self._lock:
             self._closed = True
-            self._idle.wait_for(lambda: self._inflight == 0)  # appends already staged finish their sync
+            self._cond.notify_all()  # appends waiting for room give up
+        if self._compactor is not None:
+            self._compactor.stop()
+        with self._lock:
+            self._cond.wait_for(lambda: self._inflight == 0)  # appends already staged finish their sync
             if self._log is not None:
                 self._log.close()
 
@@ -389,3 +393,5 @@ class TemporalStore:
             raise FailedPrecondition(f"temporal store of partition {self.layout.partition_id} is closed")
         if self._broken is not None:
             raise FailedPrecondition(self._broken)
+        if self._compactor is not None and self._compactor.error is not None:
+            raise FailedPrecondition(f"background compaction failed ({self._compactor.error}); reopen the store")

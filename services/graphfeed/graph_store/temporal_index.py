@@ -19,7 +19,9 @@ rewritten. Ours is the same structure laid out for vectorized writes and a compi
   snapshots, then publishes a new snapshot. ``head`` is the one array updated in place; a reader
   skips entries ``>= n_entries`` of its snapshot, so a newer head is harmless.
 - **Compaction** (:func:`compact`): merges base and blocks into a new base in O(E) (scatter by
-  destination, no sort) and starts an empty arena; older snapshots keep the old arrays.
+  destination, no sort) and starts an empty arena; older snapshots keep the old arrays. It only
+  reads a snapshot, so it can run beside the writer; :func:`carry_over` then moves the blocks
+  appended meanwhile onto the new base (O(those edges)).
 
 Sampling over a snapshot is :mod:`graphfeed.graph_store.temporal_sampling`.
 """
@@ -30,7 +32,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, name_ids
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, name_ids
+from graphfeed.graph_store.temporal_types import OutOfOrder
 
 _I64_MIN = np.iinfo(np.int64).min
 _NO_ROW = 1 << 62  # row of an owned node that has no edge yet: beyond every array
@@ -217,6 +220,27 @@ def compact(snap: Snapshot) -> Snapshot:
     return replace(snap, base=base, arena=empty_arena(b.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0)
 
 
+def carry_over(compacted: Snapshot, taken: Snapshot, latest: Snapshot) -> Snapshot:
+    """``latest`` on ``compacted``'s base: the blocks appended after ``taken`` move to a fresh arena.
+
+    ``compacted = compact(taken)`` ran without the writer's lock while ``latest`` (same base as
+    ``taken``) grew past it. The later blocks keep their edges, eids and per-row order: their
+    entries, stably regrouped by row, become one block (a row's timeline is unchanged). Writer only.
+    """
+    a, k0, n0 = latest.arena, taken.n_entries, taken.n_arena_edges
+    n_new = latest.n_arena_edges - n0
+    fresh = replace(latest, base=compacted.base, arena=empty_arena(a.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0)
+    if not n_new:
+        return fresh
+    rows = np.repeat(a.e_row[k0 : latest.n_entries], a.e_hi[k0 : latest.n_entries] - a.e_lo[k0 : latest.n_entries])
+    order = np.argsort(rows, kind="stable")
+    rows = rows[order]
+    seg = slice(n0, n0 + n_new)
+    arena = add_block(fresh, rows, a.nbr[seg][order], a.ts[seg][order], a.eid[seg][order], a.feat[seg][order])
+    m = int(np.count_nonzero(rows[1:] != rows[:-1])) + 1
+    return replace(fresh, arena=arena, n_entries=m, n_blocks=latest.n_blocks - taken.n_blocks, n_arena_edges=n_new)
+
+
 def new_rows_for(snap: Snapshot, gids: np.ndarray, num_owned: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of appended-node gids (``>= num_nodes``), allocating rows for unseen ones.
 
@@ -261,6 +285,40 @@ def feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
     if arr.shape != (n, dim) or arr.dtype.kind != "f":
         raise InvalidArgument(f"efeat must be float [{n}, {dim}], got {arr.dtype} {list(arr.shape)}")
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def check_batch(lay: Layout, dim: int, max_edges: int, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
+                efeat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """An append's ``(src, dst, t, efeat)`` as int64 / float32 arrays, checked (see ``TemporalStore.append``)."""
+    if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
+        raise InvalidArgument(f"batch_id must be a non-empty string of at most 256 characters, got {batch_id!r}")
+    arrays = [int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t"))]
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays):
+        raise InvalidArgument(f"src, dst and t must have the same length, got {[len(a) for a in arrays]}")
+    if n > max_edges:
+        raise ResourceExhausted(f"{n} edges in one batch exceed the limit of {max_edges}; split the batch")
+    for a, what in zip(arrays[:2], ("src", "dst"), strict=True):
+        if n and a.min() < 0:
+            raise InvalidArgument(f"{what} must be node ids >= 0, got {int(a.min())}")
+    feat = feat_array(efeat, n, dim)
+    check_owned(lay, arrays[1], "dst")
+    return arrays[0], arrays[1], arrays[2], feat
+
+
+def check_time_order(snap: Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.ndarray) -> None:
+    """Raises :class:`OutOfOrder` when a row's oldest edge of a sorted batch is older than its last stored one."""
+    if not len(rows):
+        return
+    first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])  # each row's oldest edge in the batch
+    last = last_times(snap, rows[first])
+    bad = np.flatnonzero(t[first] < last)
+    if len(bad):
+        i = first[bad[0]]
+        raise OutOfOrder(
+            f"edge into node {int(dst[i])} at t={int(t[i])} is older than its last stored edge at t={int(last[bad[0]])}"
+            f" ({len(bad)} node(s) out of order); appends must not go back in time per node"
+        )
 
 
 def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:

@@ -17,6 +17,8 @@ that sync at the same time share one fsync (group commit). The write batch holds
 
 A crash can only lose a batch whose write batch was not synced, i.e. one never acknowledged;
 RocksDB applies a write batch atomically, so a batch is either wholly in the log or absent.
+Once a snapshot of the compacted graph is on disk (:mod:`~graphfeed.graph_store.temporal_snapshot`),
+:meth:`TemporalLog.drop_batches` deletes the batches it covers; the ``id/`` acks are kept.
 ``meta/layout`` pins the partition and edge-feature width the log was written for.
 """
 
@@ -86,6 +88,7 @@ class TemporalLog:
         opt = Options(raw_mode=True)
         opt.create_if_missing(True)
         self.path = Path(log_dir)
+        self.layout = layout
         self._db = Rdict(str(self.path), options=opt)
         self._sync = WriteOptions()
         self._sync.sync = True
@@ -112,9 +115,9 @@ class TemporalLog:
             out[key[len(_ID) :].decode()] = LoggedAck(**json.loads(value))
         return out
 
-    def batches(self) -> Iterator[LoggedBatch]:
-        """The acknowledged batches in sequence order."""
-        for key, value in self._items(_BATCH):
+    def batches(self, from_seq: int = 1) -> Iterator[LoggedBatch]:
+        """The acknowledged batches in sequence order, from ``from_seq`` on (earlier ones may be dropped)."""
+        for key, value in self._items(_BATCH + from_seq.to_bytes(8, "big")):
             if not key.startswith(_BATCH):
                 break
             yield _decode(int.from_bytes(key[len(_BATCH) :], "big"), value)
@@ -140,6 +143,16 @@ class TemporalLog:
         wb.put(_SEQ, ack.visible_seq.to_bytes(8, "big"))
         self._db.write(wb, self._wal_only)
         self.bytes_written += len(value)
+
+    def drop_batches(self, upto_seq: int) -> None:
+        """Deletes batches ``<= upto_seq`` (a persisted snapshot holds them); their acks stay.
+
+        Not synced: a crash may bring them back, and replay skips what the snapshot covers.
+        The range is compacted away at once, so the space is given back now, not eventually.
+        """
+        begin, end = _BATCH + (0).to_bytes(8, "big"), _BATCH + (upto_seq + 1).to_bytes(8, "big")
+        self._db.delete_range(begin, end)
+        self._db.compact_range(begin, end)
 
     def close(self) -> None:
         """Closes the database (idempotent)."""

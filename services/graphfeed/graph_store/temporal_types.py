@@ -1,0 +1,50 @@
+"""The values a :class:`~graphfeed.graph_store.temporal.TemporalStore` returns (re-exported there)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument
+
+
+class OutOfOrder(InvalidArgument):
+    """An appended edge is older than the last edge already stored for its row."""
+
+
+@dataclass(frozen=True)
+class AppendAck:
+    """The answer to an append (also to a retry of it, with ``duplicate=True``)."""
+
+    first_eid: int  # eid of the batch's first stored edge (in stored (dst, t) order)
+    num_edges: int
+    duplicate: bool  # True when batch_id had already been acknowledged (nothing applied)
+    visible_seq: int  # batches applied after this one (monotone); sampling sees it from now on
+
+
+@dataclass(frozen=True)
+class TemporalSample:
+    """Per root ``i``, edges ``[offsets[i], offsets[i+1])`` in ascending time."""
+
+    offsets: np.ndarray  # int64 [N+1]
+    nbr: np.ndarray  # int64 [S] neighbour gids
+    ts: np.ndarray  # int64 [S]
+    eid: np.ndarray  # int64 [S]
+    efeat: np.ndarray | None  # float32 [S, D], None when D == 0 or not asked
+
+
+@dataclass(frozen=True)
+class TemporalInfo:
+    """Size and state of the temporal graph of one partition."""
+
+    num_edges: int  # base + appended edges
+    num_appended: int  # edges appended since ingest (the next edge seq)
+    num_rows: int  # owned ingest nodes + nodes that arrived by append
+    num_blocks: int  # append blocks not compacted yet
+    min_t: int | None  # None when there is no edge
+    max_t: int | None
+    edge_feat_dim: int
+    seq: int  # batches acknowledged
+    log_bytes: int = 0  # bytes of edge data written to the log by this process
+    compactions: int = 0  # background compactions published by this process

@@ -102,7 +102,6 @@ class TemporalStore:
             num_rows=layout.stop - layout.start, new_gids=empty, new_rows=empty, seq=0, num_appended=0,
             min_t=int(ts.min()) if len(ts) else None, max_t=int(ts.max()) if len(ts) else None,
         )  # fmt: skip
-        self._acks: dict[str, LoggedAck] = {}
         if append_log is not None:
             self._replay(append_log)
             self._compactor = Compactor(self._cond, self._compact_round, f"temporal-compactor-{layout.partition_id}")
@@ -171,11 +170,11 @@ class TemporalStore:
         digest = content_digest(src, dst, t, feat)
         with self._lock:
             self._check_open()
-            done = self._acks.get(batch_id)
+            done = self._writable_log().ack(batch_id)
             if done is None and self._backlogged():
                 self._cond.wait_for(lambda: not self._backlogged())  # back-pressure: the lock is released meanwhile
                 self._check_open()
-                done = self._acks.get(batch_id)  # another appender may have staged this id meanwhile
+                done = self._writable_log().ack(batch_id)  # another appender may have staged this id meanwhile
             fresh = done is None
             if done is None:
                 done = self._stage(batch_id, digest, src, dst, t, feat)
@@ -202,7 +201,6 @@ class TemporalStore:
         ack = LoggedAck(digest, self._eid(first_seq), len(src), snap.seq + 1)
         self._writable_log().write(batch_id, ack, first_seq, src, dst, t, feat)
         self._apply(snap, rows, new_gids, new_rows, src, t, feat)
-        self._acks[batch_id] = ack
         return ack
 
     def _sync_and_publish(self, target: ti.Snapshot) -> None:
@@ -293,7 +291,6 @@ class TemporalStore:
         if self._latest.seq != append_log.seq():  # e.g. a damaged snapshot that covered every batch left
             raise FailedPrecondition(f"append log: {append_log.seq()} batches were acknowledged, {self._latest.seq} found; "
                                      "the log is damaged")  # fmt: skip
-        self._acks = append_log.acks()
         if count:
             log.info("partition %d: replayed %d appended batches (%d edges) from %s",
                      self.layout.partition_id, count, self._latest.num_appended, append_log.path)  # fmt: skip

@@ -12,7 +12,8 @@ that sync at the same time share one fsync (group commit). The write batch holds
   header (``num_edges``, ``edge_feat_dim``, ``first edge seq``, int64) then the raw int64
   ``src``, ``dst``, ``t`` and float32 ``efeat`` bytes;
 - ``id/<batch_id>``: the client's batch id -> JSON ``{digest, first_eid, num_edges, visible_seq}``,
-  so a retried batch is answered with its original ack and never applied twice;
+  so a retried batch is answered with its original ack and never applied twice (read per
+  append with a point lookup: no process holds a long stream's batch ids in memory);
 - ``meta/seq``: batches acknowledged so far.
 
 A crash can only lose a batch whose write batch was not synced, i.e. one never acknowledged;
@@ -106,14 +107,11 @@ class TemporalLog:
         value = cast("bytes | None", self._db.get(_SEQ))
         return 0 if value is None else int.from_bytes(value, "big")
 
-    def acks(self) -> dict[str, LoggedAck]:
-        """Every acknowledged batch id and its ack."""
-        out: dict[str, LoggedAck] = {}
-        for key, value in self._items(_ID):
-            if not key.startswith(_ID):
-                break
-            out[key[len(_ID) :].decode()] = LoggedAck(**json.loads(value))
-        return out
+    def ack(self, batch_id: str) -> LoggedAck | None:
+        """The ack of ``batch_id`` if it was written (synced or not yet), else None: a point
+        read, so no process holds every batch id of a long stream in memory."""
+        value = cast("bytes | None", self._db.get(_ID + batch_id.encode()))
+        return None if value is None else LoggedAck(**json.loads(value))
 
     def batches(self, from_seq: int = 1) -> Iterator[LoggedBatch]:
         """The acknowledged batches in sequence order, from ``from_seq`` on (earlier ones may be dropped)."""

@@ -142,7 +142,7 @@ def test_a_response_that_finds_no_room_goes_inline_whole(small, tmp_path: Path, 
 def test_a_stream_sink_refuses_a_client_over_its_quota(tmp_path: Path) -> None:
     registry = shm.SegmentRegistry()
     quota = shm.ShmQuota(tmp_path, registry, client_bytes=1000, statvfs=_Statvfs(1 << 30, 1 << 30))
-    sink = ShmSink(tmp_path, registry, object(), quota=quota, client="trainer")
+    sink = ShmSink(tmp_path, registry, object(), quota, "trainer")
     first = sink.segment((100,), np.dtype(np.float32))  # 400 bytes
     assert first is not None and registry.unclaimed("trainer") == (1, 400)
     assert sink.segment((200,), np.dtype(np.float32)) is None  # 400 + 800 > 1000: the minibatch goes inline
@@ -168,7 +168,7 @@ def test_concurrent_messages_to_one_client_cannot_all_pass_the_check(tmp_path: P
     def one(_: int) -> shm.Segment | None:
         arena = shm.Arena(tmp_path, registry, client="flood")
         arena.reserve((600,), np.uint8)
-        return quota.create("flood", arena)
+        return quota.create(arena)
 
     with ThreadPoolExecutor(16) as pool:
         made = [seg for seg in pool.map(one, range(64)) if seg is not None]

@@ -326,15 +326,13 @@ class Response:
             raise RuntimeError(f"{self._method}: no arena is open to finish")
         arena, self._arena = self._arena, None
         pending, self._pending = self._pending, []
-        quota = self._transport.quota
-        segment = arena.finish() if quota is None else quota.create(self._client, arena, self._transport.pool(self.directory))
-        if segment is None and quota is not None:  # refused after all (quota, or no room): the rest goes inline
+        quota = self._transport.quota  # never None where a directory was accepted
+        segment = arena.finish() if quota is None else quota.create(arena)
+        if segment is None:  # refused after all (quota, or no room): the rest goes inline
             self.directory = None
             for array, field in pending:
                 codec.encode(array, field, layout=self._layout)
             return None
-        if segment is None:
-            raise RuntimeError(f"{self._method}: finished an arena with nothing placed in it")
         self._segments.append(segment)
         self.paths.append(self.directory / segment.name)
         return segment

@@ -55,20 +55,17 @@ class ShmSink:
     directory: Path
     registry: SegmentRegistry
     owner: object
+    quota: ShmQuota  # what may refuse ``client`` a segment
+    client: str  # the consumer, as the quota counts it
     pool: SegmentPool | None = None  # reused files (pages already allocated); None: a new file each
     direct: bool = True
-    quota: ShmQuota | None = None  # what may refuse ``client`` a segment (None: never refused)
-    client: str = ""  # the consumer, as the quota counts it
 
     def segment(self, shape: Sequence[int], dtype: np.dtype) -> Segment | None:
         """A new segment holding one ``shape`` array at offset 0, or None when the consumer may
         not be sent more through shared memory now (over its quota, or no room)."""
         arena = Arena(self.directory, self.registry, self.owner, self.pool, self.client)
         arena.reserve(shape, dtype)  # at offset 0
-        segment = arena.finish() if self.quota is None else self.quota.create(self.client, arena, self.pool)
-        if segment is None and self.quota is None:
-            raise RuntimeError(f"arena {arena.name} with a reserved {shape} array finished without a segment")
-        return segment
+        return self.quota.create(arena)
 
 
 @runtime_checkable

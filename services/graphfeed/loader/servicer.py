@@ -71,9 +71,9 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
 def shm_sink(call: StreamCall) -> ShmSink | None:
     """Where a stream assembles its features: a segment per minibatch in the call's shared
     directory, owned by the call (None inline)."""
-    if call.directory is None:
+    if call.directory is None or call.quota is None:
         return None
-    return ShmSink(call.directory, call.registry, call.owner, call.pool, quota=call.quota, client=call.client)
+    return ShmSink(call.directory, call.registry, call.owner, call.quota, call.client, call.pool)
 
 
 class StreamSlots:

@@ -107,7 +107,7 @@ class OfferVerifier:
     def __init__(self, allowed_dirs: Sequence[Path]) -> None:
         self.allowed_dirs = frozenset(Path(d).resolve() for d in allowed_dirs)
         self._lock = threading.Lock()
-        self._verified: dict[str, Path] = {}  # offer value -> resolved directory
+        self._verified: dict[str, tuple[Path, str]] = {}  # offer value -> (resolved directory, probe)
         self._logged: set[str] = set()
 
     def accept(self, metadata: Iterable[object] | None) -> Path | None:
@@ -137,19 +137,20 @@ class OfferVerifier:
             with self._lock:
                 hit = self._verified.get(value)
             if hit is not None:
-                return hit, value.rsplit("|", 2)[1]
+                return hit
             directory, reason = self._check(value)
         except Exception as e:  # noqa: BLE001 - bad metadata must never fail a call
             directory, value, reason = None, repr(metadata)[:200], f"unreadable offer ({e})"
+        verified = None if directory is None else (directory, value.rsplit("|", 2)[1])
         with self._lock:
-            if directory is not None:
+            if verified is not None:
                 if len(self._verified) >= self._MAX_REMEMBERED:
                     self._verified.clear()
-                self._verified[value] = directory
+                self._verified[value] = verified
             elif value not in self._logged and len(self._logged) < self._MAX_REMEMBERED:
                 self._logged.add(value)
                 log.info("client's shared-memory offer declined, sending bytes inline: %s", reason)
-        return (directory, value.rsplit("|", 2)[1]) if directory is not None else None
+        return verified
 
     def _check(self, value: str) -> tuple[Path | None, str]:
         parts = value.rsplit("|", 2)

@@ -62,17 +62,17 @@ class ShmQuota:
         self._logged: set[tuple[str, str]] = set()
         self._client_locks = [threading.Lock() for _ in range(64)]  # striped by client
 
-    def create(self, client: str, arena: Arena, pool: SegmentPool | None = None) -> Segment | None:
-        """``arena.finish()`` when shared memory may carry the arena for ``client`` and the
+    def create(self, arena: Arena) -> Segment | None:
+        """``arena.finish()`` when shared memory may carry the arena for its client and the
         directory has room; None (nothing created, the refusal counted) when not: the caller
-        sends the arena's arrays inline. ``pool``: the arena's pool, if any."""
-        with self._client_locks[hash(client) % len(self._client_locks)]:
-            if self.decline(client, arena.nbytes, pool) is not None:
+        sends the arena's arrays inline."""
+        with self._client_locks[hash(arena.client) % len(self._client_locks)]:
+            if self.decline(arena.client, arena.nbytes, arena.pool) is not None:
                 return None
             try:
                 return arena.finish()
             except ResourceExhausted as exc:  # room taken since the check, by another writer
-                self.refused(client, FULL, str(exc))
+                self.refused(arena.client, FULL, str(exc))
                 return None
 
     def decline(self, client: str, nbytes: int = 0, pool: SegmentPool | None = None) -> str | None:

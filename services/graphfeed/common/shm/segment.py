@@ -128,8 +128,8 @@ class Arena:
         self.recycle = pool is not None
         self._registry = registry
         self._owner = owner
-        self._pool = pool
-        self._client = client
+        self.pool = pool
+        self.client = client
         self._items: list[tuple[int, np.ndarray | None]] = []
         self._end = 0
         self._finished = False
@@ -177,12 +177,12 @@ class Arena:
         items, self._items = self._items, []
         if not items:
             return None
-        if self._pool is not None:
-            seg = self._pool.acquire(self._end, self.name)
+        if self.pool is not None:
+            seg = self.pool.acquire(self._end, self.name)
         else:
             seg = Segment.create(self.directory, self._end, name=self.name)
         if self._registry is not None:
-            self._registry.add(seg.path, self._owner, seg.recycle, self._client, self._end)
+            self._registry.add(seg.path, self._owner, seg.recycle, self.client, self._end)
         for offset, arr in items:
             if arr is not None and arr.nbytes:
                 seg.array(offset, arr.shape, arr.dtype)[...] = arr

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.bench import report
+from graphfeed.bench.cli import run_alone
 from graphfeed.bench.temporal import T_SPAN, _baseline, _best, _graph
 from graphfeed.common.partition import part_dir_name
 from graphfeed.common.rpc import parse_ready_line
@@ -439,9 +440,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_arguments(p)
-    return run(p.parse_args(argv))
+    return run_alone(__doc__ or "", _add_arguments, run, argv)
 
 
 if __name__ == "__main__":

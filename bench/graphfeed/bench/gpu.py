@@ -44,6 +44,7 @@ ROW_DIM = 128  # float32 -> 512-byte rows
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 
 
+from graphfeed.bench.cli import run_alone  # noqa: E402
 from graphfeed.gpu_kernels import reference  # noqa: E402
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason  # noqa: E402
 
@@ -509,9 +510,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_arguments(p)
-    return run(p.parse_args(argv))
+    return run_alone(__doc__ or "", _add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.bench import report
+from graphfeed.bench.cli import run_alone
 from graphfeed.common.partition import PartitionReader
 from graphfeed.gpu_kernels.reference import SMALL_FANOUT, _floyd, _reservoir, _segment_arange  # its vectorized draws
 from graphfeed.graph_store.temporal import TemporalSample, TemporalStore
@@ -249,9 +250,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_arguments(p)
-    return run(p.parse_args(argv))
+    return run_alone(__doc__ or "", _add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,13 @@ process per partition (``--memory-budget``, ``--direct-io``) serving its rows ov
 
 from __future__ import annotations
 
-import urllib.request
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
+from graphfeed.bench.scrape import samples
 from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.partition import GraphManifest, part_dir_name
 from graphfeed.graph_store.client import RemotePartitionSet
@@ -84,14 +83,11 @@ class BudgetedStores:
     def shm_bytes(self) -> int:
         """Node-data bytes the processes have answered through shared memory so far (their
         ``graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"}``): tells the two transports apart."""
-        total = 0.0
-        for s in self.processes:
-            text = urllib.request.urlopen(f"http://{s.metrics_address}/metrics", timeout=10).read().decode()
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name == "graphfeed_rpc_response_shm_bytes_total" and sample.labels.get("method") == "GetNodeData":
-                        total += sample.value
-        return int(total)
+        name = "graphfeed_rpc_response_shm_bytes_total"
+        return int(sum(
+            sample.value for s in self.processes if s.metrics_address
+            for sample in samples(s.metrics_address, name) if sample.labels.get("method") == "GetNodeData"
+        ))  # fmt: skip
 
     def stop(self) -> None:
         """SIGTERM to every process; raises RuntimeError naming those that exited non-zero."""

@@ -18,17 +18,18 @@ a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from graphfeed.bench import report
+from graphfeed.bench.scrape import samples
 
 JOB = {"fanouts": [10, 10], "batch_size": 128}
 
@@ -91,12 +92,9 @@ def declined(metrics_address: str | None) -> dict[str, float]:
     """The loader's refusals of shared memory by reason, from its /metrics."""
     if metrics_address is None:
         return {}
-    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("graphfeed_rpc_shm_declined_total{"):
-            reason = line.split('reason="', 1)[1].split('"', 1)[0]
-            out[reason] = out.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+    for s in samples(metrics_address, "graphfeed_rpc_shm_declined_total"):
+        out[s.labels["reason"]] = out.get(s.labels["reason"], 0.0) + s.value
     return out
 
 
@@ -150,10 +148,7 @@ def run(args: argparse.Namespace) -> int:
             f"| {refusals.get('quota', 0):.0f} / {refusals.get('full', 0):.0f} |"
         ),
     ])  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    args.out.with_suffix(".md").write_text(table + "\n")
-    print(table)
+    report.write(args.out, result, table + "\n")
     for i, o in enumerate(outcome):
         print(f"epoch {i}: {o}")
     return 0 if ok == len(outcome) else 1
@@ -170,7 +165,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quota-mb", type=float, default=0, help="the loader's --shm-client-quota-mb (default 0: its default)")
     p.add_argument("--epochs", type=int, default=3, help="the reading trainer's epochs (default 3)")
     p.add_argument("--settle-s", type=float, default=5.0, help="seconds the flood runs before the trainer starts")
-    p.add_argument("--out", type=Path, default=Path("runs/bench-flood/flood"), help="writes OUT.json and OUT.md")
+    p.add_argument("--out", type=Path, default=Path("runs/bench-flood/flood.json"), help="JSON output (markdown next to it)")
     p.set_defaults(func=run)
 
 

@@ -26,16 +26,16 @@ import json
 import logging
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 
 import grpc
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
 from graphfeed.bench.cache_replay import PolicyResult, record_trace, replay_belady, replay_policy
-from graphfeed.common import codec
+from graphfeed.bench.scrape import samples
+from graphfeed.common import bulk, codec
+from graphfeed.common.buffers import BufferPool
 from graphfeed.common.partition import MANIFEST, GraphManifest, part_dir_name
 from graphfeed.common.rpc import channel_options
 from graphfeed.graph_store.client import LocalPartitionSet
@@ -194,19 +194,21 @@ def stream_steps(address: str, args: argparse.Namespace) -> dict:
     """Streams the first ``e2e_steps`` minibatches (epoch 0, then 1, ...) and decodes their
     features, as a trainer would; the rate is taken from the first minibatch to the last."""
     from graphfeed.loader.v1 import loader_pb2 as pb
-    from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 
     job = pb.JobSpec(job_id="bench-cache", job_seed=args.seed, split="train", batch_size=args.batch_size, fanouts=args.fanouts,
                      shuffle=True, world_size=1)  # fmt: skip
     hits = misses = remote = n = 0
     t0 = time.perf_counter()
     t_first = t_last = t0
+    buffers = BufferPool()
     with grpc.insecure_channel(address, options=channel_options()) as ch:
-        stub = pb_grpc.LoaderServiceStub(ch)
+        stream = bulk.unary_stream(ch, pb.DESCRIPTOR.services_by_name["LoaderService"].full_name, "StreamMinibatches",
+                                   pb.StreamMinibatchesRequest, pb.Minibatch)  # fmt: skip
         for epoch in range(args.e2e_steps):  # Cora has 2 steps an epoch
-            call = stub.StreamMinibatches(pb.StreamMinibatchesRequest(job=job, epoch=epoch), timeout=3600)
-            for mb in call:
-                codec.decode(mb.input_features, "features").sum()  # touch the bytes, as training would
+            call = stream(pb.StreamMinibatchesRequest(job=job, epoch=epoch), timeout=3600)
+            for received in bulk.assemble(call, buffers, f"minibatch stream from {address}"):
+                mb = received.message
+                codec.decode(mb.input_features, "features", bulk=received.bulk).sum()  # touch the bytes, as training would
                 hits, misses = hits + mb.stats.cache_hits, misses + mb.stats.cache_misses
                 remote += mb.stats.remote_feature_bytes
                 n += 1
@@ -225,9 +227,7 @@ def stream_steps(address: str, args: argparse.Namespace) -> dict:
 def _scrape_prefetch_bytes(metrics_address: str | None) -> int:
     if not metrics_address:
         return 0
-    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
-    name = "graphfeed_loader_prefetch_bytes_total"
-    return int(sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name))
+    return int(sum(s.value for s in samples(metrics_address, "graphfeed_loader_prefetch_bytes_total")))
 
 
 def targets(result: dict) -> dict:

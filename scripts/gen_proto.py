@@ -55,11 +55,7 @@ def generate(out_dir: Path) -> list[Path]:
 
 
 def committed() -> list[Path]:
-    return sorted(
-        p.relative_to(PY_ROOT)
-        for p in PY_ROOT.glob("*/v1/*")
-        if p.name.endswith(GENERATED_SUFFIXES)
-    )
+    return sorted(p.relative_to(PY_ROOT) for p in PY_ROOT.glob("*/v1/*") if p.name.endswith(GENERATED_SUFFIXES))
 
 
 def stale_files() -> list[str]:
@@ -69,7 +65,8 @@ def stale_files() -> list[str]:
         diffs = [
             str(rel)
             for rel in fresh
-            if not (PY_ROOT / rel).exists() or not filecmp.cmp(Path(tmp) / "graphfeed" / rel, PY_ROOT / rel, shallow=False)
+            if not (PY_ROOT / rel).exists()
+            or not filecmp.cmp(Path(tmp) / "graphfeed" / rel, PY_ROOT / rel, shallow=False)
         ]
         extra = [str(rel) for rel in committed() if rel not in set(fresh)]
     return diffs + extra

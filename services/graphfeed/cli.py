@@ -31,10 +31,14 @@ def _load(ref: str) -> type[ServiceSettings]:
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
-    serve = sub.add_parser("serve", help="run one graphfeed service (gRPC + /metrics)", description="Run one graphfeed service.")
+    serve = sub.add_parser(
+        "serve", help="run one graphfeed service (gRPC + /metrics)", description="Run one graphfeed service."
+    )
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
     for name, (settings_ref, module) in SERVICES.items():
-        p = services.add_parser(name, help=SERVICE_HELP[name], description=f"{SERVICE_HELP[name]}. Flags override GRAPHFEED_* env vars.")
+        p = services.add_parser(
+            name, help=SERVICE_HELP[name], description=f"{SERVICE_HELP[name]}. Flags override GRAPHFEED_* env vars."
+        )
         cls = _load(settings_ref)
         add_settings_arguments(p, cls)
 
@@ -50,15 +54,25 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     from graphfeed.trainer.config import TrainConfig  # noqa: PLC0415 - imported with the parser, not with graphfeed
 
     p = sub.add_parser(
-        "train", help="example GraphSAGE job through RemoteDataLoader",
-        description="Train GraphSAGE from a graphfeed loader; checkpoints and resumes. Flags override GRAPHFEED_TRAIN_* env vars.",
-    )  # fmt: skip
+        "train",
+        help="example GraphSAGE job through RemoteDataLoader",
+        description="Train GraphSAGE from a graphfeed loader; checkpoints and resumes. "
+        "Flags override GRAPHFEED_TRAIN_* env vars.",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     add_settings_argument(src, TrainConfig, "loader_address", flag="--loader")
     add_settings_argument(src, TrainConfig, "graph_stores")
     add_settings_argument(p, TrainConfig, "sampler_address", flag="--sampler")
     # eval_fanouts, weight_decay and dropout have no flag (as before): the library's to set.
-    apart = {"loader_address", "graph_stores", "sampler_address", "stop_after_steps", "eval_fanouts", "weight_decay", "dropout"}
+    apart = {
+        "loader_address",
+        "graph_stores",
+        "sampler_address",
+        "stop_after_steps",
+        "eval_fanouts",
+        "weight_decay",
+        "dropout",
+    }
     add_settings_arguments(p, TrainConfig, skip=apart)
     add_settings_argument(p, TrainConfig, "stop_after_steps", hidden=True)
     p.set_defaults(func=_run_train)
@@ -68,8 +82,12 @@ def _add_train_temporal(sub: argparse._SubParsersAction) -> None:
     """``graphfeed train-temporal``: the TGN job (``python -m graphfeed.trainer.temporal``)."""
     from graphfeed.trainer.temporal.__main__ import build_parser, run  # noqa: PLC0415 - imported with the parser
 
-    p = sub.add_parser("train-temporal", parents=[build_parser(add_help=False)], description=build_parser().description,
-                       help="train a TGN on a temporal graph, in process or through graph-stores (--graph-stores)")  # fmt: skip
+    p = sub.add_parser(
+        "train-temporal",
+        parents=[build_parser(add_help=False)],
+        description=build_parser().description,
+        help="train a TGN on a temporal graph, in process or through graph-stores (--graph-stores)",
+    )
     p.set_defaults(func=run)
 
 
@@ -89,7 +107,9 @@ def _run_train(args: argparse.Namespace) -> int:
         try:
             metrics.serve(cfg.metrics_host, cfg.metrics_port + cfg.local_rank)
         except OSError as exc:  # e.g. several trainers on one host: training matters more than its metrics
-            logging.getLogger("graphfeed.trainer").warning("no /metrics: port %d: %s", cfg.metrics_port + cfg.local_rank, exc)
+            logging.getLogger("graphfeed.trainer").warning(
+                "no /metrics: port %d: %s", cfg.metrics_port + cfg.local_rank, exc
+            )
     init_distributed(cfg)
     try:
         trainer = Trainer(cfg, metrics)
@@ -129,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
     return int(args.func(args) or 0)
 
 

@@ -159,10 +159,20 @@ class LocalCluster:
                 args = ["graph-store", "--part-dir", part, *store_shm]
                 cluster.graph_stores.append(start_service(f"graph-store-{p}", args, log_dir, placement=store_placement))
             stores = [s.address for s in cluster.graph_stores]
-            cluster.sampler = start_service("sampler", ["sampler", "--graph-store-addresses", *stores, *common], log_dir)
+            cluster.sampler = start_service(
+                "sampler", ["sampler", "--graph-store-addresses", *stores, *common], log_dir
+            )
             cluster.loader = start_service(
                 "loader",
-                ["loader", "--graph-store-addresses", *stores, "--sampler-address", cluster.sampler.address, *common, *(loader_args or [])],
+                [
+                    "loader",
+                    "--graph-store-addresses",
+                    *stores,
+                    "--sampler-address",
+                    cluster.sampler.address,
+                    *common,
+                    *(loader_args or []),
+                ],
                 log_dir,
             )
         except BaseException:

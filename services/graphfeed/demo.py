@@ -23,20 +23,39 @@ MIN_TEMPORAL_AP = 0.70  # a TGN on CollegeMsg reaches ~0.82-0.85 test AP (BENCHM
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="ingest Cora, start all services on loopback, train GraphSAGE", description=__doc__)
-    p.add_argument("--workdir", type=Path, default=Path("runs/demo"), help="data, logs and checkpoints (default runs/demo)")
+    p.add_argument(
+        "--workdir", type=Path, default=Path("runs/demo"), help="data, logs and checkpoints (default runs/demo)"
+    )
     p.add_argument("--epochs", type=int, default=10, help="training epochs (default 10)")
     p.add_argument("--num-partitions", type=int, default=2, help="METIS partitions = graph-store processes (default 2)")
     p.add_argument("--method", choices=("metis", "random"), default="metis", help="partitioner (default metis)")
     p.add_argument("--batch-size", type=int, default=256, help="seeds per minibatch (default 256)")
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="neighbors per layer (default 10 10)")
-    p.add_argument("--cache-policy", default="static_degree", help="loader cache policy: none|static_degree|lru (default static_degree)")
-    p.add_argument("--cache-bytes", type=int, default=4 << 20, help="loader host cache capacity in bytes (default 4 MiB ≈ 25%% of Cora)")
+    p.add_argument(
+        "--cache-policy",
+        default="static_degree",
+        help="loader cache policy: none|static_degree|lru (default static_degree)",
+    )
+    p.add_argument(
+        "--cache-bytes",
+        type=int,
+        default=4 << 20,
+        help="loader host cache capacity in bytes (default 4 MiB ≈ 25%% of Cora)",
+    )
     p.add_argument("--seed", type=int, default=0, help="job seed and split seed (default 0)")
     p.add_argument("--keep-running", action="store_true", help="leave the services up after training until Ctrl-C")
-    p.add_argument("--temporal", action="store_true",
-                   help="instead: stream CollegeMsg into graph-stores as durable edge appends while a TGN trains on it "
-                        "(GNNFlow), printing AP / MRR per chunk of the stream")  # fmt: skip
-    p.add_argument("--events", type=int, default=20_000, help="--temporal: the first N CollegeMsg events (default 20000; 0: all 59835)")
+    p.add_argument(
+        "--temporal",
+        action="store_true",
+        help="instead: stream CollegeMsg into graph-stores as durable edge appends while a TGN trains on it "
+        "(GNNFlow), printing AP / MRR per chunk of the stream",
+    )
+    p.add_argument(
+        "--events",
+        type=int,
+        default=20_000,
+        help="--temporal: the first N CollegeMsg events (default 20000; 0: all 59835)",
+    )
     p.set_defaults(func=run)
 
 
@@ -60,7 +79,10 @@ def ingest_cora(out: Path, num_partitions: int, method: str, seed: int) -> Graph
     t0 = time.perf_counter()
     m = write_partitioned(g, out, num_partitions, method=method, seed=seed)
     took_s = time.perf_counter() - t0
-    print(f"ingested cora: {m.num_nodes} nodes, {m.num_edges} edges -> {num_partitions} {method} partitions in {took_s:.1f}s")
+    print(
+        f"ingested cora: {m.num_nodes} nodes, {m.num_edges} edges -> {num_partitions} {method} partitions "
+        f"in {took_s:.1f}s"
+    )
     return m
 
 
@@ -78,8 +100,11 @@ def run_temporal(args: argparse.Namespace) -> int:
     workdir = args.workdir.resolve() / "temporal"
     if workdir.exists():
         shutil.rmtree(workdir)
-    print(f"{events.name}: {events.num_events:,} events over {events.num_nodes:,} nodes, streamed into "
-          f"{args.num_partitions} graph-stores as durable appends while a TGN trains (AP / MRR per chunk)", flush=True)  # fmt: skip
+    print(
+        f"{events.name}: {events.num_events:,} events over {events.num_nodes:,} nodes, streamed into "
+        f"{args.num_partitions} graph-stores as durable appends while a TGN trains (AP / MRR per chunk)",
+        flush=True,
+    )
     say = lambda line: print(line, flush=True)  # noqa: E731
     result, seconds = run_streaming(events, TGNConfig(seed=args.seed), workdir, args.num_partitions, report=say)
     print(f"final test AP {result.test_ap:.4f} MRR {result.test_mrr:.4f} in {seconds:.1f}s; logs in {workdir / 'logs'}")

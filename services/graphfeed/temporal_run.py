@@ -32,9 +32,16 @@ def empty_partitions(events: TemporalEvents, root: Path, num_partitions: int) ->
     """Partitions of the stream's nodes with no edge yet (edge features of the stream's width)."""
     none = np.empty(0, dtype=np.int64)
     g = GraphData(
-        name=events.name, num_nodes=events.num_nodes, src=none, dst=none, node_data={}, splits={}, num_classes=0,
-        edge_ts=none, edge_feat=np.empty((0, events.edge_feat_dim), np.float32) if events.edge_feat_dim else None,
-    )  # fmt: skip
+        name=events.name,
+        num_nodes=events.num_nodes,
+        src=none,
+        dst=none,
+        node_data={},
+        splits={},
+        num_classes=0,
+        edge_ts=none,
+        edge_feat=np.empty((0, events.edge_feat_dim), np.float32) if events.edge_feat_dim else None,
+    )
     write_partitioned(g, root, num_partitions, method="random", seed=0)
 
 
@@ -54,7 +61,11 @@ def temporal_graph_stores(root: Path, num_partitions: int, log_dir: Path) -> Ite
 
 
 def train_through_graph_stores(
-    events: TemporalEvents, cfg: TGNConfig, addresses: list[str], report: Callable[[str], None] = print, job: str = "tgn"
+    events: TemporalEvents,
+    cfg: TGNConfig,
+    addresses: list[str],
+    report: Callable[[str], None] = print,
+    job: str = "tgn",
 ) -> TGNResult:
     """The TGN job with its neighbour source on the graph-stores at ``addresses``."""
     client = TemporalClient(addresses)
@@ -65,7 +76,11 @@ def train_through_graph_stores(
 
 
 def run_streaming(
-    events: TemporalEvents, cfg: TGNConfig, workdir: Path, num_partitions: int = 2, report: Callable[[str], None] = print
+    events: TemporalEvents,
+    cfg: TGNConfig,
+    workdir: Path,
+    num_partitions: int = 2,
+    report: Callable[[str], None] = print,
 ) -> tuple[TGNResult, float]:
     """Partitions, graph-store processes, the job; ``(result, seconds of training)``."""
     root = workdir / "graph"

@@ -78,7 +78,9 @@ class LocalCluster:
                 continue
             svc_name = svc["metadata"]["name"]
             pod = selected[0]
-            portmap = {int(sp["port"]): self._target_port(pod, sp.get("targetPort", sp["port"])) for sp in svc["spec"]["ports"]}
+            portmap = {
+                int(sp["port"]): self._target_port(pod, sp.get("targetPort", sp["port"])) for sp in svc["spec"]["ports"]
+            }
             add(svc_name, pod, portmap)
             for p in selected:  # <hostname>.<subdomain> records of a headless Service
                 if p.subdomain == svc_name:
@@ -113,7 +115,9 @@ class LocalCluster:
             elif "emptyDir" in v:
                 out[v["name"]] = self.root / "pods" / pod.name / v["name"]
             elif "hostPath" in v:  # one emulated node: every pod that mounts a host path shares it
-                assert v["hostPath"].get("type") in ("Directory", "DirectoryOrCreate"), f"hostPath {v} is not a directory"
+                assert v["hostPath"].get("type") in ("Directory", "DirectoryOrCreate"), (
+                    f"hostPath {v} is not a directory"
+                )
                 out[v["name"]] = self.root / "node" / v["hostPath"]["path"].strip("/")
             else:
                 raise AssertionError(f"volume kind of {v} is not emulated")
@@ -203,8 +207,10 @@ class LocalCluster:
         argv = [expand(a, env) for a in [*(c.get("command") or self.entrypoint), *(c.get("args") or [])]]
         argv = [self._rewrite(a, mounts, pod) for a in argv]
         # A port flag naming one of the pod's containerPorts (``--metrics-port 8081``) binds its loopback port.
-        argv = [str(pod.ports[int(a)]) if i and argv[i - 1].endswith("-port") and a.isdigit() and int(a) in pod.ports else a
-                for i, a in enumerate(argv)]  # fmt: skip
+        argv = [
+            str(pod.ports[int(a)]) if i and argv[i - 1].endswith("-port") and a.isdigit() and int(a) in pod.ports else a
+            for i, a in enumerate(argv)
+        ]
         argv = [*self._executable(argv[0]), *argv[1:]]
         home = dict(mounts).get("/tmp", self.root / "pods" / pod.name / "home")
         home.mkdir(parents=True, exist_ok=True)
@@ -242,7 +248,9 @@ class LocalCluster:
         except subprocess.TimeoutExpired:
             proc.popen.kill()
             proc.popen.wait()
-            raise AssertionError(f"{pod.name}/{c['name']} did not finish within {timeout_s:.0f}s:\n{proc.tail()}") from None
+            raise AssertionError(
+                f"{pod.name}/{c['name']} did not finish within {timeout_s:.0f}s:\n{proc.tail()}"
+            ) from None
         assert code == 0, f"{pod.name}/{c['name']} exited {code}:\n{proc.tail()}"
         return proc
 
@@ -283,7 +291,9 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 for p in procs:
                     p.popen.kill()
-                raise AssertionError(f"job {name}: {proc.pod.name} did not finish within {timeout_s:.0f}s:\n{proc.tail()}") from None
+                raise AssertionError(
+                    f"job {name}: {proc.pod.name} did not finish within {timeout_s:.0f}s:\n{proc.tail()}"
+                ) from None
             assert code == 0, f"job {name}: {proc.pod.name}/{proc.container} exited {code}:\n{proc.tail()}"
         for pod in started_here:
             self._stop_sidecars(pod)
@@ -317,7 +327,9 @@ class LocalCluster:
                 except grpc.RpcError:
                     pass
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"{proc.pod.name}/{c['name']} not SERVING after {timeout_s:.0f}s:\n{proc.tail()}")
+                    raise AssertionError(
+                        f"{proc.pod.name}/{c['name']} not SERVING after {timeout_s:.0f}s:\n{proc.tail()}"
+                    )
                 time.sleep(0.1)
 
     def stop(self) -> dict[str, int]:

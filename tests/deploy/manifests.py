@@ -51,7 +51,13 @@ class Rendered:
         for d in self.of_kind("PyTorchJob"):
             for role, rs in d["spec"]["pytorchReplicaSpecs"].items():
                 name = d["metadata"]["name"] + ("" if role == "Master" else f"-{role.lower()}")
-                out.append({"kind": "PyTorchJob", "metadata": {**d["metadata"], "name": name}, "spec": {"template": rs["template"]}})
+                out.append(
+                    {
+                        "kind": "PyTorchJob",
+                        "metadata": {**d["metadata"], "name": name},
+                        "spec": {"template": rs["template"]},
+                    }
+                )
         return out
 
     def workload(self, name: str) -> dict:

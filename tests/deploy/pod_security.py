@@ -13,20 +13,44 @@ from collections.abc import Callable, Iterator
 
 # baseline: capabilities a container may add (restricted narrows this to NET_BIND_SERVICE).
 BASELINE_CAPABILITIES = {
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-}  # fmt: skip
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
 SAFE_SYSCTLS = {
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
     "net.ipv4.tcp_keepalive_probes",
-}  # fmt: skip
+}
 SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
 # restricted: the only volume types allowed.
 RESTRICTED_VOLUMES = {
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret",
-}  # fmt: skip
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 _VOLUME_META = {"name"}
 _APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 
@@ -72,7 +96,12 @@ def host_path_volumes(pod: Pod) -> list[str]:
 
 
 def host_ports(pod: Pod) -> list[str]:
-    return [f"{w}: hostPort {p['hostPort']}" for w, c in _containers(pod["spec"]) for p in c.get("ports", []) if p.get("hostPort", 0)]
+    return [
+        f"{w}: hostPort {p['hostPort']}"
+        for w, c in _containers(pod["spec"])
+        for p in c.get("ports", [])
+        if p.get("hostPort", 0)
+    ]
 
 
 def _apparmor_ok(profile: dict | None) -> bool:
@@ -83,8 +112,11 @@ def apparmor(pod: Pod) -> list[str]:
     spec, out = pod["spec"], []
     if not _apparmor_ok((spec.get("securityContext") or {}).get("appArmorProfile")):
         out.append("pod: appArmorProfile must be RuntimeDefault or Localhost")
-    out += [f"{w}: appArmorProfile must be RuntimeDefault or Localhost" for w, c in _containers(spec)
-            if not _apparmor_ok(_sc(c).get("appArmorProfile"))]  # fmt: skip
+    out += [
+        f"{w}: appArmorProfile must be RuntimeDefault or Localhost"
+        for w, c in _containers(spec)
+        if not _apparmor_ok(_sc(c).get("appArmorProfile"))
+    ]
     for key, value in (pod.get("metadata") or {}).get("annotations", {}).items():
         if key.startswith(_APPARMOR_ANNOTATION) and not (value == "runtime/default" or value.startswith("localhost/")):
             out.append(f"annotation {key}={value}")
@@ -103,7 +135,11 @@ def selinux(pod: Pod) -> list[str]:
 
 
 def proc_mount(pod: Pod) -> list[str]:
-    return [f"{w}: procMount must be Default" for w, c in _containers(pod["spec"]) if _sc(c).get("procMount", "Default") != "Default"]
+    return [
+        f"{w}: procMount must be Default"
+        for w, c in _containers(pod["spec"])
+        if _sc(c).get("procMount", "Default") != "Default"
+    ]
 
 
 def sysctls(pod: Pod) -> list[str]:
@@ -121,8 +157,11 @@ def volume_types(pod: Pod) -> list[str]:
 
 
 def privilege_escalation(pod: Pod) -> list[str]:
-    return [f"{w}: allowPrivilegeEscalation must be false" for w, c in _containers(pod["spec"])
-            if _sc(c).get("allowPrivilegeEscalation") is not False]  # fmt: skip
+    return [
+        f"{w}: allowPrivilegeEscalation must be false"
+        for w, c in _containers(pod["spec"])
+        if _sc(c).get("allowPrivilegeEscalation") is not False
+    ]
 
 
 def run_as_non_root(pod: Pod) -> list[str]:
@@ -163,12 +202,26 @@ def restricted_capabilities(pod: Pod) -> list[str]:
 
 
 BASELINE: list[Callable[[Pod], list[str]]] = [
-    host_process, host_namespaces, privileged, baseline_capabilities, host_path_volumes, host_ports, apparmor,
-    selinux, proc_mount, seccomp, sysctls,
-]  # fmt: skip
+    host_process,
+    host_namespaces,
+    privileged,
+    baseline_capabilities,
+    host_path_volumes,
+    host_ports,
+    apparmor,
+    selinux,
+    proc_mount,
+    seccomp,
+    sysctls,
+]
 RESTRICTED: list[Callable[[Pod], list[str]]] = [
-    *BASELINE, volume_types, privilege_escalation, run_as_non_root, run_as_user, restricted_capabilities,
-]  # fmt: skip
+    *BASELINE,
+    volume_types,
+    privilege_escalation,
+    run_as_non_root,
+    run_as_user,
+    restricted_capabilities,
+]
 
 
 def violations(pod: Pod) -> list[str]:

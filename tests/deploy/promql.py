@@ -17,10 +17,10 @@ PROMETHEUS_RULE = REPO / "k8s/monitoring/prometheusrule.yaml"
 # change that adds it (the per-pod CPU/memory panels and GraphfeedLoaderStreamStalled need
 # them). The tests check these are still missing, so that whoever adds one must take it off
 # this list, and from then on the tests require data for it.
-PENDING_METRICS: dict[str, str] = {
-}
-# Series (histogram quantiles, per-partition gauges) that need a feature the local cluster emulation (a static Cora graph)
-# does not exercise: their panels must parse and their series exist, but may have no data there.
+PENDING_METRICS: dict[str, str] = {}
+# Series (histogram quantiles, per-partition gauges) that need a feature the local cluster emulation
+# (a static Cora graph) does not exercise: their panels must parse and their series exist, but may
+# have no data there.
 # test_temporal_server.py and test_graph_store_budget.py check the values behind them.
 FEATURE_METRICS: dict[str, str] = {
     "graphfeed_graph_store_append_latency_seconds_bucket": "edge appends (--append-dir)",
@@ -70,5 +70,10 @@ def exported_series() -> set[str]:
     TrainerMetrics.create("job", 0, registry)
     ServerTransport(None, "metrics", registry)
     registry.register(RowTierCollector(lambda: RowStats(0, 0, 0, 0)))
-    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "summary": ("_sum", "_count", "")}
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "gauge": ("",),
+        "summary": ("_sum", "_count", ""),
+    }
     return {fam.name + s for fam in registry.collect() for s in suffixes.get(fam.type, ("",))}

@@ -28,7 +28,10 @@ def test_dockerfile_layout() -> None:
     stages = re.findall(r"^FROM\s", text, flags=re.M)
     assert len(stages) >= 2
     lines = text.splitlines()
-    idx = {k: next(i for i, line in enumerate(lines) if line.startswith(k)) for k in ("COPY requirements.lock", "COPY services")}
+    idx = {
+        k: next(i for i, line in enumerate(lines) if line.startswith(k))
+        for k in ("COPY requirements.lock", "COPY services")
+    }
     assert idx["COPY requirements.lock"] < idx["COPY services"]
     final = text[text.rindex("\nFROM ") :]
     assert re.search(r"^USER 10001:10001$", final, flags=re.M)
@@ -59,11 +62,32 @@ def test_image_builds_and_a_graph_store_container_turns_healthy(rendered: dict[s
     mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
     podman = [tool("podman"), *(["--runtime", "runc"] if shutil.which("runc") else [])]
     cmd = [
-        *podman, "run", "--rm", "--read-only", "--user", "10001:10001", "--cap-drop", "ALL", "--network", "none",
-        "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
-        "-e", "POD_INDEX=1", "-v", f"{source}:{mounts['source']}:ro", "-v", f"{partition}:{mounts['partition']}",
-        "--entrypoint", init["command"][0], IMAGE, *init["command"][1:], *init["args"],
-    ]  # fmt: skip
+        *podman,
+        "run",
+        "--rm",
+        "--read-only",
+        "--user",
+        "10001:10001",
+        "--cap-drop",
+        "ALL",
+        "--network",
+        "none",
+        "--ulimit",
+        "nofile=4096:4096",
+        "--ulimit",
+        "nproc=4096:4096",
+        "-e",
+        "POD_INDEX=1",
+        "-v",
+        f"{source}:{mounts['source']}:ro",
+        "-v",
+        f"{partition}:{mounts['partition']}",
+        "--entrypoint",
+        init["command"][0],
+        IMAGE,
+        *init["command"][1:],
+        *init["args"],
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "staged part-00001" in out.stdout

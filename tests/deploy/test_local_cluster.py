@@ -76,22 +76,31 @@ def _scrape_targets(c: LocalCluster, podmonitor: dict) -> list[dict]:
     for pod in c.all_pods():
         if not selector_matches(spec["selector"], pod.labels):
             continue
-        for ctr, endpoint in [(ctr, e) for ctr in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]
-                              for e in spec["podMetricsEndpoints"]]:  # fmt: skip
+        for ctr, endpoint in [
+            (ctr, e)
+            for ctr in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]
+            for e in spec["podMetricsEndpoints"]
+        ]:
             ports, port_name = container_ports(ctr), endpoint["port"]
             if port_name not in ports:
                 continue
             labels = {"namespace": c.namespace, "pod": pod.name, "container": ctr["name"]}
             for key in spec.get("podTargetLabels", []):
                 labels[re.sub(r"[^a-zA-Z0-9_]", "_", key)] = pod.labels[key]
-            targets.append({
-                "job": pod.labels[spec["jobLabel"]], "address": f"127.0.0.1:{pod.ports[ports[port_name]]}", "labels": labels,
-            })  # fmt: skip
+            targets.append(
+                {
+                    "job": pod.labels[spec["jobLabel"]],
+                    "address": f"127.0.0.1:{pod.ports[ports[port_name]]}",
+                    "labels": labels,
+                }
+            )
     return targets
 
 
 @pytest.fixture(scope="module")
-def prometheus(cluster: LocalCluster, rendered: dict[str, Rendered], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def prometheus(
+    cluster: LocalCluster, rendered: dict[str, Rendered], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
     work = tmp_path_factory.mktemp("prometheus")
     (podmonitor,) = rendered["monitoring"].of_kind("PodMonitor")
     targets = _scrape_targets(cluster, podmonitor)
@@ -109,10 +118,16 @@ def prometheus(cluster: LocalCluster, rendered: dict[str, Rendered], tmp_path_fa
     port = free_port()
     log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [tool("prometheus"), f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        cwd=work, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            tool("prometheus"),
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        cwd=work,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     prom = Prometheus(f"http://127.0.0.1:{port}", proc, targets)
     try:
         deadline, up = time.monotonic() + 60, None
@@ -185,7 +200,9 @@ def traffic(cluster: LocalCluster, prometheus: Prometheus) -> Traffic:
     # An operator mistake, twice with a scrape between (the first creates the error's series),
     # so that the dashboard's error panel has a rate to show.
     with grpc.insecure_channel(_loader(cluster)) as ch:
-        bad = pb.JobSpec(job_id="deploy-check", split="no-such-split", batch_size=8, fanouts=[2], world_size=1, feature_name="feat")
+        bad = pb.JobSpec(
+            job_id="deploy-check", split="no-such-split", batch_size=8, fanouts=[2], world_size=1, feature_name="feat"
+        )
         for _ in range(2):
             with pytest.raises(grpc.RpcError) as err:
                 pb_grpc.LoaderServiceStub(ch).DescribeJob(pb.DescribeJobRequest(job=bad), timeout=10)
@@ -273,7 +290,9 @@ def _served_series(prometheus: Prometheus) -> set[str]:
     return names
 
 
-def test_prometheus_answers_every_dashboard_query_with_data(prometheus: Prometheus, traffic: Traffic, cluster: LocalCluster) -> None:
+def test_prometheus_answers_every_dashboard_query_with_data(
+    prometheus: Prometheus, traffic: Traffic, cluster: LocalCluster
+) -> None:
     served = _served_series(prometheus)
     for name in PENDING_METRICS:
         assert name not in served, f"{name} is exported now: take it off PENDING_METRICS in tests/deploy/promql.py"
@@ -285,7 +304,9 @@ def test_prometheus_answers_every_dashboard_query_with_data(prometheus: Promethe
             expr = target["expr"].replace("$namespace", ns).replace("$__rate_interval", RATE_INTERVAL)
             expr = expr.replace("$job", ".*").replace("$pod", ".*")  # the variables' "All"
             needed = metric_names(expr) - EXTERNAL_METRICS
-            assert needed - set(PENDING_METRICS) - set(FEATURE_METRICS) <= served, f"{panel['title']}: {needed - served} not served"
+            assert needed - set(PENDING_METRICS) - set(FEATURE_METRICS) <= served, (
+                f"{panel['title']}: {needed - served} not served"
+            )
             data = prometheus.api(
                 "query_range", query=expr, start=f"{traffic.start - 2:.3f}", end=f"{time.time():.3f}", step="1s"
             )  # a PromQL error would have failed the call
@@ -332,6 +353,8 @@ def test_gpu_embedded_overlay_trains_with_the_loader_inside_the_trainers(
         for p in procs:
             assert re.search(r"test_acc 0\.\d+", p.log.read_text()), p.tail()
         served = _get(f"http://{c.address('sampler', 'metrics')}/metrics")
-        assert re.search(r"^graphfeed_sampler_minibatches_total \d*[1-9]", served, re.M), "the trainers sampled through the sampler"
+        assert re.search(r"^graphfeed_sampler_minibatches_total \d*[1-9]", served, re.M), (
+            "the trainers sampled through the sampler"
+        )
     finally:
         c.stop()

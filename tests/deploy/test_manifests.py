@@ -63,9 +63,13 @@ def test_every_object_is_namespaced_and_labelled(rendered: dict[str, Rendered]) 
         assert r.namespace == "graphfeed", name
         for d in r.docs:
             labels = d["metadata"].get("labels", {})
-            assert labels.get("app.kubernetes.io/part-of") == "graphfeed", f"{name}: {d['kind']}/{d['metadata']['name']}"
+            assert labels.get("app.kubernetes.io/part-of") == "graphfeed", (
+                f"{name}: {d['kind']}/{d['metadata']['name']}"
+            )
             if d["kind"] != "Namespace":
-                assert labels.get("app.kubernetes.io/name") == "graphfeed", f"{name}: {d['kind']}/{d['metadata']['name']}"
+                assert labels.get("app.kubernetes.io/name") == "graphfeed", (
+                    f"{name}: {d['kind']}/{d['metadata']['name']}"
+                )
         for w in r.workloads():
             tmpl = w["spec"]["template"]["metadata"]["labels"]
             assert {"app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of"} <= set(tmpl)
@@ -116,7 +120,9 @@ def test_pods_meet_the_restricted_security_profile(rendered: dict[str, Rendered]
         assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
         for c in containers(w):
             sc = c["securityContext"]
-            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, f"{where} {c['name']}"
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, (
+                f"{where} {c['name']}"
+            )
             assert sc["capabilities"]["drop"] == ["ALL"] and not sc.get("privileged"), f"{where} {c['name']}"
             for kind in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(c["resources"][kind]), f"{where} {c['name']} {kind}"
@@ -142,13 +148,17 @@ def test_servers_probe_a_separate_health_port_and_outlast_grace_s(rendered: dict
         # Liveness asks the health service's "graphfeed.liveness" entry: SERVING while the process
         # runs, whatever its peers do (a graph-store being away is readiness' business).
         assert c["livenessProbe"]["grpc"] == {"port": ports["health"], "service": "graphfeed.liveness"}, name
-        assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300, f"{name}: cold starts take minutes"
+        assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300, (
+            f"{name}: cold starts take minutes"
+        )
         env = static_env(r, c)
         (grace_key,) = [k for k in env if k.endswith("_GRACE_S")]
         grace_s = float(_given(env[grace_key], grace_key))
         period = pod_spec(w)["terminationGracePeriodSeconds"]
         # In-flight calls get grace_s; closing stores and channels needs a little more.
-        assert grace_s + 5 <= period <= grace_s + 30, f"{name}: grace_s {grace_s}, terminationGracePeriodSeconds {period}"
+        assert grace_s + 5 <= period <= grace_s + 30, (
+            f"{name}: grace_s {grace_s}, terminationGracePeriodSeconds {period}"
+        )
         for field, port in (("PORT", "grpc"), ("METRICS_PORT", "metrics"), ("HEALTH_PORT", "health")):
             assert env[grace_key.replace("GRACE_S", field)] == str(ports[port]), f"{name} {field}"
         if c in pod_spec(w)["containers"]:  # the trainer pod's annotation names the trainer's port
@@ -215,7 +225,9 @@ def test_the_partition_count_is_set_in_values_yaml_only(rendered: dict[str, Rend
         (loader,) = pod_spec(r.workload("trainer"))["initContainers"]
         assert static_env(r, loader)["GRAPHFEED_LOADER_SAMPLER_ADDRESS"] == sampler
     headless = r.get("Service", sts["spec"]["serviceName"])
-    assert headless["spec"]["clusterIP"] == "None" and service_selects(headless, sts["spec"]["template"]["metadata"]["labels"])
+    assert headless["spec"]["clusterIP"] == "None" and service_selects(
+        headless, sts["spec"]["template"]["metadata"]["labels"]
+    )
     # Clients balance over every sampler pod (round_robin over DNS): the Service must be headless.
     assert svc["spec"]["clusterIP"] == "None"
 
@@ -237,7 +249,10 @@ def test_each_graph_store_stages_the_partition_of_its_ordinal(rendered: dict[str
     mounts = {m["name"]: m for m in server["volumeMounts"]}
     assert part_dir.startswith(mounts["partition"]["mountPath"])
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["partition"]
-    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == _values()["partitionStorage"]
+    assert (
+        sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+        == _values()["partitionStorage"]
+    )
 
 
 @pytest.mark.parametrize("overlay", INDEXED)
@@ -248,11 +263,16 @@ def test_trainer_is_an_indexed_job_with_torchrun_env(rendered: dict[str, Rendere
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == _values()["trainers"]
     env = {e["name"]: e for e in c["env"]}
     assert int(env["WORLD_SIZE"]["value"]) == spec["completions"]
-    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert (
+        env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
     subdomain = pod_spec(job)["subdomain"]
     assert env["MASTER_ADDR"]["value"] == f"trainer-0.{subdomain}"
     assert int(env["MASTER_PORT"]["value"]) == container_ports(c)["rendezvous"]
-    assert args_flag(c["args"], "--rank") is None and args_flag(c["args"], "--world-size") is None, "torchrun's env decides"
+    assert args_flag(c["args"], "--rank") is None and args_flag(c["args"], "--world-size") is None, (
+        "torchrun's env decides"
+    )
     svc = r.get("Service", subdomain)
     assert svc["spec"]["clusterIP"] == "None" and service_selects(svc, job["spec"]["template"]["metadata"]["labels"])
 
@@ -269,7 +289,9 @@ def test_each_trainer_pod_carries_its_loader_as_a_sidecar(rendered: dict[str, Re
     job = r.get("Job", "trainer")
     spec, (trainer,) = pod_spec(job), containers(job, init=False)
     if overlay == EMBEDDED:
-        assert "initContainers" not in spec and not any("loader" in v["name"] for v in spec["volumes"] if v["name"] != "shm")
+        assert "initContainers" not in spec and not any(
+            "loader" in v["name"] for v in spec["volumes"] if v["name"] != "shm"
+        )
         return
     (loader,) = spec["initContainers"]
     assert loader["restartPolicy"] == "Always", "a native sidecar (Kubernetes >= 1.29)"
@@ -298,7 +320,9 @@ def test_gpus_and_images_per_overlay(rendered: dict[str, Rendered]) -> None:
         others = [c for w in rendered[name].workloads() for c in containers(w) if c is not trainer]
         assert {c["image"] for c in others} == {values["image"]}, name
         assert not [c for c in others if GPU in json.dumps(c["resources"])], f"{name}: only trainers use GPUs"
-    assert devices == {"gpu": "cuda", "cpu": "cpu", EMBEDDED: "cuda", PACKED: "cuda"}, "trainers on GPU nodes train on their GPU"
+    assert devices == {"gpu": "cuda", "cpu": "cpu", EMBEDDED: "cuda", PACKED: "cuda"}, (
+        "trainers on GPU nodes train on their GPU"
+    )
     assert GPU not in rendered["cpu"].text and "nodeSelector" not in rendered["cpu"].text
 
 

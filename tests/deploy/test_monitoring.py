@@ -60,7 +60,9 @@ def test_queries_use_only_metrics_graphfeed_exports() -> None:
     exported = exported_series()
     for what, expr in [*dashboard_queries(), *rule_exprs()]:
         for name in {n for n in metric_names(expr) - EXTERNAL_METRICS if not n.startswith("process_")}:
-            assert name in exported or name in PENDING_METRICS, f"{what}: {name} is not exported by any graphfeed service"
+            assert name in exported or name in PENDING_METRICS, (
+                f"{what}: {name} is not exported by any graphfeed service"
+            )
     for name in PENDING_METRICS:
         assert name not in exported, f"{name} is exported now: take it off PENDING_METRICS in tests/deploy/promql.py"
 
@@ -75,11 +77,16 @@ def _typecheck(json_text: str, work: Path) -> tuple[int, str]:
     )
     config = {
         "compilerOptions": {
-            "strict": True, "noEmit": True, "target": "es2022", "module": "esnext",
-            "moduleResolution": "bundler", "skipLibCheck": True, "types": [],
+            "strict": True,
+            "noEmit": True,
+            "target": "es2022",
+            "module": "esnext",
+            "moduleResolution": "bundler",
+            "skipLibCheck": True,
+            "types": [],
         },
         "files": ["dashboard.ts"],
-    }  # fmt: skip
+    }
     (work / "tsconfig.json").write_text(json.dumps(config))
     res = run([tool("tsc"), "-p", "tsconfig.json"], timeout_s=180, cwd=work)
     return res.returncode, res.stdout + res.stderr
@@ -98,15 +105,38 @@ def test_dashboard_typechecks_against_grafana_schema(tmp_path: Path) -> None:
 def test_dashboard_has_the_panels_operators_need() -> None:
     d = dashboard()
     titles = [p["title"] for p in d["panels"] if p["type"] != "row"]
-    for words in ("Minibatches/s", "Sampling latency p50 / p99", "Remote feature bytes/s by partition", "Cache hit rate per tier",
-                  "Prefetch", "evictions", "queue depth", "RPC errors by code", "RocksDB bytes", "CPU per pod", "Memory per pod",
-                  "RPC rate by service and method", "RPC latency p50 / p99 by service and method", "Bytes/s per service and hop",
-                  "Minibatches/s per trainer", "Data-stall fraction per trainer", "Trainer step time", "Appended edges/s",
-                  "Append latency", "Temporal sampling roots/s", "Disk bytes/s", "rows/s by tier"):
+    for words in (
+        "Minibatches/s",
+        "Sampling latency p50 / p99",
+        "Remote feature bytes/s by partition",
+        "Cache hit rate per tier",
+        "Prefetch",
+        "evictions",
+        "queue depth",
+        "RPC errors by code",
+        "RocksDB bytes",
+        "CPU per pod",
+        "Memory per pod",
+        "RPC rate by service and method",
+        "RPC latency p50 / p99 by service and method",
+        "Bytes/s per service and hop",
+        "Minibatches/s per trainer",
+        "Data-stall fraction per trainer",
+        "Trainer step time",
+        "Appended edges/s",
+        "Append latency",
+        "Temporal sampling roots/s",
+        "Disk bytes/s",
+        "rows/s by tier",
+    ):
         assert any(words.lower() in t.lower() for t in titles), words
     assert len({p["id"] for p in d["panels"]}) == len(d["panels"])
     assert [p["title"] for p in d["panels"] if p["type"] == "row"] == [
-        "Overview", "Trainers", "RPC per service and method", "Feature cache and loader", "Dynamic graphs and out of core",
+        "Overview",
+        "Trainers",
+        "RPC per service and method",
+        "Feature cache and loader",
+        "Dynamic graphs and out of core",
         "Graph-stores and pods",
     ]
     for p in d["panels"]:
@@ -134,7 +164,12 @@ def test_monitoring_objects_match_the_services(rendered: dict[str, Rendered]) ->
         if any(port in container_ports(c) for c in containers(w))
     }
     # The trainer pod: its loader sidecar's metrics and the trainer's own.
-    assert scraped == {("graph-store", "metrics"), ("sampler", "metrics"), ("trainer", "metrics"), ("trainer", "trainer-metrics")}
+    assert scraped == {
+        ("graph-store", "metrics"),
+        ("sampler", "metrics"),
+        ("trainer", "metrics"),
+        ("trainer", "trainer-metrics"),
+    }
     # The alerts select graph-stores by this target label.
     assert "app.kubernetes.io/component" in pm["spec"]["podTargetLabels"]
     (rule,) = mon.of_kind("PrometheusRule")

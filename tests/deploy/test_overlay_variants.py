@@ -38,7 +38,9 @@ def test_the_pack_job_packs_exactly_the_trainers_job(rendered: dict[str, Rendere
     trainer_env = {e["name"]: e.get("value") for e in trainer["env"]}
     assert env["WORLD_SIZE"] == trainer_env["WORLD_SIZE"]
     assert f"--batch-size {args_flag(trainer['args'], '--batch-size')}" in script
-    assert "--fanouts 10,10" in script and args_flag(trainer["args"], "--fanouts") is None  # the trainer's default 10 10
+    assert (
+        "--fanouts 10,10" in script and args_flag(trainer["args"], "--fanouts") is None
+    )  # the trainer's default 10 10
     assert "--job-seed 0" in script and args_flag(trainer["args"], "--seed") is None  # the trainer's default seed
     out = re.search(r"--out (\S+)", script)
     assert out is not None

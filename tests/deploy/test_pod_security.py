@@ -55,7 +55,10 @@ def _good_pod() -> dict:
             "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
             "initContainers": [{**copy.deepcopy(container), "name": "sidecar", "restartPolicy": "Always"}],
             "containers": [container],
-            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}, {"name": "p", "persistentVolumeClaim": {"claimName": "x"}}],
+            "volumes": [
+                {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                {"name": "p", "persistentVolumeClaim": {"claimName": "x"}},
+            ],
         },
     }
 

@@ -18,7 +18,9 @@ def test_buf_waivers_are_still_needed() -> None:
     and nothing else does."""
     config = yaml.safe_load((REPO / "buf.yaml").read_text())
     waived = {(rule, path) for rule, paths in config["lint"].pop("ignore_only").items() for path in paths}
-    res = run([tool("buf"), "lint", "--config", yaml.safe_dump(config), "--error-format", "json"], timeout_s=120, cwd=REPO)
+    res = run(
+        [tool("buf"), "lint", "--config", yaml.safe_dump(config), "--error-format", "json"], timeout_s=120, cwd=REPO
+    )
     assert res.returncode != 0, res.stdout + res.stderr
     found = {(e["type"], e["path"]) for e in map(json.loads, res.stdout.splitlines())}
     assert found == waived

@@ -59,17 +59,23 @@ def node_modules() -> Path:
     return tools_dir() / "node" / "node_modules"
 
 
-def run(cmd: list[str], *, timeout_s: float, cwd: Path | None = None, input_text: str | None = None) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], *, timeout_s: float, cwd: Path | None = None, input_text: str | None = None
+) -> subprocess.CompletedProcess:
     """Runs a tool with a timeout and returns its result (the caller checks the exit code)."""
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, input=input_text)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{Path(cmd[0]).name} did not finish within {timeout_s:.0f}s: {' '.join(cmd)}\n{exc.stderr or ''!s}")
+        pytest.fail(
+            f"{Path(cmd[0]).name} did not finish within {timeout_s:.0f}s: {' '.join(cmd)}\n{exc.stderr or ''!s}"
+        )
 
 
 def check(cmd: list[str], *, timeout_s: float, cwd: Path | None = None, input_text: str | None = None) -> str:
     """Runs a tool and fails the test with its output unless it exits 0; returns stdout."""
     res = run(cmd, timeout_s=timeout_s, cwd=cwd, input_text=input_text)
     if res.returncode != 0:
-        pytest.fail(f"{Path(cmd[0]).name} exited {res.returncode}: {' '.join(cmd)}\n{res.stdout[-6000:]}\n{res.stderr[-6000:]}")
+        pytest.fail(
+            f"{Path(cmd[0]).name} exited {res.returncode}: {' '.join(cmd)}\n{res.stdout[-6000:]}\n{res.stderr[-6000:]}"
+        )
     return res.stdout

@@ -47,7 +47,9 @@ def _mapped(arr: np.ndarray):  # noqa: ANN202
     return MappedHostArray.from_array(arr)
 
 
-@pytest.mark.parametrize(("dtype", "width"), [(np.float32, 128), (np.float16, 128), (np.float32, 3), (np.float16, 7), (np.float32, 1000)])
+@pytest.mark.parametrize(
+    ("dtype", "width"), [(np.float32, 128), (np.float16, 128), (np.float32, 3), (np.float16, 7), (np.float32, 1000)]
+)
 @pytest.mark.parametrize("where", ["device", "pinned"])
 def test_gather_is_bit_identical(cp, K, dtype: type[np.generic], width: int, where: str) -> None:  # noqa: ANN001, N803
     table = np.random.default_rng(1).standard_normal((5000, width)).astype(dtype)
@@ -90,7 +92,9 @@ def test_cache_gather_is_bit_identical(cp, K, host: str) -> None:  # noqa: ANN00
 @pytest.mark.parametrize("fanout", [-1, 0, 1, 5, 10, 25, 32, 33, 64, 65, 100, 200])
 def test_sampling_is_bit_identical(cp, K, fanout: int, replace: bool) -> None:  # noqa: ANN001, N803
     for seed in (0, 123456789, 2**64 - 1):
-        got = K.sample_csr(cp.asarray(INDPTR), cp.asarray(INDICES), cp.asarray(EIDS), cp.asarray(ROWS), fanout, replace, seed)
+        got = K.sample_csr(
+            cp.asarray(INDPTR), cp.asarray(INDICES), cp.asarray(EIDS), cp.asarray(ROWS), fanout, replace, seed
+        )
         want = reference.sample_csr(INDPTR, INDICES, EIDS, ROWS, fanout, replace, seed)
         for g, w in zip(got, want):
             assert np.array_equal(cp.asnumpy(g), w)
@@ -154,7 +158,9 @@ def test_temporal_uniform_before_t_is_uniform_over_subsets(cp, K) -> None:  # no
     deg, before, k, draws = 30, 7, 3, 200_000  # ts = position: 7 edges before t = 7
     e = np.arange(deg, dtype=np.int64)
     times = np.full(draws, before, dtype=np.int64)
-    _, _, _, eids = K.sample_temporal(np.array([0, deg]), e, e, e, np.zeros(draws, dtype=np.int64), times, k, "uniform", 5)
+    _, _, _, eids = K.sample_temporal(
+        np.array([0, deg]), e, e, e, np.zeros(draws, dtype=np.int64), times, k, "uniform", 5
+    )
     counts = Counter(map(tuple, cp.asnumpy(eids).reshape(draws, k)))
     outcomes = math.comb(before, k)
     assert len(counts) == outcomes
@@ -188,7 +194,9 @@ def test_loader_stream_on_device_gives_the_host_path_s_features(cp, tmp_path) ->
     """The embedded loader's device path on a real GPU: features arrive as CuPy arrays (GPU tier
     + zero-copy pinned host tier + misses copied up), equal to the host path's, and reach torch
     through DLPack without a copy. Needs the project's own dependencies (skipped on a bare image)."""
-    core = pytest.importorskip("graphfeed.loader.core", reason="the loader's deps (grpc, rocksdict, numba) are not installed")
+    core = pytest.importorskip(
+        "graphfeed.loader.core", reason="the loader's deps (grpc, rocksdict, numba) are not installed"
+    )
     from graphfeed.common.partition import part_dir_name
     from graphfeed.graph_store.client import LocalPartitionSet
     from graphfeed.graph_store.store import GraphStore
@@ -200,7 +208,10 @@ def test_loader_stream_on_device_gives_the_host_path_s_features(cp, tmp_path) ->
     parts = LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(2)])
     job = JobSpec(job_id="gpu", job_seed=3, split="train", batch_size=8, fanouts=(3, 2), shuffle=True)
     kw = {"cache_policy": "lru", "cache_bytes": 20 * 16}
-    plain, gpu = core.Loader(parts, MultiHopSampler(parts), **kw), core.Loader(parts, MultiHopSampler(parts), gpu_cache_bytes=14 * 16, **kw)
+    plain, gpu = (
+        core.Loader(parts, MultiHopSampler(parts), **kw),
+        core.Loader(parts, MultiHopSampler(parts), gpu_cache_bytes=14 * 16, **kw),
+    )
     try:
         assert gpu.gpu_features("feat")
         with plain.stream(job, 0) as s:

@@ -67,10 +67,18 @@ class InProcessCluster:
                 c.graph_stores.append(srv)
                 c._stores.append(store)
             addrs = [s.address for s in c.graph_stores]
-            sampler_settings = SamplerSettings.model_validate({"graph_store_addresses": addrs, "port": 0, "metrics_port": -1})
+            sampler_settings = SamplerSettings.model_validate(
+                {"graph_store_addresses": addrs, "port": 0, "metrics_port": -1}
+            )
             c._sampler = serve_sampler(sampler_settings, CollectorRegistry())
             loader_settings = LoaderSettings.model_validate(
-                {"graph_store_addresses": addrs, "sampler_address": c.sampler.address, "port": 0, "metrics_port": -1, **loader_overrides}
+                {
+                    "graph_store_addresses": addrs,
+                    "sampler_address": c.sampler.address,
+                    "port": 0,
+                    "metrics_port": -1,
+                    **loader_overrides,
+                }
             )
             c._loader = serve_loader(loader_settings, CollectorRegistry())
         except BaseException:

@@ -37,7 +37,9 @@ class Sender:
     mangle: Callable[[list[bulk.Outgoing]], list[bulk.Outgoing | bytes]] = lambda frames: list(frames)
     sent: threading.Event = field(default_factory=threading.Event)
 
-    def stream(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[bulk.Outgoing | bytes]:
+    def stream(
+        self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext
+    ) -> Iterator[bulk.Outgoing | bytes]:
         dtype, rows = request.job.job_id.split()
         features = _features(np.dtype(dtype), int(rows), self.pool)
         msg, layout = pb.Minibatch(steps_per_epoch=1), bulk.BulkLayout()
@@ -63,8 +65,11 @@ def sender() -> Iterator[tuple[Sender, RunningServer]]:
     handler = grpc.method_handlers_generic_handler(
         SERVICE, {"Stream": grpc.unary_stream_rpc_method_handler(s.stream, pb.StreamMinibatchesRequest.FromString)}
     )
-    server = start_server(register=lambda srv: srv.add_generic_rpc_handlers((handler,)), service_names=[SERVICE],
-                          metrics=RpcMetrics.create(CollectorRegistry()))  # fmt: skip
+    server = start_server(
+        register=lambda srv: srv.add_generic_rpc_handlers((handler,)),
+        service_names=[SERVICE],
+        metrics=RpcMetrics.create(CollectorRegistry()),
+    )
     yield s, server
     server.stop(0)
 
@@ -93,7 +98,10 @@ def test_chunked_stream_is_exact(sender: tuple[Sender, RunningServer], dtype: st
         (lambda frames: frames[:-1], "stream ended after"),
         (lambda frames: [*frames, bulk.Outgoing(None, [bytes(CHUNK)])], "continuation message with no message"),
         (lambda frames: [*frames[:-1], bulk.Outgoing(None, [bytes(2 * CHUNK)])], "announced"),
-        (lambda frames: [frames[0], b"\x0a\xff"], "corrupt Minibatch"),  # a field cut short (raw bytes pass as they are)
+        (
+            lambda frames: [frames[0], b"\x0a\xff"],
+            "corrupt Minibatch",
+        ),  # a field cut short (raw bytes pass as they are)
     ],
     ids=["truncated", "one too many", "oversized", "corrupt"],
 )

@@ -21,7 +21,9 @@ STREAMS = 16
 
 
 def _epoch(address: str, rank: int) -> list[str]:
-    loader = RemoteDataLoader(address, "train", shm_dir="", fanouts=[5, 5], batch_size=64, seed=1, job_id="many", rank=rank, world_size=4)
+    loader = RemoteDataLoader(
+        address, "train", shm_dir="", fanouts=[5, 5], batch_size=64, seed=1, job_id="many", rank=rank, world_size=4
+    )
     try:
         return [hashlib.sha256(b[2][0].srcdata["feat"].numpy().tobytes()).hexdigest() for b in loader]
     finally:

@@ -13,7 +13,16 @@ import numpy as np
 import pytest
 
 from graphfeed.bench import dataplane
-from graphfeed.bench.dataplane import Plan, ServerProcess, Variant, make_source, open_receiver, start_servers, stop_servers, variants
+from graphfeed.bench.dataplane import (
+    Plan,
+    ServerProcess,
+    Variant,
+    make_source,
+    open_receiver,
+    start_servers,
+    stop_servers,
+    variants,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -53,12 +62,31 @@ def test_command_writes_json_and_markdown(tmp_path: Path) -> None:
     out = tmp_path / "dataplane.json"
     parser = argparse.ArgumentParser()
     dataplane.register(parser.add_subparsers())
-    args = parser.parse_args(["dataplane", "--rows", "200", "3", "--rounds", "1", "--chunks-kib", "24", "--sweep", "no_bdp",
-                              "--sample-mb", "0.2", "--out", str(out)])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "dataplane",
+            "--rows",
+            "200",
+            "3",
+            "--rounds",
+            "1",
+            "--chunks-kib",
+            "24",
+            "--sweep",
+            "no_bdp",
+            "--sample-mb",
+            "0.2",
+            "--out",
+            str(out),
+        ]
+    )
     assert args.func(args) == 0
     report = json.loads(out.read_text())
     rows = {(r["variant"], r["payload_bytes"]) for r in report["results"]}
-    assert ("grpc_raw_chunks 1 MiB no_bdp", SIZE) in rows and ("grpc_raw_chunks 1 MiB no_bdp", 1536) not in rows  # sweep: largest only
+    assert ("grpc_raw_chunks 1 MiB no_bdp", SIZE) in rows and (
+        "grpc_raw_chunks 1 MiB no_bdp",
+        1536,
+    ) not in rows  # sweep: largest only
     small = {r["transport"] for r in report["results"] if r["payload_bytes"] == 1536}
     assert small == set(dataplane.TRANSPORTS) - {"grpc_raw_inflight"}  # calls in flight: largest only
     assert all(r["gbps_median"] > 0 for r in report["results"])

@@ -28,10 +28,30 @@ def test_two_ranks_train_one_model(process_cluster: LocalCluster, tmp_path: Path
     procs = []
     for rank in range(2):
         cmd = [
-            sys.executable, "-m", "graphfeed", "train", "--loader", process_cluster.loader.address,
-            "--epochs", "1", "--batch-size", "128", "--fanouts", "5", "5", "--seed", "3",
-            "--rank", str(rank), "--world-size", "2", "--job-id", "ddp", "--checkpoint", str(tmp_path / f"r{rank}.pt"),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "graphfeed",
+            "train",
+            "--loader",
+            process_cluster.loader.address,
+            "--epochs",
+            "1",
+            "--batch-size",
+            "128",
+            "--fanouts",
+            "5",
+            "5",
+            "--seed",
+            "3",
+            "--rank",
+            str(rank),
+            "--world-size",
+            "2",
+            "--job-id",
+            "ddp",
+            "--checkpoint",
+            str(tmp_path / f"r{rank}.pt"),
+        ]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):

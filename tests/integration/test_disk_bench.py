@@ -64,7 +64,9 @@ def test_budgeted_stores_stream_the_in_memory_minibatches(
     rows = RemoteRows(local, RemotePartitionSet(stores.addresses, timeout_s=30.0, shm_dir=shm_dir))
     shm0 = stores.shm_bytes()
     try:
-        prepare = lambda: disk.run_loader(rows, JOB, cache_policy="static_degree", cache_bytes=40 * row_bytes, on_minibatch=got)  # noqa: E731
+        prepare = lambda: disk.run_loader(  # noqa: E731
+            rows, JOB, cache_policy="static_degree", cache_bytes=40 * row_bytes, on_minibatch=got
+        )
         r = disk.measure("stores", prepare, row_bytes, root, stores.pids, cold=False)
     finally:
         rows.close()

@@ -101,8 +101,28 @@ def test_a_dead_trainer_fails_the_run_and_its_servers_are_stopped(part_config: P
 
 def test_cli_compares_distdgl_with_in_process_dgl(cora_root: Path, part_config: Path, tmp_path: Path) -> None:
     out = tmp_path / "distdgl.json"
-    cmd = [sys.executable, "-m", "graphfeed", "bench", "distdgl", "--root", str(cora_root), "--workdir", str(part_config.parent.parent),
-           "--steps", "2", "--repeats", "1", "--batch-size", "32", "--fanouts", "5", "5", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "graphfeed",
+        "bench",
+        "distdgl",
+        "--root",
+        str(cora_root),
+        "--workdir",
+        str(part_config.parent.parent),
+        "--steps",
+        "2",
+        "--repeats",
+        "1",
+        "--batch-size",
+        "32",
+        "--fanouts",
+        "5",
+        "5",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())

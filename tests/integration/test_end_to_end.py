@@ -53,9 +53,13 @@ def _split_gids(cora, cora_input_index, split: str) -> np.ndarray:  # noqa: ANN0
 def _stream(address: str, epoch: int, start: int, n: int) -> list[bytes]:
     import grpc
 
-    job = pb.JobSpec(job_id="replay", job_seed=11, split="train", batch_size=128, fanouts=[4, 3], shuffle=True, world_size=1)
+    job = pb.JobSpec(
+        job_id="replay", job_seed=11, split="train", batch_size=128, fanouts=[4, 3], shuffle=True, world_size=1
+    )
     with grpc.insecure_channel(address, options=channel_options()) as ch:
-        call = bulk.unary_stream(ch, "graphfeed.loader.v1.LoaderService", "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch)
+        call = bulk.unary_stream(
+            ch, "graphfeed.loader.v1.LoaderService", "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch
+        )
         out = []
         request = pb.StreamMinibatchesRequest(job=job, epoch=epoch, start_step=start)
         for mb in bulk.assemble(call(request), BufferPool(), "minibatches"):
@@ -80,8 +84,14 @@ def _batches(loader, n: int | None = None) -> list[tuple[bytes, ...]]:  # noqa: 
     out = []
     for input_nodes, _output_nodes, blocks in loader:
         edges = [np.stack([t.numpy() for t in b.edges()]).tobytes() + b.edata["_ID"].numpy().tobytes() for b in blocks]
-        out.append((input_nodes.numpy().tobytes(), blocks[0].srcdata["feat"].numpy().tobytes(),
-                    blocks[-1].dstdata["label"].numpy().tobytes(), *edges))  # fmt: skip
+        out.append(
+            (
+                input_nodes.numpy().tobytes(),
+                blocks[0].srcdata["feat"].numpy().tobytes(),
+                blocks[-1].dstdata["label"].numpy().tobytes(),
+                *edges,
+            )
+        )
         if n is not None and len(out) == n:
             break
     return out
@@ -106,8 +116,15 @@ def test_embedded_loader_gives_the_service_s_minibatches_and_resumes(cora_cluste
     remote = RemoteDataLoader(cora_cluster.loader.address, "train", **job)
     remote.set_epoch(1)
     want = _batches(remote)
-    cfg = TrainConfig(graph_stores=[s.address for s in cora_cluster.graph_stores], sampler_address=cora_cluster.sampler.address,
-                      epochs=1, batch_size=128, fanouts=[4, 3], cache_policy="lru", cache_bytes=1 << 20)  # fmt: skip
+    cfg = TrainConfig(
+        graph_stores=[s.address for s in cora_cluster.graph_stores],
+        sampler_address=cora_cluster.sampler.address,
+        epochs=1,
+        batch_size=128,
+        fanouts=[4, 3],
+        cache_policy="lru",
+        cache_bytes=1 << 20,
+    )
     trainer = Trainer(cfg)  # builds its loader from the addresses, as `graphfeed train --graph-stores` does
     try:
         assert trainer.embedded is not None, "graph_stores and sampler_address give an embedded loader"

@@ -28,9 +28,14 @@ WIRE_DTYPES = ("float16", "bfloat16")
 def config(address: str, seed: int, feature_wire_dtype: str = "") -> TrainConfig:
     """The job both tests train (``epochs``, ``batch_size``, ``fanouts`` as the baseline's)."""
     return TrainConfig(
-        loader_address=address, epochs=10, batch_size=256, fanouts=[10, 10], seed=seed,
-        job_id=f"fid-{seed}-{feature_wire_dtype or 'stored'}", feature_wire_dtype=feature_wire_dtype,
-    )  # fmt: skip
+        loader_address=address,
+        epochs=10,
+        batch_size=256,
+        fanouts=[10, 10],
+        seed=seed,
+        job_id=f"fid-{seed}-{feature_wire_dtype or 'stored'}",
+        feature_wire_dtype=feature_wire_dtype,
+    )
 
 
 def graphfeed_test_acc(cfg: TrainConfig) -> float:

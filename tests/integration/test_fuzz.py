@@ -62,7 +62,11 @@ def test_the_generator_covers_every_field_kind() -> None:
 
 @pytest.mark.parametrize("service", ["graph-store", "sampler", "loader"])
 def test_every_rpc_survives_fuzzing(cora_cluster: InProcessCluster, service: str) -> None:
-    servers = {"graph-store": cora_cluster.graph_stores[0], "sampler": cora_cluster.sampler, "loader": cora_cluster.loader}
+    servers = {
+        "graph-store": cora_cluster.graph_stores[0],
+        "sampler": cora_cluster.sampler,
+        "loader": cora_cluster.loader,
+    }
     descriptors = {
         "graph-store": gs.DESCRIPTOR.services_by_name["GraphStoreService"],
         "sampler": sp.DESCRIPTOR.services_by_name["SamplerService"],
@@ -91,7 +95,9 @@ def test_a_graph_store_taking_appends_survives_fuzzing(cora_root: Path, tmp_path
     from graphfeed.graph_store.config import GraphStoreSettings
     from graphfeed.graph_store.server import serve
 
-    settings = GraphStoreSettings(part_dir=cora_root / part_dir_name(0), append_dir=str(tmp_path / "log"), metrics_port=-1)
+    settings = GraphStoreSettings(
+        part_dir=cora_root / part_dir_name(0), append_dir=str(tmp_path / "log"), metrics_port=-1
+    )
     running, store = serve(settings, CollectorRegistry())
     try:
         service = gs.DESCRIPTOR.services_by_name["GraphStoreService"]

@@ -85,7 +85,9 @@ def test_sample_neighbors_over_the_wire(server: Server, orig: np.ndarray) -> Non
     offsets, src = codec.decode(resp.offsets, bulk=resp.bulk), codec.decode(resp.src, bulk=resp.bulk)
     assert len(codec.decode(resp.edge_ids, bulk=resp.bulk)) == len(src)
     for i, seed in enumerate(seeds):
-        assert set(orig[src[offsets[i] : offsets[i + 1]]].tolist()) == expected_in_neighbors(int(orig[seed]), N, MAX_DEG)
+        assert set(orig[src[offsets[i] : offsets[i + 1]]].tolist()) == expected_in_neighbors(
+            int(orig[seed]), N, MAX_DEG
+        )
     # A sampled request gives exactly what the core gives for the same rng_seed.
     resp = server.stub.SampleNeighbors(_sample(seeds, 3, rng_seed=99), timeout=10)
     local = server.store.sample_neighbors(seeds, 3, False, 99)
@@ -125,32 +127,71 @@ def _too_many() -> np.ndarray:
 BAD_CALLS: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.StatusCode, str]] = {
     "float32 seeds": (
         lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=_ids([0, 1], np.float32), fanout=2), timeout=10),
-        grpc.StatusCode.INVALID_ARGUMENT, "DTYPE_INT64",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "DTYPE_INT64",
     ),
     "2-D seeds": (
-        lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=codec.encode(np.zeros((2, 2), np.int64)), fanout=2), timeout=10),
-        grpc.StatusCode.INVALID_ARGUMENT, "1-D",
+        lambda s: s.SampleNeighbors(
+            pb.SampleNeighborsRequest(seeds=codec.encode(np.zeros((2, 2), np.int64)), fanout=2), timeout=10
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "1-D",
     ),
-    "empty seeds": (lambda s: s.SampleNeighbors(_sample(np.array([]), 2), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "empty"),
-    "fanout -5": (lambda s: s.SampleNeighbors(_sample(np.array([0]), -5), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "fanout"),
-    "shape/bytes mismatch": (lambda s: s.SampleNeighbors(_mismatched_bytes(), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "bytes"),
-    "unowned seed": (lambda s: s.SampleNeighbors(_sample(np.array([0, 99]), 2), timeout=10), grpc.StatusCode.NOT_FOUND, "99"),
+    "empty seeds": (
+        lambda s: s.SampleNeighbors(_sample(np.array([]), 2), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "empty",
+    ),
+    "fanout -5": (
+        lambda s: s.SampleNeighbors(_sample(np.array([0]), -5), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "fanout",
+    ),
+    "shape/bytes mismatch": (
+        lambda s: s.SampleNeighbors(_mismatched_bytes(), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "bytes",
+    ),
+    "unowned seed": (
+        lambda s: s.SampleNeighbors(_sample(np.array([0, 99]), 2), timeout=10),
+        grpc.StatusCode.NOT_FOUND,
+        "99",
+    ),
     "unowned node-data id": (lambda s: _node_data(s, "feat", np.array([50])), grpc.StatusCode.NOT_FOUND, "[0, 50)"),
     "unowned degree id": (
-        lambda s: s.GetDegrees(pb.GetDegreesRequest(ids=_ids([-3])), timeout=10), grpc.StatusCode.NOT_FOUND, "-3",
+        lambda s: s.GetDegrees(pb.GetDegreesRequest(ids=_ids([-3])), timeout=10),
+        grpc.StatusCode.NOT_FOUND,
+        "-3",
     ),
     "unknown node data": (lambda s: _node_data(s, "embedding", np.array([0])), grpc.StatusCode.NOT_FOUND, "embedding"),
-    "unknown split": (lambda s: s.GetSplit(pb.GetSplitRequest(name="holdout"), timeout=10), grpc.StatusCode.NOT_FOUND, "holdout"),
+    "unknown split": (
+        lambda s: s.GetSplit(pb.GetSplitRequest(name="holdout"), timeout=10),
+        grpc.StatusCode.NOT_FOUND,
+        "holdout",
+    ),
     # Echoed back clipped: 16 KB in the status message would exceed gRPC's metadata limit.
     "16 KB split name": (
-        lambda s: s.GetSplit(pb.GetSplitRequest(name="x" * 16_000), timeout=10), grpc.StatusCode.NOT_FOUND, "characters cut",
+        lambda s: s.GetSplit(pb.GetSplitRequest(name="x" * 16_000), timeout=10),
+        grpc.StatusCode.NOT_FOUND,
+        "characters cut",
     ),
     "first_position >= 2^63": (
-        lambda s: s.SampleNeighbors(pb.SampleNeighborsRequest(seeds=_ids(np.array([0])), fanout=2, first_position=1 << 63), timeout=10),
-        grpc.StatusCode.INVALID_ARGUMENT, "first_position",
+        lambda s: s.SampleNeighbors(
+            pb.SampleNeighborsRequest(seeds=_ids(np.array([0])), fanout=2, first_position=1 << 63), timeout=10
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "first_position",
     ),
-    "too many seeds": (lambda s: s.SampleNeighbors(_sample(_too_many(), 2), timeout=10), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
-    "too many node-data ids": (lambda s: _node_data(s, "label", _too_many()), grpc.StatusCode.RESOURCE_EXHAUSTED, "limit of 64"),
+    "too many seeds": (
+        lambda s: s.SampleNeighbors(_sample(_too_many(), 2), timeout=10),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "limit of 64",
+    ),
+    "too many node-data ids": (
+        lambda s: _node_data(s, "label", _too_many()),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "limit of 64",
+    ),
 }
 
 
@@ -214,13 +255,19 @@ def test_rpc_byte_counters_are_the_serialized_lengths(server: Server) -> None:
     resp_before = _counter(server.metrics_port, "graphfeed_rpc_response_bytes_total" + sel)
     req = _sample(np.array([0, 1, 2]), 2, rng_seed=9)
     resp = server.stub.SampleNeighbors(req, timeout=10)
-    assert _counter(server.metrics_port, "graphfeed_rpc_request_bytes_total" + sel) - req_before == len(req.SerializeToString())
-    assert _counter(server.metrics_port, "graphfeed_rpc_response_bytes_total" + sel) - resp_before == len(resp.SerializeToString())
+    assert _counter(server.metrics_port, "graphfeed_rpc_request_bytes_total" + sel) - req_before == len(
+        req.SerializeToString()
+    )
+    assert _counter(server.metrics_port, "graphfeed_rpc_response_bytes_total" + sel) - resp_before == len(
+        resp.SerializeToString()
+    )
 
 
 # -- GetNodeData straight into the caller's shared memory ------------------------------------
 
-needs_shm = pytest.mark.skipif(not shm.DEFAULT_DIR.is_dir() or not os.access(shm.DEFAULT_DIR, os.W_OK), reason="needs /dev/shm")
+needs_shm = pytest.mark.skipif(
+    not shm.DEFAULT_DIR.is_dir() or not os.access(shm.DEFAULT_DIR, os.W_OK), reason="needs /dev/shm"
+)
 
 
 def _target_request(ids: np.ndarray, segment: str, num_rows: int, positions: np.ndarray) -> pb.GetNodeDataRequest:
@@ -241,12 +288,18 @@ def test_node_data_written_into_the_callers_segment(server: Server, orig: np.nda
         out = seg.array(0, (20, F), np.float32)
         out[:] = -1
         shm_before = _counter(server.metrics_port, 'graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"')
-        msgs = list(server.stub.GetNodeData(_target_request(ids, seg.name, 20, positions), timeout=10, metadata=offer.metadata()))
+        msgs = list(
+            server.stub.GetNodeData(
+                _target_request(ids, seg.name, 20, positions), timeout=10, metadata=offer.metadata()
+            )
+        )
         assert [m.rows_written for m in msgs] == [10] and not msgs[0].rows.shape
         assert np.array_equal(out[positions], arithmetic_features(orig[ids]))
         assert np.all(out[np.setdiff1d(np.arange(20), positions)] == -1), "other rows untouched"
         assert seg.path.exists(), "the caller's segment is not claimed by the writer"
-        grown = _counter(server.metrics_port, 'graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"') - shm_before
+        grown = (
+            _counter(server.metrics_port, 'graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"') - shm_before
+        )
         assert grown == 10 * F * 4
     finally:
         seg.close()
@@ -269,7 +322,10 @@ def test_bad_node_data_targets_get_a_clear_status(server: Server, case: str) -> 
     elif case == "bad segment name":
         name = "../etc/passwd"
     elif case == "segment gone":
-        name, expected = seg.name[:-8] + "00000000", grpc.StatusCode.FAILED_PRECONDITION  # the caller's own segment: retrying cannot help
+        name, expected = (
+            seg.name[:-8] + "00000000",
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )  # the caller's own segment: retrying cannot help
     elif case == "too small":
         rows = 5
     try:

@@ -54,16 +54,26 @@ def cluster(arith_root: Path) -> Iterator[Cluster]:
     servers: list[RunningServer] = []
     stores = []
     for p in range(2):
-        srv, store = serve_store(GraphStoreSettings(part_dir=arith_root / part_dir_name(p), port=0, metrics_port=-1), CollectorRegistry())
+        srv, store = serve_store(
+            GraphStoreSettings(part_dir=arith_root / part_dir_name(p), port=0, metrics_port=-1), CollectorRegistry()
+        )
         servers.append(srv)
         stores.append(store)
     addrs = [s.address for s in servers]
-    sampler_srv, sampler = serve_sampler(SamplerSettings(graph_store_addresses=addrs, port=0, metrics_port=-1), CollectorRegistry())
+    sampler_srv, sampler = serve_sampler(
+        SamplerSettings(graph_store_addresses=addrs, port=0, metrics_port=-1), CollectorRegistry()
+    )
     servers.append(sampler_srv)
     settings = LoaderSettings(
-        graph_store_addresses=addrs, sampler_address=sampler_srv.address, port=0, metrics_port=0,
-        cache_policy="lru", cache_bytes=30 * F * 4, lookahead_steps=3, max_inflight=2,
-    )  # fmt: skip
+        graph_store_addresses=addrs,
+        sampler_address=sampler_srv.address,
+        port=0,
+        metrics_port=0,
+        cache_policy="lru",
+        cache_bytes=30 * F * 4,
+        lookahead_steps=3,
+        max_inflight=2,
+    )
     loader_srv, loader = serve_loader(settings, CollectorRegistry())
     channel = grpc.insecure_channel(loader_srv.address, options=channel_options())
     yield Cluster(servers, loader_srv, loader, pb_grpc.LoaderServiceStub(channel))
@@ -79,8 +89,18 @@ def cluster(arith_root: Path) -> Iterator[Cluster]:
 
 def job(**changes: Any) -> pb.JobSpec:
     """A valid JobSpec with ``changes`` applied; protobuf checks their names and types."""
-    args: dict[str, Any] = dict(job_id="it", job_seed=3, split="train", batch_size=8, fanouts=[3, 2], shuffle=True, rank=0, world_size=1,
-                feature_name="feat", label_name="label")  # fmt: skip
+    args: dict[str, Any] = dict(
+        job_id="it",
+        job_seed=3,
+        split="train",
+        batch_size=8,
+        fanouts=[3, 2],
+        shuffle=True,
+        rank=0,
+        world_size=1,
+        feature_name="feat",
+        label_name="label",
+    )
     args.update(changes)
     return pb.JobSpec(**args)
 
@@ -129,7 +149,9 @@ def test_a_wire_dtype_sends_rounded_features_in_half_the_bytes(
     assert len(msgs) == len(full) == 8
     for m, f in zip(msgs, full):
         sb = blocks.from_proto(m.blocks, bulk=m.bulk)
-        assert np.array_equal(sb.input_nodes, blocks.from_proto(f.blocks, bulk=f.bulk).input_nodes), "same job, same samples"
+        assert np.array_equal(sb.input_nodes, blocks.from_proto(f.blocks, bulk=f.bulk).input_nodes), (
+            "same job, same samples"
+        )
         assert m.input_features.dtype == dtype and f.input_features.dtype == tensor_pb2.DType.DTYPE_FLOAT32
         feats = codec.decode(m.input_features, "features", bulk=m.bulk)
         want = rounded(arithmetic_features(orig[sb.input_nodes]))
@@ -139,7 +161,9 @@ def test_a_wire_dtype_sends_rounded_features_in_half_the_bytes(
 
 
 @pytest.mark.parametrize("shm_dir", ["", str(shm.DEFAULT_DIR)])
-def test_remote_data_loader_upcasts_wire_features_over_either_transport(cluster: Cluster, arith_root: Path, shm_dir: str) -> None:
+def test_remote_data_loader_upcasts_wire_features_over_either_transport(
+    cluster: Cluster, arith_root: Path, shm_dir: str
+) -> None:
     if shm_dir and not os.access(shm_dir, os.W_OK):
         pytest.skip(f"needs a writable {shm_dir}")
     orig = np.load(arith_root / "orig_ids.npy")
@@ -156,15 +180,25 @@ def test_remote_data_loader_upcasts_wire_features_over_either_transport(cluster:
 
 def scrape(cluster: Cluster) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The loader's metrics: (name, sorted labels) -> value."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{cluster.loader_server.metrics_port}/metrics", timeout=10).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{cluster.loader_server.metrics_port}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def shm_bytes(cluster: Cluster) -> float:
     """Minibatch tensor bytes the loader has sent through shared memory."""
     samples = scrape(cluster).items()
     return sum(
-        v for (n, labels), v in samples if n == "graphfeed_rpc_response_shm_bytes_total" and ("method", "StreamMinibatches") in labels
+        v
+        for (n, labels), v in samples
+        if n == "graphfeed_rpc_response_shm_bytes_total" and ("method", "StreamMinibatches") in labels
     )
 
 
@@ -188,8 +222,16 @@ def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
         (dict(fanouts=[2] * 17), grpc.StatusCode.INVALID_ARGUMENT, "fanouts has 17 layers, more than the limit of 16"),
         (dict(split="nope"), grpc.StatusCode.NOT_FOUND, "nope"),
         (dict(feature_name="nope"), grpc.StatusCode.NOT_FOUND, "feature_name"),
-        (dict(feature_wire_dtype="float8"), grpc.StatusCode.INVALID_ARGUMENT, "feature_wire_dtype must be '' (the stored dtype)"),
-        (dict(feature_name="label", feature_wire_dtype="bfloat16"), grpc.StatusCode.INVALID_ARGUMENT, "needs floating-point features"),
+        (
+            dict(feature_wire_dtype="float8"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "feature_wire_dtype must be '' (the stored dtype)",
+        ),
+        (
+            dict(feature_name="label", feature_wire_dtype="bfloat16"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "needs floating-point features",
+        ),
     ],
 )
 def test_bad_jobs_get_documented_codes_and_the_server_keeps_serving(
@@ -207,7 +249,9 @@ def test_start_step_past_the_end_is_out_of_range(cluster: Cluster) -> None:
     req = pb.StreamMinibatchesRequest(job=job(), epoch=0, start_step=9)
     err = rpc_error(lambda: list(cluster.stub.StreamMinibatches(req, timeout=30)))
     assert err.code() == grpc.StatusCode.OUT_OF_RANGE and "start_step 9" in err.details()
-    last = list(cluster.stub.StreamMinibatches(pb.StreamMinibatchesRequest(job=job(), epoch=0, start_step=7), timeout=30))
+    last = list(
+        cluster.stub.StreamMinibatches(pb.StreamMinibatchesRequest(job=job(), epoch=0, start_step=7), timeout=30)
+    )
     assert [m.step_key.step for m in last] == [7]
 
 
@@ -233,7 +277,10 @@ def test_metrics_endpoint_shows_minibatches_and_cache_counters(cluster: Cluster)
     samples = scrape(cluster)
     assert samples[("graphfeed_loader_minibatches_total", ())] >= 8
     host = (("tier", "host"),)
-    hits, misses = samples[("graphfeed_loader_cache_hits_total", host)], samples[("graphfeed_loader_cache_misses_total", host)]
+    hits, misses = (
+        samples[("graphfeed_loader_cache_hits_total", host)],
+        samples[("graphfeed_loader_cache_misses_total", host)],
+    )
     assert hits > 0 and misses > 0
     assert samples[("graphfeed_loader_cache_inserts_total", host)] > 0
     assert samples[("graphfeed_loader_cache_evictions_total", host)] > 0  # 30-row LRU over a 100-node graph

@@ -22,10 +22,23 @@ pytestmark = pytest.mark.integration
 
 def test_packed_epochs_stream_exact_features_from_the_packs(arith_root: Path, orig: np.ndarray, tmp_path: Path) -> None:
     packs = tmp_path / "packs"
-    c = InProcessCluster.start(arith_root, pack_root=str(packs), cache_policy="lru", cache_bytes=20 * 16, lookahead_steps=3)
+    c = InProcessCluster.start(
+        arith_root, pack_root=str(packs), cache_policy="lru", cache_bytes=20 * 16, lookahead_steps=3
+    )
     try:
         stores = ",".join(s.address for s in c.graph_stores)
-        args = ["--batch-size", "8", "--fanouts", "3,2", "--job-seed", "9", "--steps-per-pack", "4", "--resident-bytes", "160"]
+        args = [
+            "--batch-size",
+            "8",
+            "--fanouts",
+            "3,2",
+            "--job-seed",
+            "9",
+            "--steps-per-pack",
+            "4",
+            "--resident-bytes",
+            "160",
+        ]
         assert cli.main(["pack", "--graph-stores", stores, "--out", str(packs), "--epochs", "0:2", *args]) == 0
         assert len(list(packs.iterdir())) == 2  # one directory per epoch
         loader = c._loader[1] if c._loader is not None else None
@@ -37,13 +50,17 @@ def test_packed_epochs_stream_exact_features_from_the_packs(arith_root: Path, or
                 dl.set_epoch(epoch)
                 steps = 0
                 for input_nodes, _out, blocks in dl:
-                    np.testing.assert_array_equal(blocks[0].srcdata["feat"].numpy(), arithmetic_features(orig[input_nodes.numpy()]))
+                    np.testing.assert_array_equal(
+                        blocks[0].srcdata["feat"].numpy(), arithmetic_features(orig[input_nodes.numpy()])
+                    )
                     steps += 1
                 assert steps == len(dl)
         stats = loader.pack_stats
         assert stats.hits > 0 and stats.disk_bytes > 0 and stats.fallbacks == 0 and stats.refused == 0
         text = generate_latest(registry).decode()
-        samples = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+        samples = {
+            (s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
+        }
         assert samples[("graphfeed_loader_cache_hits_total", (("tier", "pack"),))] == stats.hits
         assert samples[("graphfeed_loader_pack_read_bytes_total", ())] == stats.disk_bytes
     finally:

@@ -28,9 +28,26 @@ BATCH = 64
 
 def _train_cmd(address: str, ckpt: Path) -> list[str]:
     return [
-        sys.executable, "-m", "graphfeed", "train", "--loader", address, "--epochs", str(EPOCHS),
-        "--batch-size", str(BATCH), "--fanouts", "5", "5", "--seed", "7", "--checkpoint", str(ckpt), "--device", "cpu",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "graphfeed",
+        "train",
+        "--loader",
+        address,
+        "--epochs",
+        str(EPOCHS),
+        "--batch-size",
+        str(BATCH),
+        "--fanouts",
+        "5",
+        "5",
+        "--seed",
+        "7",
+        "--checkpoint",
+        str(ckpt),
+        "--device",
+        "cpu",
+    ]
 
 
 def _run(cmd: list[str], timeout_s: float = 300) -> subprocess.CompletedProcess:

@@ -45,15 +45,21 @@ class FlakyGraphStore(pb_grpc.GraphStoreServiceServicer):
         if err is not None:
             raise err
 
-    def GetPartitionInfo(self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext) -> pb.GetPartitionInfoResponse:  # noqa: N802 (the proto's RPC name)
+    def GetPartitionInfo(  # noqa: N802 (the proto's RPC name)
+        self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext
+    ) -> pb.GetPartitionInfoResponse:
         self._attempt("GetPartitionInfo")
-        return pb.GetPartitionInfoResponse(partition_id=0, num_partitions=1, num_nodes=4, node_offsets=[0, 4], dataset="tiny")
+        return pb.GetPartitionInfoResponse(
+            partition_id=0, num_partitions=1, num_nodes=4, node_offsets=[0, 4], dataset="tiny"
+        )
 
     def GetSplit(self, request: pb.GetSplitRequest, context: grpc.ServicerContext) -> pb.GetSplitResponse:  # noqa: N802 (the proto's RPC name)
         self._attempt("GetSplit")
         return pb.GetSplitResponse(ids=codec.encode(np.arange(4, dtype=np.int64)))
 
-    def GetNodeData(self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext) -> Iterator[pb.GetNodeDataResponse]:  # noqa: N802 (the proto's RPC name)
+    def GetNodeData(  # noqa: N802 (the proto's RPC name)
+        self, request: pb.GetNodeDataRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.GetNodeDataResponse]:
         self._attempt("GetNodeData")
         ids = codec.decode(request.ids)
         yield pb.GetNodeDataResponse(start=0, rows=codec.encode(ROWS[ids[:1]]))
@@ -90,7 +96,9 @@ def test_unary_read_is_retried_after_unavailable(store: tuple[FlakyGraphStore, G
     assert servicer.calls["GetPartitionInfo"] == 3
 
 
-def test_stream_is_retried_when_it_failed_before_its_first_message(store: tuple[FlakyGraphStore, GraphStoreClient]) -> None:
+def test_stream_is_retried_when_it_failed_before_its_first_message(
+    store: tuple[FlakyGraphStore, GraphStoreClient],
+) -> None:
     servicer, client = store
     servicer.failures["GetNodeData"] = [Unavailable("restarting")]
     np.testing.assert_array_equal(client.get_node_data("feat", np.array([2, 0, 3])), ROWS[[2, 0, 3]])
@@ -134,7 +142,10 @@ def test_non_idempotent_methods_are_not_retried() -> None:
     servicer.failures["GetSplit"] = [Unavailable("restarting")]
     running = _serve(servicer)
     try:
-        with client_channel(running.address, SERVICE, ["GetPartitionInfo"]) as channel, pytest.raises(grpc.RpcError) as info:
+        with (
+            client_channel(running.address, SERVICE, ["GetPartitionInfo"]) as channel,
+            pytest.raises(grpc.RpcError) as info,
+        ):
             pb_grpc.GraphStoreServiceStub(channel).GetSplit(pb.GetSplitRequest(name="train"), timeout=20.0)
     finally:
         running.stop(0)

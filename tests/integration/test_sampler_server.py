@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -54,8 +54,11 @@ def graph_stores(arith_root: Path) -> Iterator[list[str]]:
 @pytest.fixture(scope="module")
 def sampler_server(graph_stores: list[str]) -> Iterator[RunningServer]:
     settings = SamplerSettings(
-        graph_store_addresses=graph_stores, port=0, metrics_port=0,
-        max_seeds_per_request=MAX_SEEDS, max_fanout=MAX_FANOUT,
+        graph_store_addresses=graph_stores,
+        port=0,
+        metrics_port=0,
+        max_seeds_per_request=MAX_SEEDS,
+        max_fanout=MAX_FANOUT,
     )
     running, sampler = serve_sampler(settings)
     yield running
@@ -96,7 +99,9 @@ def request(
     return req
 
 
-def test_matches_in_process_sampler_byte_for_byte(stub: pb_grpc.SamplerServiceStub, local_sampler: MultiHopSampler) -> None:
+def test_matches_in_process_sampler_byte_for_byte(
+    stub: pb_grpc.SamplerServiceStub, local_sampler: MultiHopSampler
+) -> None:
     for replace in (False, True):
         resp = stub.SampleBlocks(request(replace=replace), timeout=10)
         local = local_sampler.sample(np.array(SEEDS, dtype=np.int64), [3, 2], replace, 5, 1, 4)
@@ -117,16 +122,27 @@ def test_same_request_gives_identical_bytes(stub: pb_grpc.SamplerServiceStub) ->
         (lambda: request(seeds=[]), grpc.StatusCode.INVALID_ARGUMENT, "seeds must not be empty"),
         (lambda: request(dtype=np.float32), grpc.StatusCode.INVALID_ARGUMENT, "seeds must be DTYPE_INT64"),
         (lambda: request(fanouts=[2, -7]), grpc.StatusCode.INVALID_ARGUMENT, f"-1 (all) or in [0, {MAX_FANOUT}]"),
-        (lambda: request(fanouts=[MAX_FANOUT + 1]), grpc.StatusCode.INVALID_ARGUMENT, f"[{MAX_FANOUT + 1}] out of range"),
+        (
+            lambda: request(fanouts=[MAX_FANOUT + 1]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"[{MAX_FANOUT + 1}] out of range",
+        ),
         (lambda: request(fanouts=[]), grpc.StatusCode.INVALID_ARGUMENT, "at least one layer"),
         (lambda: request(seeds=[4, 7, 4]), grpc.StatusCode.INVALID_ARGUMENT, "duplicate seeds: [4]"),
         (lambda: request(seeds=[1, 100]), grpc.StatusCode.NOT_FOUND, "outside the graph [0, 100), e.g. [100]"),
-        (lambda: request(seeds=list(range(MAX_SEEDS + 1))), grpc.StatusCode.RESOURCE_EXHAUSTED, f"limit of {MAX_SEEDS}"),
+        (
+            lambda: request(seeds=list(range(MAX_SEEDS + 1))),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"limit of {MAX_SEEDS}",
+        ),
     ],
     ids=["empty", "float", "fanout-7", "fanout-too-big", "no-fanouts", "duplicates", "not-found", "too-many"],
 )
 def test_bad_requests_get_status_and_server_keeps_serving(
-    stub: pb_grpc.SamplerServiceStub, req, code: grpc.StatusCode, details: str  # noqa: ANN001
+    stub: pb_grpc.SamplerServiceStub,
+    req: Callable[[], pb.SampleBlocksRequest],
+    code: grpc.StatusCode,
+    details: str,
 ) -> None:
     with pytest.raises(grpc.RpcError) as info:
         stub.SampleBlocks(req(), timeout=10)
@@ -149,14 +165,19 @@ def test_client_round_trip(sampler_server: RunningServer, local_sampler: MultiHo
 
 
 @pytest.mark.parametrize("fanouts", [[3, 2], [-1, 4], [0, 2], [2]])
-def test_shared_memory_answers_equal_the_in_process_sampler(sampler_server: RunningServer, local_sampler: MultiHopSampler,
-                                                            fanouts: list[int]) -> None:  # fmt: skip
+def test_shared_memory_answers_equal_the_in_process_sampler(
+    sampler_server: RunningServer, local_sampler: MultiHopSampler, fanouts: list[int]
+) -> None:
     """Through /dev/shm the input layer is compacted straight into the response segment (and the
     rest copied into a second): the bytes must be the in-process sampler's, and every segment claimed."""
     transport = ClientTransport("/dev/shm")
     with grpc.insecure_channel(sampler_server.address) as ch:
-        resp = pb_grpc.SamplerServiceStub(ch).SampleBlocks(request(fanouts=fanouts), timeout=10, metadata=transport.metadata)
-    refs = [t.shm.segment for t in (resp.blocks.input_nodes, resp.blocks.output_nodes) if t.WhichOneof("payload") == "shm"]
+        resp = pb_grpc.SamplerServiceStub(ch).SampleBlocks(
+            request(fanouts=fanouts), timeout=10, metadata=transport.metadata
+        )
+    refs = [
+        t.shm.segment for t in (resp.blocks.input_nodes, resp.blocks.output_nodes) if t.WhichOneof("payload") == "shm"
+    ]
     assert len(set(refs)) == 2, "input layer in one segment, the rest in another"
     got = blocks_codec.from_proto(resp.blocks, transport.reader())
     assert not [n for n in os.listdir("/dev/shm") if n in refs], "both segments claimed"
@@ -165,7 +186,9 @@ def test_shared_memory_answers_equal_the_in_process_sampler(sampler_server: Runn
 
 
 def metric(text: str, name: str) -> float:
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name) and not line.startswith("#"))
+    return sum(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith(name) and not line.startswith("#")
+    )
 
 
 def test_metrics_endpoint_counts_sampling(stub: pb_grpc.SamplerServiceStub, sampler_server: RunningServer) -> None:

@@ -62,7 +62,10 @@ def test_one_round_robin_target_spreads_calls_over_both_samplers(two_samplers: l
 def test_health_port_answers_while_every_handler_thread_streams(cora_root: Path) -> None:
     cluster = InProcessCluster.start(cora_root, max_workers=2, max_inflight=1, cache_policy="none", health_port=0)
     loaders = [
-        RemoteDataLoader(cluster.loader.address, "train", fanouts=[10, 10], batch_size=1, shm_dir="", job_id=f"busy-{i}") for i in range(3)
+        RemoteDataLoader(
+            cluster.loader.address, "train", fanouts=[10, 10], batch_size=1, shm_dir="", job_id=f"busy-{i}"
+        )
+        for i in range(3)
     ]
     try:
         streams = [iter(dl) for dl in loaders]
@@ -88,7 +91,9 @@ def test_streams_and_new_calls_outlive_the_max_connection_age(cora_root: Path) -
     age_s = 0.2
     cluster = InProcessCluster.start(cora_root, max_connection_age_s=age_s, cache_policy="none")
     try:
-        with RemoteDataLoader(cluster.loader.address, "train", fanouts=[5, 5], batch_size=8, shm_dir="", job_id="aged") as dl:
+        with RemoteDataLoader(
+            cluster.loader.address, "train", fanouts=[5, 5], batch_size=8, shm_dir="", job_id="aged"
+        ) as dl:
             t0, got = time.perf_counter(), 0
             for _epoch in range(2):  # the second epoch's stream starts on a connection past its age
                 got += sum(1 for _ in dl)

@@ -19,7 +19,14 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common.metrics import RpcMetrics
 from graphfeed.common.partition import part_dir_name
 from graphfeed.common.rpc import ServerInterceptor
-from graphfeed.common.security import Authenticator, AuthInterceptor, TokenFile, channel_credentials, server_credentials, with_token
+from graphfeed.common.security import (
+    Authenticator,
+    AuthInterceptor,
+    TokenFile,
+    channel_credentials,
+    server_credentials,
+    with_token,
+)
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.metrics import GraphStoreMetrics
 from graphfeed.graph_store.servicer import GraphStoreServicer
@@ -50,13 +57,54 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     if shutil.which("openssl") is None:
         pytest.fail("openssl is needed to make the test certificates (apt-get install openssl)")
     d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=graphfeed-test-ca",
-             "-keyout", "ca.key", "-out", "ca.pem", cwd=d)  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=graphfeed-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=d,
+    )
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name, ext in (("server", ["-extfile", "san.ext"]), ("trainer", []), ("intruder", [])):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-                 "-out", f"{name}.pem", *ext, cwd=d)  # fmt: skip
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=d,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            f"{name}.pem",
+            *ext,
+            cwd=d,
+        )
     (d / "tokens").write_text(f"# accepted bearer tokens\n{TOKEN}\n")
     return Pki(d)
 
@@ -73,7 +121,9 @@ def address(pki: Pki, cora_root: Path) -> Iterator[str]:
         GraphStoreServicer(store, GraphStoreMetrics.create(registry), ServerTransport(None)), server
     )
     health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
-    port = server.add_secure_port("127.0.0.1:0", server_credentials(pki["server.pem"], pki["server.key"], pki["ca.pem"]))
+    port = server.add_secure_port(
+        "127.0.0.1:0", server_credentials(pki["server.pem"], pki["server.key"], pki["ca.pem"])
+    )
     server.start()
     yield f"127.0.0.1:{port}"
     server.stop(0.5).wait()
@@ -124,13 +174,20 @@ def test_a_graph_store_secured_by_its_settings(pki: Pki, cora_root: Path) -> Non
     from graphfeed.graph_store.server import serve
 
     settings = GraphStoreSettings(
-        part_dir=cora_root / part_dir_name(0), metrics_port=-1, tls_cert=str(pki["server.pem"]), tls_key=str(pki["server.key"]),
-        tls_client_ca=str(pki["ca.pem"]), auth_tokens_file=str(pki["tokens"]), allowed_identities=["trainer"],
-    )  # fmt: skip
+        part_dir=cora_root / part_dir_name(0),
+        metrics_port=-1,
+        tls_cert=str(pki["server.pem"]),
+        tls_key=str(pki["server.key"]),
+        tls_client_ca=str(pki["ca.pem"]),
+        auth_tokens_file=str(pki["tokens"]),
+        allowed_identities=["trainer"],
+    )
     running, store = serve(settings, CollectorRegistry())
     try:
         (pki.dir / "client-token").write_text(f"{TOKEN}\n")
-        client = ClientSecurity.of(str(pki["ca.pem"]), str(pki["trainer.pem"]), str(pki["trainer.key"]), str(pki.dir / "client-token"))
+        client = ClientSecurity.of(
+            str(pki["ca.pem"]), str(pki["trainer.pem"]), str(pki["trainer.key"]), str(pki.dir / "client-token")
+        )
         with client.channel(running.address) as ch:
             ids = pb_grpc.GraphStoreServiceStub(ch).GetSplit(pb.GetSplitRequest(name="train"), timeout=10).ids
             assert len(ids.shape) == 1

@@ -73,7 +73,10 @@ def _gone(name: str, host_ip: str) -> list[str]:
 def test_a_200mbit_link_limits_a_transfer_that_the_bare_veth_does_not(links_supported: None) -> None:
     rates = {}
     for rate in ("200mbit", "unlimited"):
-        with ShapedLink(rate) as link, server_in(link, ["graphfeed.bench.links", "tcp-source", link.remote_ip], "tcp") as (address, _):
+        with (
+            ShapedLink(rate) as link,
+            server_in(link, ["graphfeed.bench.links", "tcp-source", link.remote_ip], "tcp") as (address, _),
+        ):
             rates[rate] = measure_tcp(address, total_bytes=20 << 20, warmup_bytes=1 << 20)
     # Behaviour, not a benchmark: shaped within a generous band of 0.2 Gbit/s (a loaded machine
     # may be slower), and the bare veth well above it, so the limit is tbf's and not the machine's.
@@ -81,10 +84,14 @@ def test_a_200mbit_link_limits_a_transfer_that_the_bare_veth_does_not(links_supp
     assert rates["unlimited"] > 1.5 * 0.2, rates
 
 
-def test_a_graph_store_in_the_namespace_serves_this_side_over_the_link(links_supported: None, arith_root: Path, tmp_path: Path) -> None:
+def test_a_graph_store_in_the_namespace_serves_this_side_over_the_link(
+    links_supported: None, arith_root: Path, tmp_path: Path
+) -> None:
     with ShapedLink("1gbit") as link:
         part = str(arith_root / part_dir_name(0))
-        store = start_service("graph-store-0", ["graph-store", "--part-dir", part, "--shm-dir", ""], tmp_path, placement=link.placement())
+        store = start_service(
+            "graph-store-0", ["graph-store", "--part-dir", part, "--shm-dir", ""], tmp_path, placement=link.placement()
+        )
         try:
             assert store.address.startswith(f"{link.remote_ip}:"), "the READY line gives the address this side dials"
             client = GraphStoreClient(store.address, timeout_s=20)
@@ -121,7 +128,9 @@ def test_minibatches_through_graph_stores_behind_the_link_carry_the_right_featur
         try:
             assert all(s.address.startswith(f"{link.remote_ip}:") for s in cluster.graph_stores)
             assert cluster.loader is not None, "LocalCluster.start starts a loader"
-            with RemoteDataLoader(cluster.loader.address, "train", fanouts=[3, 2], batch_size=16, job_id="link") as loader:
+            with RemoteDataLoader(
+                cluster.loader.address, "train", fanouts=[3, 2], batch_size=16, job_id="link"
+            ) as loader:
                 batches = [(ids.numpy(), blocks[0].srcdata["feat"].numpy()) for ids, _out, blocks in loader]
             traffic = [_wire_and_shm_bytes(s.metrics_address or "") for s in cluster.graph_stores]
         finally:
@@ -130,7 +139,9 @@ def test_minibatches_through_graph_stores_behind_the_link_carry_the_right_featur
     assert batches, "an epoch has minibatches"
     for ids, feat in batches:
         np.testing.assert_array_equal(feat, arithmetic_features(orig[ids]))
-    assert all(wire > 0 and shm == 0 for wire, shm in traffic), f"graph-stores answer over the link, never in shared memory: {traffic}"
+    assert all(wire > 0 and shm == 0 for wire, shm in traffic), (
+        f"graph-stores answer over the link, never in shared memory: {traffic}"
+    )
 
 
 def test_close_leaves_no_namespace_veth_or_address_even_after_an_error(links_supported: None) -> None:
@@ -150,7 +161,8 @@ def test_a_failed_setup_says_why_and_removes_what_it_made(links_supported: None)
 
 def test_a_link_whose_process_died_is_removed_by_the_next_one(links_supported: None) -> None:
     code = (
-        "import os; from graphfeed.bench.links import ShapedLink; link = ShapedLink('1gbit'); print(link.name, link.host_ip); os._exit(0)"
+        "import os; from graphfeed.bench.links import ShapedLink; link = ShapedLink('1gbit'); "
+        "print(link.name, link.host_ip); os._exit(0)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     name, host_ip = out.split()

@@ -24,7 +24,9 @@ PER_CLIENT = 3
 
 
 def _epoch(address: str, shm_dir: Path) -> list[str]:
-    loader = RemoteDataLoader(address, "train", shm_dir=str(shm_dir), fanouts=[5, 5], batch_size=64, seed=3, job_id="legit")
+    loader = RemoteDataLoader(
+        address, "train", shm_dir=str(shm_dir), fanouts=[5, 5], batch_size=64, seed=3, job_id="legit"
+    )
     try:
         return [hashlib.sha256(b[2][0].srcdata["feat"].numpy().tobytes()).hexdigest() for b in loader]
     finally:
@@ -39,7 +41,9 @@ def _unclaimed(shm_dir: Path) -> list[int]:
 def test_a_client_that_never_reads_cannot_starve_the_others(cora_root: Path, tmp_path: Path) -> None:
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
-    cluster = InProcessCluster.start(cora_root, shm_dir=str(shm_dir), shm_client_quota_mb=QUOTA_MB, max_streams_per_client=PER_CLIENT)
+    cluster = InProcessCluster.start(
+        cora_root, shm_dir=str(shm_dir), shm_client_quota_mb=QUOTA_MB, max_streams_per_client=PER_CLIENT
+    )
     flooder = shm.ShmOffer.create(shm_dir)  # its own probe: another client than this process's loaders
     assert flooder is not None
     channel = grpc.insecure_channel(cluster.loader.address)
@@ -48,7 +52,9 @@ def test_a_client_that_never_reads_cannot_starve_the_others(cora_root: Path, tmp
         stub = pb_grpc.LoaderServiceStub(channel)
         calls = [
             stub.StreamMinibatches(
-                pb.StreamMinibatchesRequest(job=job_to_proto(job_spec("train", fanouts=[5, 5], batch_size=64, seed=i, job_id=f"f{i}"))),
+                pb.StreamMinibatchesRequest(
+                    job=job_to_proto(job_spec("train", fanouts=[5, 5], batch_size=64, seed=i, job_id=f"f{i}"))
+                ),
                 metadata=flooder.metadata(),
             )
             for i in range(PER_CLIENT + 2)
@@ -61,7 +67,9 @@ def test_a_client_that_never_reads_cannot_starve_the_others(cora_root: Path, tmp
         assert "minibatch streams open" in (refused[0].details() or "")
         time.sleep(1.0)  # the open streams run until they block on what they sent
         held = _unclaimed(shm_dir)
-        assert held and sum(held) <= (QUOTA_MB << 20) + max(held), held  # a quota's worth, plus the one message that crossed it
+        assert held and sum(held) <= (QUOTA_MB << 20) + max(held), (
+            held
+        )  # a quota's worth, plus the one message that crossed it
 
         assert _epoch(cluster.loader.address, shm_dir) == alone  # the other trainer: every minibatch, exact
         assert sum(_unclaimed(shm_dir)) <= (QUOTA_MB << 20) + max(held)

@@ -47,7 +47,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def health(address: str, service: str = "", timeout_s: float = 5.0) -> int:
     with grpc.insecure_channel(address) as ch:
-        return int(health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s).status)
+        return int(
+            health_pb2_grpc.HealthStub(ch)
+            .Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+            .status
+        )
 
 
 def wait_until(cond: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
@@ -65,7 +69,9 @@ class Stores:
 
     def start(self, root: Path, hosts_ports: list[tuple[str, int]]) -> None:
         for p, (host, port) in enumerate(hosts_ports):
-            settings = GraphStoreSettings(part_dir=root / part_dir_name(p), host=host, port=port, metrics_port=-1, health_port=-1)
+            settings = GraphStoreSettings(
+                part_dir=root / part_dir_name(p), host=host, port=port, metrics_port=-1, health_port=-1
+            )
             self.running.append(serve_graph_store(settings, CollectorRegistry()))
 
     def stop(self) -> None:
@@ -84,7 +90,14 @@ def stores() -> Iterator[Stores]:
 
 def sampler_settings(addresses: list[str], **kw: object) -> SamplerSettings:
     return SamplerSettings.model_validate(
-        {"graph_store_addresses": addresses, "port": 0, "metrics_port": -1, "health_port": 0, "peer_backoff_max_s": 0.5, **kw}
+        {
+            "graph_store_addresses": addresses,
+            "port": 0,
+            "metrics_port": -1,
+            "health_port": 0,
+            "peer_backoff_max_s": 0.5,
+            **kw,
+        }
     )
 
 
@@ -93,7 +106,9 @@ def sample_once(address: str) -> np.ndarray:
         return client.sample(np.array([0, 1, 2]), [2, 2], False, 0, 0, 0).input_nodes
 
 
-def test_sampler_started_before_its_graph_stores_is_not_serving_until_they_answer(arith_root: Path, stores: Stores) -> None:
+def test_sampler_started_before_its_graph_stores_is_not_serving_until_they_answer(
+    arith_root: Path, stores: Stores
+) -> None:
     ports = [free_port(), free_port()]
     running, gate = start_sampler(sampler_settings([f"127.0.0.1:{p}" for p in ports]), CollectorRegistry())
     try:
@@ -138,13 +153,17 @@ def test_the_temporal_client_takes_the_template_too(arith_root: Path, stores: St
         client.close()
 
 
-def test_a_re_ingested_graph_is_noticed_and_reloaded(tmp_path: Path, stores: Stores, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_re_ingested_graph_is_noticed_and_reloaded(
+    tmp_path: Path, stores: Stores, caplog: pytest.LogCaptureFixture
+) -> None:
     old_root, new_root = write_arithmetic(tmp_path / "old"), write_arithmetic(tmp_path / "new")
     old_v, new_v = GraphManifest.load(old_root).graph_version, GraphManifest.load(new_root).graph_version
     assert old_v and new_v and old_v != new_v, "every ingest run writes its own graph version"
     ports = [free_port(), free_port()]
     stores.start(old_root, [("127.0.0.1", p) for p in ports])
-    running, gate = start_sampler(sampler_settings([f"127.0.0.1:{p}" for p in ports], peer_check_interval_s=0.1), CollectorRegistry())
+    running, gate = start_sampler(
+        sampler_settings([f"127.0.0.1:{p}" for p in ports], peer_check_interval_s=0.1), CollectorRegistry()
+    )
     try:
         assert gate.wait(30).remote.info.graph_version == old_v
         caplog.set_level(logging.WARNING, logger="graphfeed.common.readiness")
@@ -163,9 +182,14 @@ def test_loader_waits_for_its_sampler(arith_root: Path, stores: Stores) -> None:
     stores.start(arith_root, [("127.0.0.1", p) for p in store_ports])
     addresses = [f"127.0.0.1:{p}" for p in store_ports]
     settings = LoaderSettings(
-        graph_store_addresses=addresses, sampler_address=f"127.0.0.1:{sampler_port}", port=0, metrics_port=-1,
-        health_port=0, peer_backoff_max_s=0.5, shm_dir="",
-    )  # fmt: skip
+        graph_store_addresses=addresses,
+        sampler_address=f"127.0.0.1:{sampler_port}",
+        port=0,
+        metrics_port=-1,
+        health_port=0,
+        peer_backoff_max_s=0.5,
+        shm_dir="",
+    )
     loader, _gate = start_loader(settings, CollectorRegistry())
     sampler = None
     try:
@@ -193,11 +217,17 @@ def _gate_error(gate: PeerGate[Any]) -> str:
 
 
 @pytest.mark.slow
-def test_sampler_process_started_first_serves_once_its_graph_store_processes_start(arith_root: Path, tmp_path: Path) -> None:
+def test_sampler_process_started_first_serves_once_its_graph_store_processes_start(
+    arith_root: Path, tmp_path: Path
+) -> None:
     ports = [free_port(), free_port()]
     stores = [f"127.0.0.1:{p}" for p in ports]
-    sampler = start_service("sampler", ["sampler", "--graph-store-addresses", *stores, "--peer-backoff-max-s", "0.5"], tmp_path,
-                            serving=False)  # fmt: skip
+    sampler = start_service(
+        "sampler",
+        ["sampler", "--graph-store-addresses", *stores, "--peer-backoff-max-s", "0.5"],
+        tmp_path,
+        serving=False,
+    )
     started = [sampler]
     try:
         assert sampler.health_address is not None, "the READY line names the health port"

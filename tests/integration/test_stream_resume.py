@@ -48,7 +48,9 @@ def _restart(cluster: LocalCluster, victim: ServiceProcess, cora_root: Path, log
 
 
 @pytest.mark.parametrize("victim", ["loader", "sampler", "graph-store-1"])
-def test_a_stream_survives_kill_9_and_restart_of(cluster: LocalCluster, cora_root: Path, tmp_path: Path, victim: str) -> None:
+def test_a_stream_survives_kill_9_and_restart_of(
+    cluster: LocalCluster, cora_root: Path, tmp_path: Path, victim: str
+) -> None:
     assert cluster.loader is not None
     reference = RemoteDataLoader(cluster.loader.address, "train", shm_dir="", **JOB)  # type: ignore[arg-type]
     want = [_digest(b) for b in reference]
@@ -98,8 +100,17 @@ def test_a_stream_through_shared_memory_survives_a_loader_sigterm(cora_root: Pat
                 old = c.loader
                 assert old.stop() == 0  # SIGTERM: a clean exit, after the grace period
                 port = old.address.rsplit(":", 1)[1]
-                args = ["loader", "--graph-store-addresses", *(s.address for s in c.graph_stores),
-                        "--sampler-address", c.sampler.address, "--shm-dir", str(shm), "--port", port]  # fmt: skip
+                args = [
+                    "loader",
+                    "--graph-store-addresses",
+                    *(s.address for s in c.graph_stores),
+                    "--sampler-address",
+                    c.sampler.address,
+                    "--shm-dir",
+                    str(shm),
+                    "--port",
+                    port,
+                ]
                 c.loader = start_service("loader", args, tmp_path / "logs")
         loader.close()
         assert got == want

@@ -22,8 +22,15 @@ SNAPSHOTS = ("--temporal-max-blocks", "4", "--temporal-snapshot-min-edges", "100
 @pytest.mark.parametrize("snapshots", [False, True], ids=["log-only", "snapshots"])
 def test_no_acknowledged_edge_is_lost_or_applied_twice_across_kill_9(tmp_path: Path, snapshots: bool) -> None:
     root = two_partitions(tmp_path / "g", nodes=2_000, edges=20_000, seed=1)
-    trials = kill_trials(root, tmp_path / "work", trials=2, batch_edges=200, seed=1, extra_args=SNAPSHOTS if snapshots else (),
-                         batches_before_kill=40 if snapshots else 5)  # fmt: skip
+    trials = kill_trials(
+        root,
+        tmp_path / "work",
+        trials=2,
+        batch_edges=200,
+        seed=1,
+        extra_args=SNAPSHOTS if snapshots else (),
+        batches_before_kill=40 if snapshots else 5,
+    )
     assert [t["killed"] for t in trials] == [0, 1]
     for t in trials:
         assert t["retries"] >= 1, f"the kill must hit the stream (the writer retried nothing): {t}"

@@ -53,7 +53,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     try:
         for p in range(2):
             reg = CollectorRegistry()
-            settings = GraphStoreSettings(part_dir=root / part_dir_name(p), append_dir=str(tmp_path / f"log-{p}"), metrics_port=-1)
+            settings = GraphStoreSettings(
+                part_dir=root / part_dir_name(p), append_dir=str(tmp_path / f"log-{p}"), metrics_port=-1
+            )
             running, store = serve(settings, reg)
             c.servers.append(running)
             c.stores.append(store)
@@ -103,8 +105,11 @@ def test_a_retried_batch_id_is_a_duplicate_applied_once(cluster: Cluster) -> Non
         first = c.append_edges("b-1", np.array([1, 2]), np.array([3, 4]), np.array([200, 200]))
         again = c.append_edges("b-1", np.array([1, 2]), np.array([3, 4]), np.array([200, 200]))
         assert (again.first_eid, again.num_edges, again.visible_seq, again.duplicate) == (
-            first.first_eid, first.num_edges, first.visible_seq, True,
-        )  # fmt: skip
+            first.first_eid,
+            first.num_edges,
+            first.visible_seq,
+            True,
+        )
         info = c.temporal_info()
         assert (info.num_appended, info.seq, info.num_edges) == (2, 1, N // 2 * J + 2)
         s = c.sample_temporal(np.array([3, 4]), np.full(2, BIG_T), -1)
@@ -134,7 +139,11 @@ BAD: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.Sta
         grpc.StatusCode.INVALID_ARGUMENT,
         "node 2 at t=5",
     ),
-    "not owned": (lambda s: s.AppendEdges(_append("x", [1], [21], [500]), timeout=10), grpc.StatusCode.FAILED_PRECONDITION, "21"),
+    "not owned": (
+        lambda s: s.AppendEdges(_append("x", [1], [21], [500]), timeout=10),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "21",
+    ),
     "new id of the other partition": (
         lambda s: s.AppendEdges(_append("y", [1], [N + 1], [500]), timeout=10),
         grpc.StatusCode.FAILED_PRECONDITION,
@@ -150,11 +159,21 @@ BAD: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.Sta
         grpc.StatusCode.INVALID_ARGUMENT,
         "same length",
     ),
-    "negative src": (lambda s: s.AppendEdges(_append("n", [-1], [2], [500]), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, ">= 0"),
-    "empty batch id": (lambda s: s.AppendEdges(_append("", [1], [2], [500]), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "batch_id"),
+    "negative src": (
+        lambda s: s.AppendEdges(_append("n", [-1], [2], [500]), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ">= 0",
+    ),
+    "empty batch id": (
+        lambda s: s.AppendEdges(_append("", [1], [2], [500]), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "batch_id",
+    ),
     "features on a graph without": (
         lambda s: s.AppendEdges(
-            pb.AppendEdgesRequest(batch_id="e", src=_t([1]), dst=_t([2]), t=_t([500]), edge_feat=_t(np.ones((1, 2)), np.float32)),
+            pb.AppendEdgesRequest(
+                batch_id="e", src=_t([1]), dst=_t([2]), t=_t([500]), edge_feat=_t(np.ones((1, 2)), np.float32)
+            ),
             timeout=10,
         ),
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -162,7 +181,11 @@ BAD: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.Sta
     ),
     "oversized batch": (_oversized, grpc.StatusCode.RESOURCE_EXHAUSTED, "limit"),
     "batch id reused with other edges": (_reused, grpc.StatusCode.FAILED_PRECONDITION, "different edges"),
-    "no strategy": (lambda s: s.SampleTemporal(_sample_req([1], fanout=2), timeout=10), grpc.StatusCode.INVALID_ARGUMENT, "strategy"),
+    "no strategy": (
+        lambda s: s.SampleTemporal(_sample_req([1], fanout=2), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "strategy",
+    ),
     "bad fanout": (
         lambda s: s.SampleTemporal(_sample_req([1], fanout=-2, strategy=pb.TEMPORAL_STRATEGY_RECENT), timeout=10),
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -190,7 +213,9 @@ def test_bad_requests_get_a_clear_status_and_the_server_keeps_serving(cluster: C
 
 def test_static_graph_refuses_appends_but_samples(tmp_path: Path) -> None:
     root, _ = write_temporal(tmp_path / "g", num_partitions=1)
-    running, store = serve(GraphStoreSettings(part_dir=root / "part-00000", append_dir="", metrics_port=-1), CollectorRegistry())
+    running, store = serve(
+        GraphStoreSettings(part_dir=root / "part-00000", append_dir="", metrics_port=-1), CollectorRegistry()
+    )
     c = GraphStoreClient(running.address)
     try:
         with pytest.raises(FailedPrecondition, match="no append log"):
@@ -245,9 +270,10 @@ def _feature_server(root: Path, log_dir: Path, dim: int) -> tuple[RunningServer,
     reg = CollectorRegistry()
     servicer = GraphStoreServicer(store, GraphStoreMetrics.create(reg), None, TemporalMetrics.create(reg))
     running = start_server(
-        register=lambda s: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, s), service_names=[SERVICE_NAME],
+        register=lambda s: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, s),
+        service_names=[SERVICE_NAME],
         metrics=RpcMetrics.create(reg),
-    )  # fmt: skip
+    )
     return running, store, reg
 
 
@@ -282,7 +308,10 @@ def test_graphfeed_append_replays_a_csv(cluster: Cluster, tmp_path: Path, capsys
     rows = [(s, d, 2000 + i) for i, (s, d) in enumerate([(1, 2), (3, 25), (N + 1, N + 2), (4, 2)])]
     csv = tmp_path / "edges.csv"
     csv.write_text("src,dst,t\n" + "".join(f"{s},{d},{t}\n" for s, d, t in rows))
-    assert main(["append", "--graph-stores", *cluster.addresses, "--csv", str(csv), "--batch-size", "3", "--undirected"]) == 0
+    assert (
+        main(["append", "--graph-stores", *cluster.addresses, "--csv", str(csv), "--batch-size", "3", "--undirected"])
+        == 0
+    )
     assert "appended 8 edges in 2 batches" in capsys.readouterr().out
     client = TemporalClient(cluster.addresses)
     try:

@@ -48,12 +48,25 @@ def test_trainer_metrics_count_steps_data_wait_and_step_time(cora_cluster: InPro
     wiring: dict[str, object] = (
         {"loader_address": cora_cluster.loader.address}
         if mode == "loader"
-        else {"graph_stores": [s.address for s in cora_cluster.graph_stores], "sampler_address": cora_cluster.sampler.address}
+        else {
+            "graph_stores": [s.address for s in cora_cluster.graph_stores],
+            "sampler_address": cora_cluster.sampler.address,
+        }
     )
     cfg = TrainConfig.model_validate(
-        {**wiring, "epochs": 1, "batch_size": 32, "fanouts": [5, 5], "job_id": f"metrics-{mode}", "rank": 0, "world_size": 1,
-         "shm_dir": "", "stop_after_steps": 3, "gpu_cache_bytes": 0}
-    )  # fmt: skip
+        {
+            **wiring,
+            "epochs": 1,
+            "batch_size": 32,
+            "fanouts": [5, 5],
+            "job_id": f"metrics-{mode}",
+            "rank": 0,
+            "world_size": 1,
+            "shm_dir": "",
+            "stop_after_steps": 3,
+            "gpu_cache_bytes": 0,
+        }
+    )
     metrics = TrainerMetrics.create(cfg.job_id, cfg.rank)
     port = metrics.serve("127.0.0.1", 0)
     trainer = Trainer(cfg, metrics)
@@ -65,13 +78,31 @@ def test_trainer_metrics_count_steps_data_wait_and_step_time(cora_cluster: InPro
     labels = f'job="metrics-{mode}",rank="0"'
     assert f"graphfeed_trainer_minibatches_total{{{labels}}} 3.0" in text
     assert f"graphfeed_trainer_step_seconds_count{{{labels}}} 3.0" in text
-    wait = metrics.registry.get_sample_value("graphfeed_trainer_data_wait_seconds_total", {"job": f"metrics-{mode}", "rank": "0"})
+    wait = metrics.registry.get_sample_value(
+        "graphfeed_trainer_data_wait_seconds_total", {"job": f"metrics-{mode}", "rank": "0"}
+    )
     assert wait is not None and wait > 0
 
 
 def train_cmd(loader: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "graphfeed", "train", "--loader", loader, "--epochs", "1", "--batch-size", "64",
-            "--fanouts", "5", "5", "--shm-dir", "", *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "graphfeed",
+        "train",
+        "--loader",
+        loader,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--fanouts",
+        "5",
+        "5",
+        "--shm-dir",
+        "",
+        *extra,
+    ]
 
 
 class Stderr:
@@ -91,18 +122,35 @@ class Stderr:
 
 def test_trainer_waits_for_a_loader_that_starts_late(cora_cluster: InProcessCluster) -> None:
     loader_port, metrics_port = free_port(), free_port()
-    cmd = train_cmd(f"127.0.0.1:{loader_port}", "--connect-timeout-s", "180", "--metrics-port", str(metrics_port),
-                    "--job-id", "late", "--stop-after-steps", "2")  # fmt: skip
+    cmd = train_cmd(
+        f"127.0.0.1:{loader_port}",
+        "--connect-timeout-s",
+        "180",
+        "--metrics-port",
+        str(metrics_port),
+        "--job-id",
+        "late",
+        "--stop-after-steps",
+        "2",
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err = Stderr(proc)
     loader = None
     try:
-        wait_until(lambda: any("waiting for loader at" in line for line in err.lines), 120, "a 'waiting for loader' line")
-        assert 'graphfeed_trainer_minibatches_total{job="late",rank="0"} 0.0' in scrape(metrics_port)  # scraped while waiting
+        wait_until(
+            lambda: any("waiting for loader at" in line for line in err.lines), 120, "a 'waiting for loader' line"
+        )
+        assert 'graphfeed_trainer_minibatches_total{job="late",rank="0"} 0.0' in scrape(
+            metrics_port
+        )  # scraped while waiting
         settings = LoaderSettings(
-            graph_store_addresses=[s.address for s in cora_cluster.graph_stores], sampler_address=cora_cluster.sampler.address,
-            port=loader_port, metrics_port=-1, health_port=-1, shm_dir="",
-        )  # fmt: skip
+            graph_store_addresses=[s.address for s in cora_cluster.graph_stores],
+            sampler_address=cora_cluster.sampler.address,
+            port=loader_port,
+            metrics_port=-1,
+            health_port=-1,
+            shm_dir="",
+        )
         loader = serve_loader(settings, CollectorRegistry())[0]
         assert proc.wait(timeout=180) == 0, err.text()[-3000:]
     finally:
@@ -116,8 +164,10 @@ def test_trainer_waits_for_a_loader_that_starts_late(cora_cluster: InProcessClus
 def test_trainer_without_a_loader_exits_2_with_one_line() -> None:
     proc = subprocess.run(
         train_cmd(f"127.0.0.1:{free_port()}", "--connect-timeout-s", "3", "--metrics-port", "0"),
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -131,8 +181,19 @@ def test_two_ranks_from_torchrun_environment(cora_cluster: InProcessCluster, tmp
     procs = []
     for rank in range(2):
         env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}  # as torchrun sets them: no --rank flags
-        cmd = train_cmd(cora_cluster.loader.address, "--job-id", "torchrun", "--metrics-port", "0", "--seed", "3",
-                        "--checkpoint", str(tmp_path / f"r{rank}.pt"), "--stop-after-steps", "3")  # fmt: skip
+        cmd = train_cmd(
+            cora_cluster.loader.address,
+            "--job-id",
+            "torchrun",
+            "--metrics-port",
+            "0",
+            "--seed",
+            "3",
+            "--checkpoint",
+            str(tmp_path / f"r{rank}.pt"),
+            "--stop-after-steps",
+            "3",
+        )
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_out, err) in zip(procs, outs):

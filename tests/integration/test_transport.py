@@ -41,7 +41,9 @@ def _counters(cluster, prefix: str) -> dict[str, float]:  # noqa: ANN001
 
 
 def _epoch(address: str, shm_dir: str | None, epoch: int) -> list[dict[str, np.ndarray]]:
-    with RemoteDataLoader(address, "train", fanouts=[10, 5], batch_size=32, seed=7, job_id="transport", shm_dir=shm_dir) as dl:
+    with RemoteDataLoader(
+        address, "train", fanouts=[10, 5], batch_size=32, seed=7, job_id="transport", shm_dir=shm_dir
+    ) as dl:
         dl.set_epoch(epoch)
         out = []
         for input_nodes, output_nodes, blocks in dl:
@@ -62,10 +64,12 @@ def _files_of(pids: set[int], suffix: str = "") -> list[str]:
     """Segment files of these processes in SHM: unclaimed ones (no suffix), or a pool's lent /
     handed-back ones (``shm.LENT_SUFFIX`` / ``shm.FREE_SUFFIX``)."""
     return [
-        n for n in os.listdir(SHM)
-        if n.startswith(shm.SEGMENT_PREFIX) and int(n.split("-")[2].split("o")[0]) in pids
+        n
+        for n in os.listdir(SHM)
+        if n.startswith(shm.SEGMENT_PREFIX)
+        and int(n.split("-")[2].split("o")[0]) in pids
         and (n.endswith(suffix) if suffix else "." not in n)
-    ]  # fmt: skip
+    ]
 
 
 def _segments_of(pids: set[int]) -> list[str]:
@@ -146,8 +150,15 @@ def test_a_stream_cancelled_mid_epoch_leaves_no_segments(process_cluster) -> Non
     pids = {s.proc.pid for s in process_cluster.services}
     earlier = _outstanding(pids)
     streams = _open_streams(process_cluster)
-    with RemoteDataLoader(process_cluster.loader.address, "train", fanouts=[10, 5], batch_size=16, seed=3,
-                          job_id="cancel", shm_dir=str(SHM)) as dl:  # fmt: skip
+    with RemoteDataLoader(
+        process_cluster.loader.address,
+        "train",
+        fanouts=[10, 5],
+        batch_size=16,
+        seed=3,
+        job_id="cancel",
+        shm_dir=str(SHM),
+    ) as dl:
         it = iter(dl)
         next(it)
         # The loader assembles and sends minibatches ahead in its segments; nobody claims them.

@@ -24,9 +24,14 @@ def write_temporal(root: Path, num_partitions: int = 1) -> tuple[Path, np.ndarra
     j = np.tile(np.arange(J, dtype=np.int64), N)
     perm = np.random.default_rng(7).permutation(len(v))
     g = GraphData(
-        name="temporal-arith", num_nodes=N, src=(v * 7 + j)[perm] % N, dst=v[perm], node_data={}, splits={},
+        name="temporal-arith",
+        num_nodes=N,
+        src=(v * 7 + j)[perm] % N,
+        dst=v[perm],
+        node_data={},
+        splits={},
         edge_ts=(10 * j)[perm],
-    )  # fmt: skip
+    )
     write_partitioned(g, root, num_partitions, assignment=np.arange(N) * num_partitions // N)
     eid_of = np.empty((N, J), dtype=np.int64)
     eid_of[v[perm], j[perm]] = np.arange(len(v))

@@ -17,14 +17,28 @@ from graphfeed.common.errors import DataLoss
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.loader.v1 import loader_pb2 as pb
 
-DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
-          np.float16, np.float32, np.float64]  # fmt: skip
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.uint8,
+    np.int16,
+    np.uint16,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
 CHUNK = 4096
 T = TypeVar("T")
 
 
 def _array(dtype: type, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    raw = np.random.default_rng(seed).integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    raw = np.random.default_rng(seed).integers(
+        0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8
+    )
     arr: np.ndarray = raw.view(np.dtype(dtype)).reshape(shape)
     return arr.astype(np.bool_) if dtype is np.bool_ else arr
 
@@ -106,7 +120,9 @@ def _frames(rows: int = 2000) -> list[bytes]:
     ],
     ids=["truncated", "interrupted", "stray", "oversized", "corrupt"],
 )
-def test_broken_streams_are_refused_and_leak_no_buffer(mangle: Callable[[list[bytes]], list[bytes]], message: str) -> None:
+def test_broken_streams_are_refused_and_leak_no_buffer(
+    mangle: Callable[[list[bytes]], list[bytes]], message: str
+) -> None:
     pool = BufferPool()
     with pytest.raises(DataLoss, match=message):
         _receive(mangle(_frames()), pool)

@@ -33,7 +33,9 @@ N = 10  # nodes of a cache built only to validate its options
 # -- options, settings, metrics ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [dict(alpha=0.0), dict(period_steps=0), dict(prefetch_fraction=1.5), dict(lookahead_prefetch_steps=-1)])
+@pytest.mark.parametrize(
+    "bad", [dict(alpha=0.0), dict(period_steps=0), dict(prefetch_fraction=1.5), dict(lookahead_prefetch_steps=-1)]
+)
 def test_bad_options_are_invalid(bad: dict) -> None:
     with pytest.raises(InvalidArgument):
         make_cache("massivegnn", 100, row_shape=(2,), dtype=np.float32, num_nodes=N, options=CacheOptions(**bad))
@@ -45,12 +47,19 @@ def test_settings_select_the_policy_and_its_options(monkeypatch: pytest.MonkeyPa
     s = LoaderSettings(graph_store_addresses=["a:1"], sampler_address="b:2")
     assert s.cache_policy == "massivegnn"
     assert s.cache_options() == CacheOptions(period_steps=16)
-    assert LoaderSettings(graph_store_addresses=["a:1"], sampler_address="b:2", cache_policy="lookahead").cache_policy == "lookahead"
+    assert (
+        LoaderSettings(graph_store_addresses=["a:1"], sampler_address="b:2", cache_policy="lookahead").cache_policy
+        == "lookahead"
+    )
 
 
 class _State:
     def cache_stats(self) -> list[TierStats]:
-        return [TierStats("host", 7, 3, 5, 1, 64, 128, prefetch_issued=4, prefetch_used=2, prefetch_failed=1, prefetch_bytes=24)]
+        return [
+            TierStats(
+                "host", 7, 3, 5, 1, 64, 128, prefetch_issued=4, prefetch_used=2, prefetch_failed=1, prefetch_bytes=24
+            )
+        ]
 
     def queue_depth(self) -> int:
         return 0
@@ -92,7 +101,9 @@ class GatedSampler:
     def __init__(self, inner: MultiHopSampler, gate: threading.Event) -> None:
         self.inner, self.gate = inner, gate
 
-    def sample(self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int) -> SampledBlocks:
+    def sample(
+        self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int
+    ) -> SampledBlocks:
         if step == 0:
             assert self.gate.wait(30), "the later steps were never announced"
         return self.inner.sample(seeds, fanouts, replace, job_seed, epoch, step)
@@ -119,8 +130,14 @@ def test_the_pipeline_announces_each_step_to_the_policy_before_gathering_it(
 
     monkeypatch.setattr(LookaheadCache, "on_sampled", spy_sampled)
     monkeypatch.setattr(LookaheadCache, "on_access", spy_access)
-    loader = Loader(parts, GatedSampler(MultiHopSampler(parts), gate), cache_policy="lookahead", cache_bytes=30 * F * 4,
-                    lookahead_steps=k, sample_workers=2)  # fmt: skip
+    loader = Loader(
+        parts,
+        GatedSampler(MultiHopSampler(parts), gate),
+        cache_policy="lookahead",
+        cache_bytes=30 * F * 4,
+        lookahead_steps=k,
+        sample_workers=2,
+    )
     try:
         mbs = list(loader.stream(JOB, 0))
     finally:
@@ -147,13 +164,20 @@ class PrefetchStoreDown(LocalPartitionSet):
         return super().get_node_data(p, name, ids)
 
 
-@pytest.mark.parametrize("name, capacity_rows", [("massivegnn", 30), ("lookahead", 100)])  # lookahead prefetches into free slots
+@pytest.mark.parametrize(
+    "name, capacity_rows", [("massivegnn", 30), ("lookahead", 100)]
+)  # lookahead prefetches into free slots
 def test_prefetch_failures_degrade_to_misses_and_minibatches_stay_exact(
     parts: LocalPartitionSet, orig: np.ndarray, name: str, capacity_rows: int
 ) -> None:
     down = PrefetchStoreDown(parts.stores)
-    loader = Loader(down, MultiHopSampler(parts), cache_policy=name, cache_bytes=capacity_rows * F * 4,
-                    cache_options=CacheOptions(period_steps=2, lookahead_prefetch_steps=3))  # fmt: skip
+    loader = Loader(
+        down,
+        MultiHopSampler(parts),
+        cache_policy=name,
+        cache_bytes=capacity_rows * F * 4,
+        cache_options=CacheOptions(period_steps=2, lookahead_prefetch_steps=3),
+    )
     try:
         for epoch in (0, 1):
             mbs = list(loader.stream(JOB, epoch))

@@ -73,7 +73,9 @@ def tiny_partitions(degrees: list[int]) -> PartitionSet:
 
 
 def policy(name: str, capacity_rows: int, fetch: RowsFetcher = rows, **options: Any) -> tuple[CachePolicy, Prefetcher]:
-    cache = make_cache(name, capacity_rows * ROW * 4, row_shape=(ROW,), dtype=np.float32, num_nodes=N, options=CacheOptions(**options))
+    cache = make_cache(
+        name, capacity_rows * ROW * 4, row_shape=(ROW,), dtype=np.float32, num_nodes=N, options=CacheOptions(**options)
+    )
     prefetcher = Prefetcher(fetch, manual=True, max_pending=100)
     cache.attach(prefetcher)
     return cache, prefetcher

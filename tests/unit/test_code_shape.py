@@ -53,7 +53,9 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             names = [f"{base}.{a.name}" for a in node.names] + [base]
         else:
             continue
@@ -99,14 +101,23 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_namespace_map_finds_the_packages() -> None:
     # Guards the checks below against an empty scan (a moved root would make them pass vacuously).
-    for module in ("graphfeed.cli", "graphfeed.loader.core", "graphfeed.trainer.dataloader", "graphfeed.gpu_kernels.reference"):
+    for module in (
+        "graphfeed.cli",
+        "graphfeed.loader.core",
+        "graphfeed.trainer.dataloader",
+        "graphfeed.gpu_kernels.reference",
+    ):
         assert module in MODULES, module
 
 
 def test_no_module_over_400_lines() -> None:
     scanned = [p for p in MODULES.values() if not _generated(p) and "bench" not in p.relative_to(REPO).parts[:1]]
     scanned += sorted((REPO / "tests").rglob("*.py"))
-    long = {str(p.relative_to(REPO)): n for p in scanned if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in scanned
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by role): {long}"
 
 
@@ -148,6 +159,10 @@ def test_gpu_kernels_stand_alone(package: str) -> None:
     """Kernels, their launchers and references import nothing else of graphfeed: the bare GPU
     image runs them without the services' dependencies."""
     outside = {
-        f"{m} -> {d}" for m, deps in _graph().items() if m.startswith(package) for d in deps if not d.startswith(package)
+        f"{m} -> {d}"
+        for m, deps in _graph().items()
+        if m.startswith(package)
+        for d in deps
+        if not d.startswith(package)
     }
     assert not outside, f"{package} imports the rest of graphfeed: {sorted(outside)}"

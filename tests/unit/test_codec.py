@@ -11,7 +11,20 @@ from graphfeed.common import codec
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.v1 import tensor_pb2
 
-DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.uint8,
+    np.int16,
+    np.uint16,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -54,7 +67,10 @@ def test_encode_into_existing_field() -> None:
         (tensor_pb2.Tensor(dtype=cast(tensor_pb2.DType, 99), shape=[1], data=b"\0" * 8), "not a valid element type"),
         (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[2], data=b"\0" * 8), "needs 16 bytes, got 8"),
         (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[-1], data=b""), "negative dimension"),
-        (tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[1] * 33, data=b"\0" * 8), "33 dimensions, more than the limit of 32"),
+        (
+            tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT64, shape=[1] * 33, data=b"\0" * 8),
+            "33 dimensions, more than the limit of 32",
+        ),
         # 2**64 elements wrap to 0 in an int64 product, which the empty payload would match.
         (
             tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_INT8, shape=[2**32, 2**32], data=b""),

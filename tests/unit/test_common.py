@@ -39,13 +39,24 @@ def test_blocks_round_trip_and_invariants() -> None:
 
 
 def test_generated_proto_code_is_up_to_date() -> None:
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_proto.py"), "--check"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gen_proto.py"), "--check"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["ingest"], ["serve"], ["serve", "graph-store"], ["serve", "sampler"], ["serve", "loader"], ["train"], ["demo"]],
+    [
+        [],
+        ["ingest"],
+        ["serve"],
+        ["serve", "graph-store"],
+        ["serve", "sampler"],
+        ["serve", "loader"],
+        ["train"],
+        ["demo"],
+    ],
 )
 def test_every_subcommand_has_help(argv: list[str]) -> None:
     argv = [sys.executable, "-m", "graphfeed", *argv, "--help"]
@@ -63,7 +74,13 @@ def test_every_subcommand_has_help(argv: list[str]) -> None:
     ],
 )
 def test_train_needs_a_loader_or_graph_stores_and_a_sampler(argv: list[str], message: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "graphfeed", "train", *argv], capture_output=True, text=True, encoding="utf-8", timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "graphfeed", "train", *argv],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
     assert out.returncode != 0 and message in out.stderr, out.stderr
 
 

@@ -86,7 +86,9 @@ def test_answers_of_several_partitions_merge_into_frontier_order() -> None:
     part0 = (i64(0, 2, 3), i64(10, 99, 5), i64(1, 2, 3))  # 5 <- {10, 99}; 7 <- {5}
     part1 = (i64(0, 1, 1), i64(7), i64(4))  # 10 <- {7}; 20 <- {}
     readonly = np.frombuffer(part1[1].tobytes(), dtype=np.int64)  # as decoded from inline gRPC
-    src_nodes, b = compact_hop(dst, order, i64(0, 2, 4), [part0, (part1[0], readonly, part1[2])], np.full(100, -1, np.int32))
+    src_nodes, b = compact_hop(
+        dst, order, i64(0, 2, 4), [part0, (part1[0], readonly, part1[2])], np.full(100, -1, np.int32)
+    )
     ref_nodes, ref = to_block(dst, i64(0, 1, 1, 3, 4), i64(7, 10, 99, 5), i64(4, 1, 2, 3), num_nodes=100)
     np.testing.assert_array_equal(src_nodes, ref_nodes)
     for field in ("edge_src", "edge_dst", "edge_ids"):
@@ -152,9 +154,11 @@ def test_alloc_hook_receives_the_output_and_is_checked() -> None:
     for a, b in ((got.edge_src, want.edge_src), (got.edge_dst, want.edge_dst), (got.edge_ids, want.edge_ids)):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(slab[16:23], want.edge_src)
-    for bad in (lambda m, e: (slab[: m - 1], slab[:e], slab[:e], slab[:e]),  # too short
-                lambda m, e: (slab[:m], slab[:e].astype(np.int32), slab[:e], slab[:e]),  # wrong dtype
-                lambda m, e: (slab[:m], slab[: 2 * e : 2], slab[:e], slab[:e])):  # not contiguous  # fmt: skip
+    for bad in (
+        lambda m, e: (slab[: m - 1], slab[:e], slab[:e], slab[:e]),  # too short
+        lambda m, e: (slab[:m], slab[:e].astype(np.int32), slab[:e], slab[:e]),  # wrong dtype
+        lambda m, e: (slab[:m], slab[: 2 * e : 2], slab[:e], slab[:e]),
+    ):  # not contiguous
         with pytest.raises(ValueError, match="alloc must return"):
             compact_hop(dst, order, i64(0, 3), [(offsets, src, eids)], table, bad)
     assert (table == -1).all()

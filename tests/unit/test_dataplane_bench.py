@@ -35,7 +35,9 @@ def test_read_varint_rejects_truncated_and_overlong() -> None:
         read_varint(memoryview(b"\xff" * 11), 0)
 
 
-@pytest.mark.parametrize(("offset", "tensor", "size"), [(0, 0, 0), (0, 3, 5), (111_103_488, 1, 4096), (2**40, 7, 1 << 20)])
+@pytest.mark.parametrize(
+    ("offset", "tensor", "size"), [(0, 0, 0), (0, 3, 5), (111_103_488, 1, 4096), (2**40, 7, 1 << 20)]
+)
 def test_framed_chunk_is_a_protobuf_message_and_scans_to_the_same_slice(offset: int, tensor: int, size: int) -> None:
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
     framed = frame_chunk(offset, tensor, memoryview(payload))
@@ -69,7 +71,10 @@ def test_chunk_sizes_that_change_nothing_are_measured_once() -> None:
     todo = variants(Plan(chunks=(256 << 10, 1 << 20, 4 << 20, 16 << 20), sweep=("window_64m",)))
     raw = [v for v in todo if v.transport == "grpc_raw_chunks" and v.options == "graphfeed" and v.workers == 16]
     one_mb, big = 2_000 * 512, 217_000 * 512
-    assert [v.chunk_bytes >> 10 for v in raw if applies(v, one_mb, todo)] == [256, 1024]  # 4 and 16 MiB: one message, like 1 MiB
+    assert [v.chunk_bytes >> 10 for v in raw if applies(v, one_mb, todo)] == [
+        256,
+        1024,
+    ]  # 4 and 16 MiB: one message, like 1 MiB
     assert [v.chunk_bytes >> 10 for v in raw if applies(v, big, todo)] == [256, 1024, 4096, 16384]
     assert all(applies(v, one_mb, todo) for v in todo if v.transport == "tcp")  # no smaller tcp variant: kept
 
@@ -83,8 +88,14 @@ def test_sweep_rows_equal_to_main_rows_are_measured_once() -> None:
 
 
 def _row(variant: Variant, gbps: float, size: int = 111_104_000) -> dict:
-    return {"variant": variant.name, "transport": variant.transport, "payload_bytes": size, "gbps_median": gbps,
-            "client_cpu_s_per_gb": 1 / gbps, "server_cpu_s_per_gb": 0.5 / gbps}  # fmt: skip
+    return {
+        "variant": variant.name,
+        "transport": variant.transport,
+        "payload_bytes": size,
+        "gbps_median": gbps,
+        "client_cpu_s_per_gb": 1 / gbps,
+        "server_cpu_s_per_gb": 0.5 / gbps,
+    }
 
 
 def test_verdict_compares_the_fastest_with_the_reference_rows_not_the_luckiest() -> None:
@@ -95,9 +106,17 @@ def test_verdict_compares_the_fastest_with_the_reference_rows_not_the_luckiest()
         _row(Variant("grpc_raw_chunks", 1 << 20, "window_64m"), 1.5),  # a lucky sweep row is not the reference
         _row(flight_ref, 2.0),
         _row(flight_ref, 0.5, size=1_024_000),
-        _row(Variant("grpc_raw_chunks", 4 << 20, "single_thread"), 0.25, size=1_024_000),  # no reference row: the best one
+        _row(
+            Variant("grpc_raw_chunks", 4 << 20, "single_thread"), 0.25, size=1_024_000
+        ),  # no reference row: the best one
     ]
     text = verdict(rows, grpc_ref.name, flight_ref.name)
-    assert "111 MB: fastest tcp 1 MiB at 3.00 GB/s, 3.00x grpc_raw_chunks 1 MiB single_thread (1.00), 1.50x flight 1 MiB (2.00)" in text
-    assert "flight 1 MiB vs grpc_raw_chunks 1 MiB single_thread: 2.00x GB/s, CPU s/GB client 0.50 vs 1.00, server 0.25 vs 0.50" in text
+    assert (
+        "111 MB: fastest tcp 1 MiB at 3.00 GB/s, 3.00x grpc_raw_chunks 1 MiB single_thread (1.00), "
+        "1.50x flight 1 MiB (2.00)" in text
+    )
+    assert (
+        "flight 1 MiB vs grpc_raw_chunks 1 MiB single_thread: 2.00x GB/s, CPU s/GB client 0.50 vs 1.00, "
+        "server 0.25 vs 0.50" in text
+    )
     assert "1 MB: fastest flight 1 MiB at 0.50 GB/s, 2.00x grpc_raw_chunks 4 MiB single_thread (0.25)" in text

@@ -177,11 +177,21 @@ def emu() -> EmulatorBackend:
 
 
 @needs_cxx
-@pytest.mark.parametrize(("dtype", "width", "offset", "unit"), [
-    (np.float32, 128, 0, 16), (np.float16, 128, 0, 16), (np.float32, 2, 0, 8), (np.float32, 3, 0, 4),
-    (np.float16, 7, 0, 2), (np.uint8, 5, 0, 1), (np.float32, 128, 1, 4),  # offset: base pointer 4 B off
-])  # fmt: skip
-def test_emulated_gather_is_bit_identical(emu: EmulatorBackend, dtype: type, width: int, offset: int, unit: int) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "width", "offset", "unit"),
+    [
+        (np.float32, 128, 0, 16),
+        (np.float16, 128, 0, 16),
+        (np.float32, 2, 0, 8),
+        (np.float32, 3, 0, 4),
+        (np.float16, 7, 0, 2),
+        (np.uint8, 5, 0, 1),
+        (np.float32, 128, 1, 4),  # offset: base pointer 4 B off
+    ],
+)
+def test_emulated_gather_is_bit_identical(
+    emu: EmulatorBackend, dtype: type, width: int, offset: int, unit: int
+) -> None:
     base: np.ndarray = np.random.default_rng(1).standard_normal((41, width)).astype(dtype)
     if np.dtype(dtype).kind == "f":
         base[5, 0] = np.nan  # NaN payloads must survive: the kernels move bytes, not floats
@@ -226,8 +236,18 @@ def test_emulated_sampling_is_bit_identical(emu: EmulatorBackend, fanout: int, r
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("cu", CU_FILES, ids=lambda p: p.name)
 def test_kernels_compile_for_sm90_with_nvcc(cu: Path, tmp_path: Path) -> None:
-    cmd = ["nvcc", "-cubin", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", f"-I{KERNEL_DIR}", str(cu),
-           "-o", str(tmp_path / "k.cubin")]  # fmt: skip
+    cmd = [
+        "nvcc",
+        "-cubin",
+        "-arch=sm_90",
+        "-std=c++17",
+        "-Werror",
+        "all-warnings",
+        f"-I{KERNEL_DIR}",
+        str(cu),
+        "-o",
+        str(tmp_path / "k.cubin"),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "k.cubin").stat().st_size > 0
@@ -249,7 +269,10 @@ def test_kernels_compile_with_nvrtc_as_cupy_does(cu: Path) -> None:
     lib = _nvrtc()
     assert lib is not None
     prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels._module_source(cu).encode(), cu.name.encode(), 0, None, None) == 0
+    assert (
+        lib.nvrtcCreateProgram(ctypes.byref(prog), kernels._module_source(cu).encode(), cu.name.encode(), 0, None, None)
+        == 0
+    )
     opts = [b"-std=c++17", b"--gpu-architecture=compute_90"]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
@@ -283,7 +306,8 @@ def test_the_gpu_kernels_import_nothing_else_of_graphfeed() -> None:
         "import graphfeed.gpu_kernels as pkg\n"
         "mods = [importlib.import_module(f'{pkg.__name__}.{m.name}') for m in pkgutil.iter_modules(pkg.__path__)]\n"
         "assert len(mods) >= 5, mods\n"
-        "print(sorted(m for m in sys.modules if m.startswith('graphfeed.') and not m.startswith('graphfeed.gpu_kernels')))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('graphfeed.') "
+        "and not m.startswith('graphfeed.gpu_kernels')))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

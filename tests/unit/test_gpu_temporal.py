@@ -93,7 +93,9 @@ def test_an_event_never_sees_itself_or_later_events() -> None:
     nbr, eid = np.array([10, 11, 12, 13]), np.arange(4)
     times = np.array([4, 5, 6, 7, 8])
     for strategy in STRATEGIES:
-        offsets, got_nbr, got_ts, _ = reference.sample_temporal(indptr, nbr, ts, eid, np.zeros(5, dtype=np.int64), times, -1, strategy, 0)
+        offsets, got_nbr, got_ts, _ = reference.sample_temporal(
+            indptr, nbr, ts, eid, np.zeros(5, dtype=np.int64), times, -1, strategy, 0
+        )
         assert np.diff(offsets).tolist() == [0, 0, 3, 3, 4]
         assert got_nbr.tolist() == [10, 11, 12] * 2 + [10, 11, 12, 13]
         assert all(np.all(s < t) for s, t in zip(_segments(offsets, got_ts), times))
@@ -113,7 +115,9 @@ def test_uniform_before_t_is_sample_csr_on_the_row_cut_at_t(fanout: int) -> None
     for seed in (0, 2**64 - 1):
         offsets, got_nbr, _, got_eid = reference.sample_temporal(*CSR, ROWS, TIMES, fanout, "uniform", seed)
         want = reference.sample_csr(cut, nbr, eid, every, fanout, False, seed)
-        assert np.array_equal(offsets, want[0]) and np.array_equal(got_nbr, want[1]) and np.array_equal(got_eid, want[2])
+        assert (
+            np.array_equal(offsets, want[0]) and np.array_equal(got_nbr, want[1]) and np.array_equal(got_eid, want[2])
+        )
         # the graph-store's compiled sampler, from a later batch position: the same stream
         tail = reference.sample_temporal(*CSR, ROWS[7:], TIMES[7:], fanout, "uniform", seed, first_position=7)
         cpu = cpu_sample_csr(cut, nbr, eid, every[7:], fanout, False, seed, first_position=7)
@@ -147,7 +151,9 @@ def _subset_counts(deg: int, before: int, k: int, draws: int) -> Counter:
     """How often each k-subset of the ``before`` edges of a row of ``deg`` comes up."""
     indptr, ts = np.array([0, deg]), np.arange(deg, dtype=np.int64)
     times = np.full(draws, before, dtype=np.int64)  # ts = position: exactly `before` edges before t
-    offsets, _, _, eid = reference.sample_temporal(indptr, ts, ts, ts, np.zeros(draws, dtype=np.int64), times, k, "uniform", 3)
+    offsets, _, _, eid = reference.sample_temporal(
+        indptr, ts, ts, ts, np.zeros(draws, dtype=np.int64), times, k, "uniform", 3
+    )
     return Counter(tuple(s) for s in _segments(offsets, eid))
 
 
@@ -185,21 +191,44 @@ def emu() -> EmulatorBackend:
 
 def _implementations() -> list[Any]:
     impls: list[Any] = [pytest.param(lambda: reference.sample_temporal, id="reference")]
-    impls.append(pytest.param(lambda: partial(kernels.sample_temporal, backend=EmulatorBackend()), id="kernel", marks=needs_cxx))
+    impls.append(
+        pytest.param(lambda: partial(kernels.sample_temporal, backend=EmulatorBackend()), id="kernel", marks=needs_cxx)
+    )
     return impls
 
 
 @pytest.mark.parametrize("impl", _implementations())
-@pytest.mark.parametrize(("change", "match"), [
-    ({"fanout": -2}, "fanout"), ({"strategy": "oldest"}, "strategy"), ({"seed": -1}, "seed"), ({"seed": 2**64}, "seed"),
-    ({"first_position": -1}, "first_position"), ({"rows": np.array([R])}, "rows"), ({"rows": np.array([-1])}, "rows"),
-    ({"rows": np.array([0.5])}, "rows"), ({"times": np.array([1, 2])}, "times"), ({"times": np.array([1.0])}, "times"),
-    ({"ts": TS[:-1]}, "length"), ({"indptr": np.array([], dtype=np.int64)}, "indptr"),
-    ({"indptr": np.array([0, INDPTR[-1] + 1])}, "indptr"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"fanout": -2}, "fanout"),
+        ({"strategy": "oldest"}, "strategy"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**64}, "seed"),
+        ({"first_position": -1}, "first_position"),
+        ({"rows": np.array([R])}, "rows"),
+        ({"rows": np.array([-1])}, "rows"),
+        ({"rows": np.array([0.5])}, "rows"),
+        ({"times": np.array([1, 2])}, "times"),
+        ({"times": np.array([1.0])}, "times"),
+        ({"ts": TS[:-1]}, "length"),
+        ({"indptr": np.array([], dtype=np.int64)}, "indptr"),
+        ({"indptr": np.array([0, INDPTR[-1] + 1])}, "indptr"),
+    ],
+)
 def test_bad_arguments_are_refused_clearly(impl: Callable[[], Any], change: dict[str, Any], match: str) -> None:
-    args = {"indptr": INDPTR, "nbr": NBR, "ts": TS, "eid": EID, "rows": np.array([3]), "times": np.array([20]),
-            "fanout": 2, "strategy": "recent", "seed": 0, "first_position": 0}  # fmt: skip
+    args = {
+        "indptr": INDPTR,
+        "nbr": NBR,
+        "ts": TS,
+        "eid": EID,
+        "rows": np.array([3]),
+        "times": np.array([20]),
+        "fanout": 2,
+        "strategy": "recent",
+        "seed": 0,
+        "first_position": 0,
+    }
     with pytest.raises(ValueError, match=match):
         impl()(**{**args, **change})
 
@@ -235,7 +264,9 @@ def test_emulated_temporal_sampling_edge_cases(emu: EmulatorBackend, strategy: s
     offsets, *_ = kernels.sample_temporal(*CSR, np.arange(R), np.full(R, 10**15), -1, strategy, 1, backend=emu)
     assert np.array_equal(np.diff(offsets), DEG)
     no_edges = (np.zeros(3, dtype=np.int64), empty, empty, empty)  # a graph with two rows and no edge
-    offsets, nbr, *_ = kernels.sample_temporal(*no_edges, np.array([0, 1]), np.array([0, 9]), 3, strategy, 0, backend=emu)
+    offsets, nbr, *_ = kernels.sample_temporal(
+        *no_edges, np.array([0, 1]), np.array([0, 9]), 3, strategy, 0, backend=emu
+    )
     assert offsets.tolist() == [0, 0, 0] and nbr.size == 0
 
 

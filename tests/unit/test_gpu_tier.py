@@ -74,7 +74,9 @@ def tiered(emu: EmulatorBackend, parts: LocalPartitionSet) -> Iterator[GpuTiered
     yield c
 
 
-def test_warm_up_puts_the_highest_degree_nodes_on_the_gpu(tiered: GpuTieredCache, arith_root: Path, feat: np.ndarray) -> None:
+def test_warm_up_puts_the_highest_degree_nodes_on_the_gpu(
+    tiered: GpuTieredCache, arith_root: Path, feat: np.ndarray
+) -> None:
     degree = 1 + np.load(arith_root / "orig_ids.npy") % 7  # deg(v) = 1 + v % 7
     on_gpu = np.flatnonzero(tiered.gpu.contains(np.arange(N)))
     assert len(on_gpu) == 14 and (degree[on_gpu] == 7).all()  # all 14 nodes of degree 7
@@ -126,7 +128,9 @@ def test_zero_copy_reads_see_rows_the_host_policy_admits_later(tiered: GpuTiered
     assert len(miss) == 0 and np.array_equal(out, feat[held])
 
 
-def test_unpinned_host_tier_gives_the_same_rows(emu: EmulatorBackend, parts: LocalPartitionSet, feat: np.ndarray) -> None:
+def test_unpinned_host_tier_gives_the_same_rows(
+    emu: EmulatorBackend, parts: LocalPartitionSet, feat: np.ndarray
+) -> None:
     inner = make_cache("static_degree", 30 * ROW_BYTES, row_shape=(F,), dtype=np.float32, num_nodes=N)
     c = GpuTieredCache(inner, GpuTier(10 * ROW_BYTES, (F,), np.float32, N, backend=emu), pin_host=False)
     c.warm_up(parts, "feat")
@@ -241,8 +245,10 @@ def test_embedded_data_loader_hands_device_features_to_torch(
     monkeypatch.setattr(GpuTieredCache, "lookup", lambda *a: lookups.append(a))  # the host path must not run
     job: dict[str, Any] = dict(fanouts=[3, 2], batch_size=8, seed=3, job_id="g")
     try:
-        want = [(i.numpy().copy(), b[0].srcdata["feat"].numpy().copy(), b[-1].dstdata["label"].numpy().copy())
-                for i, _o, b in EmbeddedDataLoader(plain, **job)]  # fmt: skip
+        want = [
+            (i.numpy().copy(), b[0].srcdata["feat"].numpy().copy(), b[-1].dstdata["label"].numpy().copy())
+            for i, _o, b in EmbeddedDataLoader(plain, **job)
+        ]
         dl = EmbeddedDataLoader(gpu, device_features=True, **job)
         assert dl.device_features and not EmbeddedDataLoader(plain, device_features=True, **job).device_features
         got = [(i.numpy(), b[0].srcdata["feat"].numpy(), b[-1].dstdata["label"].numpy()) for i, _o, b in dl]

@@ -161,7 +161,9 @@ def test_bit_identical_to_the_gpu_reference(seed: int, fanout: int, replace: boo
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize(("fanout", "replace"), [(3, False), (3, True), (sampling.SMALL_FANOUT + 2, False), (-1, False)])
+@pytest.mark.parametrize(
+    ("fanout", "replace"), [(3, False), (3, True), (sampling.SMALL_FANOUT + 2, False), (-1, False)]
+)
 def test_first_position_samples_the_tail_of_the_whole_request(fanout: int, replace: bool) -> None:
     rng = np.random.default_rng(7)
     degs = rng.integers(0, 150, size=40)
@@ -171,7 +173,11 @@ def test_first_position_samples_the_tail_of_the_whole_request(fanout: int, repla
     offsets, src, eids = sample_csr(indptr, nbrs, nbrs + 9, rows, fanout, replace, 123)
     for k in (1, 17, 59):
         o, s, e = sample_csr(indptr, nbrs, nbrs + 9, rows[k:], fanout, replace, 123, first_position=k)
-        assert np.array_equal(o, offsets[k:] - offsets[k]) and np.array_equal(s, src[offsets[k]:]) and np.array_equal(e, eids[offsets[k]:])
+        assert (
+            np.array_equal(o, offsets[k:] - offsets[k])
+            and np.array_equal(s, src[offsets[k] :])
+            and np.array_equal(e, eids[offsets[k] :])
+        )
     with pytest.raises(ValueError, match="first_position"):
         sample_csr(indptr, nbrs, nbrs, rows, fanout, replace, 1, first_position=1 << 63)
 

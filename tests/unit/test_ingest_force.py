@@ -90,7 +90,9 @@ def test_a_failure_while_writing_leaves_the_earlier_ingest(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.csv", "graph"]
 
 
-def test_force_replaces_the_earlier_ingest_and_keeps_other_files(tmp_path: Path, earlier: tuple[Path, dict[str, bytes]]) -> None:
+def test_force_replaces_the_earlier_ingest_and_keeps_other_files(
+    tmp_path: Path, earlier: tuple[Path, dict[str, bytes]]
+) -> None:
     out, before = earlier
     (out / "NOTES.txt").write_text("mine")
     (out / "part-00001" / "stale").write_text("from the earlier ingest")

@@ -122,7 +122,10 @@ def test_csv_with_header_remaps_ids(tmp_path: Path) -> None:
     assert orig is not None and g.edge_ts is not None
     assert g.num_nodes == 3 and orig.tolist() == [7, 42, 100]
     assert list(zip(orig[g.src].tolist(), orig[g.dst].tolist(), g.edge_ts.tolist())) == [
-        (100, 7, 5), (7, 42, 6), (42, 100, 7), (100, 42, 8)
+        (100, 7, 5),
+        (7, 42, 6),
+        (42, 100, 7),
+        (100, 42, 8),
     ]
     assert g.node_data["feat"].shape == (3, 3) and g.node_data["feat"].dtype == np.float32
     assert "label" not in g.node_data and g.num_classes == 0

@@ -132,7 +132,8 @@ def test_numpy_dir_undirected_carries_edge_features(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "value, message", [(np.zeros((4, 2)), "one feature row per edge"), (np.zeros(5), "2-D numeric"), (np.full((5, 1), np.nan), "finite")]
+    "value, message",
+    [(np.zeros((4, 2)), "one feature row per edge"), (np.zeros(5), "2-D numeric"), (np.full((5, 1), np.nan), "finite")],
 )
 def test_numpy_dir_bad_edge_features(tmp_path: Path, value: np.ndarray, message: str) -> None:
     write_temporal_npy_dir(tmp_path / "g")
@@ -150,7 +151,10 @@ def test_csv_timestamp_column_by_name(tmp_path: Path, header: str) -> None:
     f.write_text("\n".join([header, *lines]) + "\n")
     g = load_edge_csv(f)
     assert g.orig_ids is not None and g.edge_ts is not None
-    assert list(zip(g.orig_ids[g.src].tolist(), g.orig_ids[g.dst].tolist(), g.edge_ts.tolist())) == [(7, 9, 300), (9, 7, 100)]
+    assert list(zip(g.orig_ids[g.src].tolist(), g.orig_ids[g.dst].tolist(), g.edge_ts.tolist())) == [
+        (7, 9, 300),
+        (9, 7, 100),
+    ]
 
 
 def test_csv_columns_beyond_src_dst_are_named_never_guessed(tmp_path: Path) -> None:
@@ -168,14 +172,25 @@ def test_csv_columns_beyond_src_dst_are_named_never_guessed(tmp_path: Path) -> N
     timed = load_edge_csv(plain, columns=["src", "dst", "ts"])
     assert timed.edge_ts is not None and timed.edge_ts.tolist() == [300, 100] and timed.edge_feat is None
     weighed = load_edge_csv(plain, columns=["src", "dst", "w"])
-    assert weighed.edge_ts is None and weighed.edge_feat is not None and weighed.edge_feat[:, 0].tolist() == [300.0, 100.0]
+    assert (
+        weighed.edge_ts is None and weighed.edge_feat is not None and weighed.edge_feat[:, 0].tolist() == [300.0, 100.0]
+    )
     assert load_edge_csv(plain, columns=["src", "dst", "-"]).edge_feat is None  # skipped
     wordy = tmp_path / "wordy.csv"
     wordy.write_text("from,to,time,weight\n1,2,5,0.5\n")  # the endpoints in its own words: the first two
     g = load_edge_csv(wordy)
-    assert g.edge_ts is not None and g.edge_ts.tolist() == [5] and g.edge_feat is not None and g.edge_feat.tolist() == [[0.5]]
-    for columns, message in [(["src", "dst"], "names 2 columns, the file has 3"), (["src", "src", "ts"], "exactly one src"),
-                             (["src", "dst", "dst"], "exactly one dst"), (["a", "a", "src"], "exactly one dst")]:  # fmt: skip
+    assert (
+        g.edge_ts is not None
+        and g.edge_ts.tolist() == [5]
+        and g.edge_feat is not None
+        and g.edge_feat.tolist() == [[0.5]]
+    )
+    for columns, message in [
+        (["src", "dst"], "names 2 columns, the file has 3"),
+        (["src", "src", "ts"], "exactly one src"),
+        (["src", "dst", "dst"], "exactly one dst"),
+        (["a", "a", "src"], "exactly one dst"),
+    ]:
         with pytest.raises(InvalidArgument, match=message):
             load_edge_csv(plain, columns=columns)
     nonnumeric = tmp_path / "labels.csv"
@@ -184,11 +199,23 @@ def test_csv_columns_beyond_src_dst_are_named_never_guessed(tmp_path: Path) -> N
         load_edge_csv(nonnumeric)
 
 
-def test_ingest_command_writes_collegemsg_with_its_event_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ingest_command_writes_collegemsg_with_its_event_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     parser = argparse.ArgumentParser(prog="graphfeed")
     cli.register(parser.add_subparsers(dest="command", required=True))
     out = tmp_path / "cm"
-    argv = ["ingest", "--source", "collegemsg", "--undirected", "--out", str(out), "--method", "random", "--no-progress"]
+    argv = [
+        "ingest",
+        "--source",
+        "collegemsg",
+        "--undirected",
+        "--out",
+        str(out),
+        "--method",
+        "random",
+        "--no-progress",
+    ]
     assert cli.run(parser.parse_args(argv)) == 0
     assert f"{2 * COLLEGEMSG_EVENTS:,} edges" in capsys.readouterr().out
     manifest = GraphManifest.load(out)

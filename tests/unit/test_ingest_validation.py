@@ -37,7 +37,9 @@ FEAT = numpy_source_arrays()["feat"]
 # file replaced -> (file named in the error, what the error says: the problem and an example)
 BAD_INPUTS = {
     "nan feature": (
-        {"feat": with_value(FEAT, (3, 1), np.nan)}, "feat.npy", r"finite, found 1 NaN/inf value\(s\), e\.g\. nan at row 3, column 1",
+        {"feat": with_value(FEAT, (3, 1), np.nan)},
+        "feat.npy",
+        r"finite, found 1 NaN/inf value\(s\), e\.g\. nan at row 3, column 1",
     ),
     "+inf feature": ({"feat": with_value(FEAT, (0, 0), np.inf)}, "feat.npy", r"e\.g\. inf at row 0, column 0"),
     "-inf feature": ({"feat": with_value(FEAT, (4, 1), -np.inf)}, "feat.npy", r"e\.g\. -inf at row 4, column 1"),
@@ -47,19 +49,31 @@ BAD_INPUTS = {
         r"1 feature value\(s\) beyond the float32 range.*e\.g\. 1e\+300 at row 2, column 0",
     ),
     "negative label": ({"label": np.array([0, 2, -1, 0, 2])}, "label.npy", r"negative \(e\.g\. node 2 has label -1\)"),
-    "label not a class id": ({"label": np.array([0, 2, 1, 70, 2])}, "label.npy", r"max label 70 \(node 3\).*71 classes for 5 nodes"),
+    "label not a class id": (
+        {"label": np.array([0, 2, 1, 70, 2])},
+        "label.npy",
+        r"max label 70 \(node 3\).*71 classes for 5 nodes",
+    ),
     "splits overlap": ({"val_idx": np.array([3, 1])}, "val_idx.npy", r"disjoint.*train_idx\.npy \(e\.g\. node 1\)"),
     "empty train": ({"train_idx": np.array([], dtype=np.int64)}, "train_idx.npy", r"train split is empty"),
     "split id too large": ({"test_idx": np.array([4, 9])}, "test_idx.npy", r"\[0, 5\).*entry 1 is 9"),
     "negative split id": ({"val_idx": np.array([-3])}, "val_idx.npy", r"\[0, 5\).*entry 0 is -3"),
-    "duplicate in split": ({"train_idx": np.array([0, 1, 2, 1])}, "train_idx.npy", r"distinct, node 1 is listed 2 times"),
+    "duplicate in split": (
+        {"train_idx": np.array([0, 1, 2, 1])},
+        "train_idx.npy",
+        r"distinct, node 1 is listed 2 times",
+    ),
     "dst out of range": ({"dst": np.array([1, 2, 0, 0, 5])}, "dst.npy", r"\[0, 5\).*entry 4 is 5"),
     "negative src": ({"src": np.array([0, -1, 2, 3, 3])}, "src.npy", r"\[0, 5\).*entry 1 is -1"),
     "uint64 edge id wraps": (
-        {"src": np.array([0, 1, 2, 3, BIG], dtype=np.uint64)}, "src.npy", r"2\*\*63.*entry 4 is 9223372036854775808",
+        {"src": np.array([0, 1, 2, 3, BIG], dtype=np.uint64)},
+        "src.npy",
+        r"2\*\*63.*entry 4 is 9223372036854775808",
     ),
     "uint64 split id wraps": (
-        {"train_idx": np.array([BIG + np.uint64(5)], dtype=np.uint64)}, "train_idx.npy", r"2\*\*63.*entry 0 is",
+        {"train_idx": np.array([BIG + np.uint64(5)], dtype=np.uint64)},
+        "train_idx.npy",
+        r"2\*\*63.*entry 0 is",
     ),
     "uint64 label wraps": ({"label": np.array([0, 1, 0, 1, BIG], dtype=np.uint64)}, "label.npy", r"2\*\*63.*entry 4"),
 }
@@ -91,7 +105,18 @@ def test_cli_prints_one_line_exits_2_and_writes_nothing(
 ) -> None:
     d = write_dir(tmp_path / "g", **replace)
     out = tmp_path / "out"
-    argv = ["ingest", "--source", "numpy", "--path", str(d), "--out", str(out), "--num-partitions", "2", "--no-progress"]
+    argv = [
+        "ingest",
+        "--source",
+        "numpy",
+        "--path",
+        str(d),
+        "--out",
+        str(out),
+        "--num-partitions",
+        "2",
+        "--no-progress",
+    ]
     assert cli.run(parse(argv)) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("graphfeed ingest: error: ")
@@ -112,17 +137,23 @@ def graph(**change: object) -> GraphData:
     """The good graph as another source would build it, with fields replaced."""
     a = numpy_source_arrays()
     fields: dict = {
-        "name": "g", "num_nodes": 5, "src": a["src"], "dst": a["dst"],
+        "name": "g",
+        "num_nodes": 5,
+        "src": a["src"],
+        "dst": a["dst"],
         "node_data": {"feat": a["feat"], "label": a["label"]},
         "splits": {"train": a["train_idx"], "val": a["val_idx"], "test": a["test_idx"]},
-    }  # fmt: skip
+    }
     return GraphData(**{**fields, **change})
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"node_data": {"emb": with_value(FEAT, (1, 1), np.nan)}}, r"g: node data 'emb'.*e\.g\. nan at row 1, column 1"),
+        (
+            {"node_data": {"emb": with_value(FEAT, (1, 1), np.nan)}},
+            r"g: node data 'emb'.*e\.g\. nan at row 1, column 1",
+        ),
         ({"node_data": {"label": np.array([0, -2, 1, 0, 2])}}, r"g: node data 'label'.*node 1 has label -2"),
         ({"node_data": {"label": np.array([0, 9, 1, 0, 2])}}, r"g: node data 'label'.*10 classes for 5 nodes"),
         ({"splits": {"train": np.array([0, 1]), "test": np.array([1, 4])}}, r"g: split 'test'.*disjoint.*'train'"),
@@ -162,9 +193,10 @@ def test_labels_with_more_unused_class_ids_than_used_are_refused(caplog: pytest.
 
     stray = np.zeros(2000, dtype=np.int64)
     stray[1::2], stray[7] = 1, 1000  # 0 and 1, and one 1000
-    with pytest.raises(InvalidArgument, match=r"3 distinct values up to 1000, so 998 of the ids 0\.\.1000 have no node"):
+    with pytest.raises(
+        InvalidArgument, match=r"3 distinct values up to 1000, so 998 of the ids 0\.\.1000 have no node"
+    ):
         check_labels("label.npy", stray, len(stray))
     with caplog.at_level(logging.WARNING, logger="graphfeed.ingest.graph"):
         assert check_labels("label.npy", np.array([0, 1, 3, 3, 0]), 5) == 4  # one gap: kept, and said
     assert "1 of the class ids 0..3 have no node (e.g. [2])" in caplog.text
-

@@ -40,7 +40,10 @@ def test_sizes_at_their_limits_are_valid(changes: dict[str, Any]) -> None:
         (dict(batch_size=MAX_BATCH_SIZE + 1), f"batch_size must be <= {MAX_BATCH_SIZE}, got {MAX_BATCH_SIZE + 1}"),
         (dict(batch_size=2**32 - 1), f"batch_size must be <= {MAX_BATCH_SIZE}, got {2**32 - 1}"),
         (dict(batch_size=0), "batch_size must be >= 1, got 0"),
-        (dict(fanouts=(2,) * (MAX_LAYERS + 1)), f"fanouts has {MAX_LAYERS + 1} layers, more than the limit of {MAX_LAYERS}"),
+        (
+            dict(fanouts=(2,) * (MAX_LAYERS + 1)),
+            f"fanouts has {MAX_LAYERS + 1} layers, more than the limit of {MAX_LAYERS}",
+        ),
         (dict(fanouts=()), "fanouts must not be empty"),
         (dict(fanouts=(2, -3)), r"fanout must be -1 \(all neighbors\) or >= 0, got \[2, -3\]"),
         (dict(rank=4, world_size=4), r"rank must be in \[0, world_size=4\), got 4"),

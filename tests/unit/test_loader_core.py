@@ -59,7 +59,13 @@ def producers() -> list[threading.Thread]:
 
 @pytest.mark.parametrize(
     "policy, cache_bytes",
-    [("none", 0), ("static_degree", 30 * F * 4), ("lru", 25 * F * 4), ("massivegnn", 30 * F * 4), ("lookahead", 25 * F * 4)],
+    [
+        ("none", 0),
+        ("static_degree", 30 * F * 4),
+        ("lru", 25 * F * 4),
+        ("massivegnn", 30 * F * 4),
+        ("lookahead", 25 * F * 4),
+    ],
 )
 def test_full_epoch_has_exact_features_and_labels_and_every_seed_once(
     make_loader: Callable[..., Loader], orig: np.ndarray, policy: str, cache_bytes: int
@@ -94,8 +100,17 @@ def test_describe_reports_the_job(make_loader: Callable[..., Loader]) -> None:
 
 def key(mb: ReadyMinibatch) -> tuple:
     b = mb.blocks
-    edges = tuple((x.num_src, x.num_dst, x.edge_src.tobytes(), x.edge_dst.tobytes(), x.edge_ids.tobytes()) for x in b.blocks)
-    return (mb.step, b.input_nodes.tobytes(), b.output_nodes.tobytes(), edges, mb.features.tobytes(), mb.labels.tobytes())
+    edges = tuple(
+        (x.num_src, x.num_dst, x.edge_src.tobytes(), x.edge_dst.tobytes(), x.edge_ids.tobytes()) for x in b.blocks
+    )
+    return (
+        mb.step,
+        b.input_nodes.tobytes(),
+        b.output_nodes.tobytes(),
+        edges,
+        mb.features.tobytes(),
+        mb.labels.tobytes(),
+    )
 
 
 def test_replayed_steps_are_byte_identical_and_resume_gives_the_tail(make_loader: Callable[..., Loader]) -> None:
@@ -113,7 +128,9 @@ def test_ranks_cover_the_split_once(make_loader: Callable[..., Loader], orig: np
     seeds = [
         mb.blocks.output_nodes
         for r in range(3)
-        for mb in loader.stream(JobSpec(job_seed=5, split="train", batch_size=7, fanouts=(2,), shuffle=True, rank=r, world_size=3), 0)
+        for mb in loader.stream(
+            JobSpec(job_seed=5, split="train", batch_size=7, fanouts=(2,), shuffle=True, rank=r, world_size=3), 0
+        )
     ]
     assert np.array_equal(np.sort(np.concatenate(seeds)), train_gids(orig))
 
@@ -202,7 +219,9 @@ class LoggedPartitions(LocalPartitionSet):
         return Logged()
 
 
-def test_labels_are_requested_before_any_feature_is_awaited(make_loader: Callable[..., Loader], parts: LocalPartitionSet) -> None:
+def test_labels_are_requested_before_any_feature_is_awaited(
+    make_loader: Callable[..., Loader], parts: LocalPartitionSet
+) -> None:
     """Per minibatch, every feature and label request is in flight before any is waited on:
     one round trip, not two."""
     logged = LoggedPartitions(parts.stores)
@@ -231,7 +250,9 @@ class CountingSampler:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def sample(self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int) -> SampledBlocks:
+    def sample(
+        self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int
+    ) -> SampledBlocks:
         with self._lock:
             self.calls += 1
         if step >= self.block_from:
@@ -239,7 +260,9 @@ class CountingSampler:
         return self.inner.sample(seeds, fanouts, replace, job_seed, epoch, step)
 
 
-def test_closing_the_consumer_generator_stops_the_producer(make_loader: Callable[..., Loader], parts: LocalPartitionSet) -> None:
+def test_closing_the_consumer_generator_stops_the_producer(
+    make_loader: Callable[..., Loader], parts: LocalPartitionSet
+) -> None:
     sampler = CountingSampler(MultiHopSampler(parts))
     loader = make_loader(parts, sampler, lookahead_steps=2, max_inflight=1)
     job = JobSpec(**{**JOB.__dict__, "batch_size": 2})  # 30 steps
@@ -258,7 +281,9 @@ def test_closing_the_consumer_generator_stops_the_producer(make_loader: Callable
     assert loader.queue_depth() == 0
 
 
-def test_close_interrupts_a_producer_waiting_on_the_sampler(make_loader: Callable[..., Loader], parts: LocalPartitionSet) -> None:
+def test_close_interrupts_a_producer_waiting_on_the_sampler(
+    make_loader: Callable[..., Loader], parts: LocalPartitionSet
+) -> None:
     sampler = CountingSampler(MultiHopSampler(parts), block_from=2)
     loader = make_loader(parts, sampler, lookahead_steps=3, max_inflight=4)
     stream = loader.stream(JOB, 0, 0)

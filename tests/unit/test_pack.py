@@ -52,7 +52,9 @@ def test_every_step_reads_the_base_stores_rows_from_its_pack(
     m = pack_epoch(parts, JOB, 1, tmp_path, dataclasses.replace(OPTS, resident=resident))
     # O_DIRECT and one pread thread for one of the two (each is a way the loader may read)
     direct = resident == "degree"
-    reader = PackReader.open(tmp_path / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1, direct=direct, threads=1 if direct else 4)
+    reader = PackReader.open(
+        tmp_path / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1, direct=direct, threads=1 if direct else 4
+    )
     resident_ids = reader.resident_ids()
     assert len(resident_ids) == 10 and m.num_steps > 2 * OPTS.steps_per_pack
     sampled = sample_epoch(parts, MultiHopSampler(parts), JOB, 1)
@@ -83,9 +85,18 @@ def test_loader_with_packs_gives_byte_identical_minibatches(
     root, _ = packed
     runs = {}
     for pack_root in (None, root):
-        loader = Loader(parts, MultiHopSampler(parts), cache_policy=policy, cache_bytes=20 * 16, pack_root=pack_root, lookahead_steps=2)
+        loader = Loader(
+            parts,
+            MultiHopSampler(parts),
+            cache_policy=policy,
+            cache_bytes=20 * 16,
+            pack_root=pack_root,
+            lookahead_steps=2,
+        )
         try:
-            runs[pack_root] = [(digest(mb.features), digest(mb.labels), mb.stats.pack_rows) for mb in stream_all(loader)]
+            runs[pack_root] = [
+                (digest(mb.features), digest(mb.labels), mb.stats.pack_rows) for mb in stream_all(loader)
+            ]
             stats = loader.pack_stats
         finally:
             loader.close()
@@ -118,7 +129,9 @@ def test_damaged_pack_falls_back_to_the_base_store(
     assert stats.fallbacks == 1 and stats.hits > 0
 
 
-def test_packs_of_another_job_graph_or_epoch_are_refused(parts: LocalPartitionSet, packed: tuple[Path, PackManifest]) -> None:
+def test_packs_of_another_job_graph_or_epoch_are_refused(
+    parts: LocalPartitionSet, packed: tuple[Path, PackManifest]
+) -> None:
     root, _ = packed
     pack_dir, graph = root / job_key(JOB, 1), GraphIdentity.of(parts.info)
     for job, epoch, graph_, field in [
@@ -148,7 +161,9 @@ def test_loader_refuses_packs_written_for_another_graph(
         loader.close()
 
 
-def test_the_next_pack_is_read_while_the_current_one_serves(parts: LocalPartitionSet, packed: tuple[Path, PackManifest]) -> None:
+def test_the_next_pack_is_read_while_the_current_one_serves(
+    parts: LocalPartitionSet, packed: tuple[Path, PackManifest]
+) -> None:
     root, m = packed
     reader = PackReader.open(root / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1)
     tier = PackTier(reader, PackStats(), lookahead_steps=2)
@@ -167,8 +182,22 @@ def test_the_next_pack_is_read_while_the_current_one_serves(parts: LocalPartitio
         tier.close()
 
 
-def test_pack_command_over_a_partition_root(arith_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["pack", "--data", str(arith_root), "--out", str(tmp_path), "--batch-size", "8", "--fanouts", "3,2", "--job-seed", "5"]
+def test_pack_command_over_a_partition_root(
+    arith_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "pack",
+        "--data",
+        str(arith_root),
+        "--out",
+        str(tmp_path),
+        "--batch-size",
+        "8",
+        "--fanouts",
+        "3,2",
+        "--job-seed",
+        "5",
+    ]
     assert cli.main([*args, "--epochs", "1:3", "--steps-per-pack", "3", "--resident-bytes", "160"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["epoch"] for line in lines] == [1, 2]

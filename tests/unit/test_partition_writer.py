@@ -85,7 +85,9 @@ def check_round_trip(g: GraphData, root: Path, num_partitions: int) -> float:
 @pytest.mark.parametrize("num_partitions", [2, 3])
 @pytest.mark.parametrize("method", ["metis", "random"])
 @pytest.mark.parametrize("graph", ["cora", "tiny"])
-def test_round_trip(request: pytest.FixtureRequest, tmp_path: Path, graph: str, method: str, num_partitions: int) -> None:
+def test_round_trip(
+    request: pytest.FixtureRequest, tmp_path: Path, graph: str, method: str, num_partitions: int
+) -> None:
     g = request.getfixturevalue(graph)
     write_partitioned(g, tmp_path, num_partitions, method, seed=0)
     check_round_trip(g, tmp_path, num_partitions)
@@ -109,9 +111,14 @@ def test_edge_timestamps_round_trip(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     n, e = 50, 300
     arrays: dict[str, np.ndarray] = {
-        "src": rng.integers(0, n, e), "dst": rng.integers(0, n, e), "ts": rng.integers(0, 10**12, e),
-        "feat": rng.standard_normal((n, 3)).astype(np.float32), "label": rng.integers(0, 4, n),
-        "train_idx": np.arange(30), "val_idx": np.arange(30, 40), "test_idx": np.arange(40, 50),
+        "src": rng.integers(0, n, e),
+        "dst": rng.integers(0, n, e),
+        "ts": rng.integers(0, 10**12, e),
+        "feat": rng.standard_normal((n, 3)).astype(np.float32),
+        "label": rng.integers(0, 4, n),
+        "train_idx": np.arange(30),
+        "val_idx": np.arange(30, 40),
+        "test_idx": np.arange(40, 50),
     }
     for name, arr in arrays.items():
         np.save(d / f"{name}.npy", arr)
@@ -146,11 +153,32 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def test_cli_ingest_synthetic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "g"
-    argv = ["ingest", "--source", "synthetic", "--preset", "tiny", "--num-nodes", "1500", "--out", str(out),
-            "--num-partitions", "3", "--method", "random", "--seed", "4", "--no-progress"]
+    argv = [
+        "ingest",
+        "--source",
+        "synthetic",
+        "--preset",
+        "tiny",
+        "--num-nodes",
+        "1500",
+        "--out",
+        str(out),
+        "--num-partitions",
+        "3",
+        "--method",
+        "random",
+        "--seed",
+        "4",
+        "--no-progress",
+    ]
     assert cli.run(parse(argv)) == 0
     text = capsys.readouterr().out
-    assert [line.split(":")[0] for line in text.splitlines()[1:]] == ["partition 0", "partition 1", "partition 2", "total"]
+    assert [line.split(":")[0] for line in text.splitlines()[1:]] == [
+        "partition 0",
+        "partition 1",
+        "partition 2",
+        "total",
+    ]
     assert "1,500 nodes" in text and "cut fraction" in text
     check_round_trip(generate_preset("tiny", seed=4, split_seed=0, num_nodes=1500), out, 3)
 
@@ -177,8 +205,21 @@ def test_cli_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit):
         parse(["ingest", "--help"])
     text = capsys.readouterr().out
-    for flag in ["--source", "--path", "--preset", "--num-nodes", "--num-edges", "--feat-dim", "--num-classes",
-                 "--out", "--num-partitions", "--method", "--seed", "--split-seed", "--force"]:
+    for flag in [
+        "--source",
+        "--path",
+        "--preset",
+        "--num-nodes",
+        "--num-edges",
+        "--feat-dim",
+        "--num-classes",
+        "--out",
+        "--num-partitions",
+        "--method",
+        "--seed",
+        "--split-seed",
+        "--force",
+    ]:
         assert flag in text
     subparsers = argparse.ArgumentParser().add_subparsers()
     cli.register(subparsers)
@@ -213,7 +254,10 @@ def test_metis_is_reproducible_across_processes(tmp_path: Path) -> None:
         "from graphfeed.ingest.partition import assign_partitions\n"
         "print(hashlib.sha256(assign_partitions(load_cora(), 3, 'metis', 5).tobytes()).hexdigest())\n"
     )
-    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
+    digests = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    }
     assert len(digests) == 1
 
 

@@ -44,9 +44,15 @@ class Peers:
 
 def gate_over(peers: Peers, **kw: object) -> PeerGate[str]:
     return PeerGate(
-        "sampler", peers.connect, on_serving=peers.serving.append, check=peers.check, release=peers.released.append,
-        initial_backoff_s=0.01, max_backoff_s=0.02, **kw,  # type: ignore[arg-type]
-    )  # fmt: skip
+        "sampler",
+        peers.connect,
+        on_serving=peers.serving.append,
+        check=peers.check,
+        release=peers.released.append,
+        initial_backoff_s=0.01,
+        max_backoff_s=0.02,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 def test_calls_before_the_peers_answer_are_unavailable_naming_the_peer() -> None:
@@ -120,4 +126,9 @@ def test_peer_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("GRAPHFEED_SAMPLER_PEER_CHECK_INTERVAL_S", "5")
     s = SamplerSettings()  # the required field comes from the environment
     assert s.graph_store_addresses == ["graph-store-{p}.graph-store:50051"]
-    assert (s.health_port, s.max_connection_age_s, s.max_connection_age_grace_s, s.peer_check_interval_s) == (50052, 30.0, 0.0, 5.0)
+    assert (s.health_port, s.max_connection_age_s, s.max_connection_age_grace_s, s.peer_check_interval_s) == (
+        50052,
+        30.0,
+        0.0,
+        5.0,
+    )

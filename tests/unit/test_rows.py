@@ -10,7 +10,14 @@ from graphfeed.common.rows import scatter_rows, take_rows
 
 @pytest.mark.parametrize(
     ("dtype", "row_shape"),
-    [(np.float32, (128,)), (np.float32, (3,)), (np.float16, (7,)), (np.int64, ()), (np.uint8, (5,)), (np.float64, (2, 3))],
+    [
+        (np.float32, (128,)),
+        (np.float32, (3,)),
+        (np.float16, (7,)),
+        (np.int64, ()),
+        (np.uint8, (5,)),
+        (np.float64, (2, 3)),
+    ],
 )
 def test_take_and_scatter_equal_numpy(dtype: type, row_shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(0)

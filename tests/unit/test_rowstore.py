@@ -60,7 +60,13 @@ def test_budgeted_rows_equal_in_memory_rows(open_store: OpenStore, budget: int, 
     full, small = open_store(), open_store(memory_budget=budget, direct_io=direct, io_threads=threads)
     rng = np.random.default_rng(budget)
     owned = np.arange(full.start, full.stop)
-    for ids in (rng.choice(owned, 700), np.concatenate([owned, owned[::-3]]), owned[:0], owned[5:6], np.sort(rng.choice(owned, 300))):
+    for ids in (
+        rng.choice(owned, 700),
+        np.concatenate([owned, owned[::-3]]),
+        owned[:0],
+        owned[5:6],
+        np.sort(rng.choice(owned, 300)),
+    ):
         for name in ("feat", "label"):
             assert np.array_equal(small.get_node_data(name, ids), full.get_node_data(name, ids)), (name, len(ids))
     stats = small.row_stats()
@@ -69,13 +75,17 @@ def test_budgeted_rows_equal_in_memory_rows(open_store: OpenStore, budget: int, 
 
 
 @pytest.mark.parametrize(("budget", "direct", "threads"), BUDGETS)
-def test_every_public_method_agrees_with_the_in_memory_store(open_store: OpenStore, budget: int, direct: bool, threads: int) -> None:
+def test_every_public_method_agrees_with_the_in_memory_store(
+    open_store: OpenStore, budget: int, direct: bool, threads: int
+) -> None:
     full = open_store(chunk_bytes=ROW_BYTES * 7)
     small = open_store(chunk_bytes=ROW_BYTES * 7, memory_budget=budget, direct_io=direct, io_threads=threads)
     ids = np.random.default_rng(1).choice(np.arange(full.start, full.stop), 500)
     positions = np.random.default_rng(2).permutation(600)[:500].astype(np.int64)
     a, b = np.zeros((600, F), np.float32), np.zeros((600, F), np.float32)
-    assert full.scatter_node_data("feat", ids, a, positions) == small.scatter_node_data("feat", ids, b, positions) == 500
+    assert (
+        full.scatter_node_data("feat", ids, a, positions) == small.scatter_node_data("feat", ids, b, positions) == 500
+    )
     assert np.array_equal(a, b)
     chunks_full, chunks_small = list(full.iter_node_data("feat", ids)), list(small.iter_node_data("feat", ids))
     assert [s for s, _ in chunks_small] == [s for s, _ in chunks_full] and len(chunks_small) == -(-500 // 7)
@@ -121,7 +131,11 @@ def test_a_budget_that_holds_everything_reads_nothing_from_disk(open_store: Open
 def test_adjacent_rows_share_reads_and_reads_stay_within_their_cap() -> None:
     offs = np.array([0, 512, 1024, 8192, 8704, 1 << 20], dtype=np.int64)
     off, length, of = plan_reads(offs, 512, 1, 1 << 20)
-    assert off.tolist() == [0, 8192, 1 << 20] and length.tolist() == [1536, 1024, 512] and of.tolist() == [0, 0, 0, 1, 1, 2]
+    assert (
+        off.tolist() == [0, 8192, 1 << 20]
+        and length.tolist() == [1536, 1024, 512]
+        and of.tolist() == [0, 0, 0, 1, 1, 2]
+    )
     off, length, of = plan_reads(offs, 512, 4096, 1 << 20)  # one 4 KiB block, then two adjacent ones merged...
     assert off.tolist() == [0, 8192, 1 << 20] and length.tolist() == [4096, 4096, 4096]
     off, length, of = plan_reads(np.arange(0, 64 * 520, 520, dtype=np.int64), 520, 4096, 8192)
@@ -156,7 +170,9 @@ def test_a_flat_copy_that_cannot_be_written_is_a_clear_error(open_store: OpenSto
         open_store(part, memory_budget=10_000)
 
 
-def test_a_flat_copy_truncated_while_serving_is_data_loss_not_wrong_rows(open_store: OpenStore, root: Path, tmp_path: Path) -> None:
+def test_a_flat_copy_truncated_while_serving_is_data_loss_not_wrong_rows(
+    open_store: OpenStore, root: Path, tmp_path: Path
+) -> None:
     part = _copy_partition(root, tmp_path)
     s = open_store(part, memory_budget=10_000, direct_io=False, io_threads=1)
     with flat_node_data_path(part, "feat").open("r+b") as f:
@@ -167,8 +183,14 @@ def test_a_flat_copy_truncated_while_serving_is_data_loss_not_wrong_rows(open_st
 
 def test_memory_budget_setting_takes_byte_suffixes(root: Path) -> None:
     s = GraphStoreSettings(part_dir=root / PART, memory_budget="128MiB", direct_io=True)
-    assert (s.memory_budget, s.direct_io, GraphStoreSettings(part_dir=root / PART).memory_budget) == (128 << 20, True, 0)
-    args = build_parser().parse_args(["serve", "graph-store", "--part-dir", str(root / PART), "--memory-budget", "16MiB"])
+    assert (s.memory_budget, s.direct_io, GraphStoreSettings(part_dir=root / PART).memory_budget) == (
+        128 << 20,
+        True,
+        0,
+    )
+    args = build_parser().parse_args(
+        ["serve", "graph-store", "--part-dir", str(root / PART), "--memory-budget", "16MiB"]
+    )
     assert settings_from_args(GraphStoreSettings, args).memory_budget == 16 << 20
 
 
@@ -213,9 +235,14 @@ def big_part(tmp_path_factory: pytest.TempPathFactory) -> Path:
     v = np.arange(n, dtype=np.int64)
     feat = np.random.default_rng(0).random((n, BIG_F), dtype=np.float32)
     g = GraphData(
-        name="big-features", num_nodes=n, src=(v + 1) % n, dst=v, node_data={"feat": feat},
-        splits={"train": v[:10]}, num_classes=2,
-    )  # fmt: skip
+        name="big-features",
+        num_nodes=n,
+        src=(v + 1) % n,
+        dst=v,
+        node_data={"feat": feat},
+        splits={"train": v[:10]},
+        num_classes=2,
+    )
     root = tmp_path_factory.mktemp("big")
     write_partitioned(g, root, 1, method="random")
     return root / PART
@@ -224,8 +251,10 @@ def big_part(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _rss_growth(part: Path, budget: int, direct: bool) -> dict[str, int]:
     proc = subprocess.run(
         [sys.executable, "-c", _RSS_PROBE, str(part), str(budget), "1" if direct else "0"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -252,5 +281,12 @@ def test_rowstore_bench_runs_every_method_and_checks_their_rows(tmp_path: Path) 
     args.func(args)  # every method's rows are compared with the table (AssertionError otherwise)
     result = json.loads(args.out.read_text())
     names = {r["method"] for r in result["results"]}
-    assert {"rocksdb_chunks", "rocksdb_rows", "memmap", "flat_direct_t8", "flat_pread_t1", "store_direct_25pct"} <= names
+    assert {
+        "rocksdb_chunks",
+        "rocksdb_rows",
+        "memmap",
+        "flat_direct_t8",
+        "flat_pread_t1",
+        "store_direct_25pct",
+    } <= names
     assert all(r["state"] == "warm" for r in result["results"]) and args.out.with_suffix(".md").exists()

@@ -77,7 +77,9 @@ def check_layout(sb: SampledBlocks, seeds: np.ndarray) -> None:
         assert ((b.edge_dst >= 0) & (b.edge_dst < b.num_dst)).all()
 
 
-def test_full_fanout_gives_exact_in_edges_and_closure(sampler: MultiHopSampler, orig: np.ndarray, gid_of: np.ndarray) -> None:
+def test_full_fanout_gives_exact_in_edges_and_closure(
+    sampler: MultiHopSampler, orig: np.ndarray, gid_of: np.ndarray
+) -> None:
     seeds = seeds_gid(gid_of)
     sb = sampler.sample(seeds, [-1, -1], False, job_seed=1, epoch=0, step=0)
 
@@ -178,7 +180,9 @@ class _RecordingPartitions:
         self.inner, self.info, self.fail = inner, inner.info, fail or {}
         self.num_partitions = inner.num_partitions
 
-    def sample_neighbors(self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0) -> Future:
+    def sample_neighbors(
+        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> Future:
         self.log.append(("start", p))
         inner = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
         log, fail = self.log, self.fail
@@ -208,7 +212,9 @@ def test_large_shares_go_out_in_chunks_with_the_same_sample(partitions: LocalPar
     chunked = MultiHopSampler(cast(PartitionSet, rec), max_ids_per_request=2).sample(seeds, [3, 2], False, 11, 2, 5)
     assert as_bytes(chunked) == as_bytes(whole)
     first_wait = next(i for i, e in enumerate(rec.log) if e[0] == "wait")
-    assert first_wait > 2 and all(e[0] == "start" for e in rec.log[:first_wait]), "a hop's chunks all start before any is awaited"
+    assert first_wait > 2 and all(e[0] == "start" for e in rec.log[:first_wait]), (
+        "a hop's chunks all start before any is awaited"
+    )
     assert sum(e[0] == "start" for e in rec.log) > 4
     with pytest.raises(InvalidArgument, match="max_ids_per_request"):
         MultiHopSampler(partitions, max_ids_per_request=0)
@@ -217,7 +223,9 @@ def test_large_shares_go_out_in_chunks_with_the_same_sample(partitions: LocalPar
 def test_partition_errors_propagate_unchanged(partitions: LocalPartitionSet, gid_of: np.ndarray) -> None:
     err = Unavailable("graph-store 1 is down")
     with pytest.raises(Unavailable) as info:
-        MultiHopSampler(cast(PartitionSet, _RecordingPartitions(partitions, fail={1: err}))).sample(seeds_gid(gid_of), [2], False, 0, 0, 0)
+        MultiHopSampler(cast(PartitionSet, _RecordingPartitions(partitions, fail={1: err}))).sample(
+            seeds_gid(gid_of), [2], False, 0, 0, 0
+        )
     assert info.value is err
 
 

@@ -25,8 +25,11 @@ def _cache_option_fields() -> dict[str, FieldInfo]:
 def test_loader_cache_settings_are_the_cache_options(setting: str, option: str) -> None:
     ours, theirs = LoaderSettings.model_fields[setting], _cache_option_fields()[option]
     assert (ours.annotation, ours.default, ours.metadata, ours.description) == (
-        theirs.annotation, theirs.default, theirs.metadata, theirs.description,
-    )  # fmt: skip
+        theirs.annotation,
+        theirs.default,
+        theirs.metadata,
+        theirs.description,
+    )
 
 
 def test_help_says_required_not_pydantic_undefined() -> None:

@@ -14,7 +14,7 @@ from graphfeed.common import shm
 def test_offer_accepted_for_same_allowed_dir(tmp_path: Path) -> None:
     offer = shm.ShmOffer.create(tmp_path)
     assert offer is not None
-    (key, value), = offer.metadata()
+    ((key, value),) = offer.metadata()
     assert key == shm.METADATA_KEY
     probe = tmp_path / value.split("|")[1]
     assert probe.read_text() == value.split("|")[2]
@@ -35,7 +35,7 @@ def test_offer_rejected(tmp_path: Path) -> None:
     other.mkdir()
     offer = shm.ShmOffer.create(tmp_path)
     assert offer is not None
-    (key, value), = offer.metadata()
+    ((key, value),) = offer.metadata()
     dir_s, probe, token = value.split("|")
     assert shm.OfferVerifier([other]).accept(offer.metadata()) is None
     assert shm.OfferVerifier([]).accept(offer.metadata()) is None
@@ -62,8 +62,18 @@ def test_rejection_is_logged_once_per_offer(tmp_path: Path, caplog: pytest.LogCa
 
 @pytest.mark.parametrize(
     "metadata",
-    [None, [], 42, [("graphfeed-shm",)], [("graphfeed-shm", "no-pipes")], [("graphfeed-shm", "a|b|c|d")],
-     [("graphfeed-shm", b"\xff\xfe|x|y")], [("graphfeed-shm", None)], [object()], [("graphfeed-shm", "/\x00|p|t")]],
+    [
+        None,
+        [],
+        42,
+        [("graphfeed-shm",)],
+        [("graphfeed-shm", "no-pipes")],
+        [("graphfeed-shm", "a|b|c|d")],
+        [("graphfeed-shm", b"\xff\xfe|x|y")],
+        [("graphfeed-shm", None)],
+        [object()],
+        [("graphfeed-shm", "/\x00|p|t")],
+    ],
 )
 def test_garbage_metadata_never_raises(tmp_path: Path, metadata: object) -> None:
     # Deliberately malformed: a peer's metadata is untrusted input, whatever its type.

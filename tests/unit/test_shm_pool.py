@@ -102,7 +102,7 @@ def test_pool_forgets_files_removed_behind_its_back(tmp_path: Path) -> None:
 
 
 def _only(pool: shm.SegmentPool) -> tuple[str, Path, int, mmap.mmap]:
-    (name, (mm, cap, _)), = pool._files.items()
+    ((name, (mm, cap, _)),) = pool._files.items()
     return name, pool.directory / name, cap, mm
 
 
@@ -209,8 +209,15 @@ def test_a_dead_readers_lent_segments_come_back_to_the_pool(tmp_path: Path) -> N
         "print('mapped', flush=True)\n"
         "sys.stdin.read()\n"  # holds the mapping until killed
     )
-    procs = [subprocess.Popen([sys.executable, "-c", reader_code, str(tmp_path), s.name], stdout=subprocess.PIPE,
-                              stdin=subprocess.PIPE, text=True) for s in segs]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", reader_code, str(tmp_path), s.name],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            text=True,
+        )
+        for s in segs
+    ]
     try:
         for p in procs:
             assert p.stdout is not None and p.stdout.readline().strip() == "mapped"

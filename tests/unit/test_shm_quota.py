@@ -45,8 +45,14 @@ def _sent(registry: shm.SegmentRegistry, directory: Path, client: str, nbytes: i
 
 def test_the_registry_counts_what_each_client_holds_until_claimed(tmp_path: Path) -> None:
     registry = shm.SegmentRegistry(ttl_s=60)
-    a1, _, b = _sent(registry, tmp_path, "a", 100), _sent(registry, tmp_path, "a", 50), _sent(registry, tmp_path, "b", 7)
-    assert registry.unclaimed("a") == (2, 150) and registry.unclaimed("b") == (1, 7) and registry.unclaimed("c") == (0, 0)
+    a1, _, b = (
+        _sent(registry, tmp_path, "a", 100),
+        _sent(registry, tmp_path, "a", 50),
+        _sent(registry, tmp_path, "b", 7),
+    )
+    assert (
+        registry.unclaimed("a") == (2, 150) and registry.unclaimed("b") == (1, 7) and registry.unclaimed("c") == (0, 0)
+    )
     a1.unlink()  # claimed by its reader
     assert registry.unclaimed("a") == (1, 50)
     registry.close()  # what is left is removed, and no longer counted
@@ -56,8 +62,14 @@ def test_the_registry_counts_what_each_client_holds_until_claimed(tmp_path: Path
 def test_a_client_over_its_quota_is_refused_until_it_claims(tmp_path: Path) -> None:
     registry = shm.SegmentRegistry()
     refusals: list[str] = []
-    quota = shm.ShmQuota(tmp_path, registry, client_bytes=1000, client_segments=3, on_decline=refusals.append,
-                         statvfs=_Statvfs(1 << 30, 1 << 30))  # fmt: skip
+    quota = shm.ShmQuota(
+        tmp_path,
+        registry,
+        client_bytes=1000,
+        client_segments=3,
+        on_decline=refusals.append,
+        statvfs=_Statvfs(1 << 30, 1 << 30),
+    )
     assert quota.decline("a", 5000) is None  # nothing unclaimed: one message of any size
     first = _sent(registry, tmp_path, "a", 900)
     assert quota.decline("a", 200) == QUOTA and quota.decline("a") is None  # 900 + 200 > 1000; an unsized one fits
@@ -117,7 +129,9 @@ def test_a_response_over_the_quota_goes_inline(small, tmp_path: Path) -> None:  
     offer.close()
 
 
-def test_a_response_that_finds_no_room_goes_inline_whole(small, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_a_response_that_finds_no_room_goes_inline_whole(
+    small: tuple[ServerTransport, CollectorRegistry], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     transport, metrics = small
     offer = shm.ShmOffer.create(tmp_path)
     assert offer is not None

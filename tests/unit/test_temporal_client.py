@@ -58,8 +58,12 @@ def test_merge_puts_every_root_back_in_place(stores: list[TemporalStore]) -> Non
 def test_merge_empty_and_with_features() -> None:
     s = merge(3, [])
     assert s.offsets.tolist() == [0, 0, 0, 0] and len(s.nbr) == len(s.ts) == len(s.eid) == 0
-    one = TemporalSample(np.array([0, 2]), np.array([5, 6]), np.array([1, 2]), np.array([7, 8]), np.ones((2, 3), np.float32))
-    two = TemporalSample(np.array([0, 0, 1]), np.array([9]), np.array([3]), np.array([4]), 2 * np.ones((1, 3), np.float32))
+    one = TemporalSample(
+        np.array([0, 2]), np.array([5, 6]), np.array([1, 2]), np.array([7, 8]), np.ones((2, 3), np.float32)
+    )
+    two = TemporalSample(
+        np.array([0, 0, 1]), np.array([9]), np.array([3]), np.array([4]), 2 * np.ones((1, 3), np.float32)
+    )
     m = merge(3, [(np.array([2]), one), (np.array([0, 1]), two)])
     assert m.offsets.tolist() == [0, 0, 1, 3] and m.nbr.tolist() == [9, 5, 6] and m.eid.tolist() == [4, 7, 8]
     assert m.efeat is not None and m.efeat[:, 0].tolist() == [2, 1, 1]

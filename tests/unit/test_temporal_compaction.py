@@ -45,7 +45,9 @@ def _batch(w: int, b: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return rng.integers(0, 2 * N, 20), dst, 1000 + b + rng.integers(0, 2, 20)
 
 
-def test_background_compaction_during_concurrent_appends_changes_no_sample(part: Path, tmp_path: Path, opened: list) -> None:
+def test_background_compaction_during_concurrent_appends_changes_no_sample(
+    part: Path, tmp_path: Path, opened: list
+) -> None:
     bg = TemporalStore.open(part, tmp_path / "bg", max_blocks=3, compact_min_edges=1)
     opened.append(bg)
     done: list[tuple[int, str, tuple, int]] = []  # (visible_seq, batch id, arrays, first_eid)

@@ -52,7 +52,9 @@ def test_recent_is_the_last_k_edges_before_t(store: TemporalStore, made: tuple[P
     assert r.efeat is None
 
 
-def _timelines(made: tuple[Path, np.ndarray], appended: list[tuple[int, int, int, int]]) -> list[list[tuple[int, int, int]]]:
+def _timelines(
+    made: tuple[Path, np.ndarray], appended: list[tuple[int, int, int, int]]
+) -> list[list[tuple[int, int, int]]]:
     """(src, t, eid) of every row in time order: the formula's edges, then appended ones."""
     eid_of = made[1]
     rows = [[((v * 7 + j) % N, 10 * j, int(eid_of[v, j])) for j in range(J)] for v in range(N)]
@@ -61,13 +63,17 @@ def _timelines(made: tuple[Path, np.ndarray], appended: list[tuple[int, int, int
     return rows
 
 
-def _expected_uniform(timelines: list, nodes: np.ndarray, times: np.ndarray, fanout: int, seed: int, first: int) -> tuple:
+def _expected_uniform(
+    timelines: list, nodes: np.ndarray, times: np.ndarray, fanout: int, seed: int, first: int
+) -> tuple:
     """sample_csr run on a CSR whose row i is root i's timeline truncated before times[i]."""
     trunc = [[e for e in timelines[v] if e[1] < t] for v, t in zip(nodes.tolist(), times.tolist(), strict=True)]
     indptr = np.concatenate([[0], np.cumsum([len(x) for x in trunc])]).astype(np.int64)
     flat = np.array([e for x in trunc for e in x], dtype=np.int64).reshape(-1, 3)
     by_eid = dict(zip(flat[:, 2].tolist(), flat[:, 1].tolist(), strict=True))
-    offsets, src, eid = sample_csr(indptr, flat[:, 0], flat[:, 2], np.arange(len(nodes)), fanout, False, seed, first_position=first)
+    offsets, src, eid = sample_csr(
+        indptr, flat[:, 0], flat[:, 2], np.arange(len(nodes)), fanout, False, seed, first_position=first
+    )
     return offsets, src, np.array([by_eid[e] for e in eid.tolist()], dtype=np.int64), eid
 
 
@@ -130,7 +136,9 @@ def test_edge_features_follow_their_edges(made: tuple[Path, np.ndarray], tmp_pat
     try:
         for b in range(5):
             t = np.array([200 + b, 200 + b])
-            s.append(f"f{b}", np.array([1, 2]), np.array([b, 7]), t, efeat=np.stack([t, t], axis=1).astype(np.float32) * -1)
+            s.append(
+                f"f{b}", np.array([1, 2]), np.array([b, 7]), t, efeat=np.stack([t, t], axis=1).astype(np.float32) * -1
+            )
         r = s.sample(np.arange(N), np.full(N, 1000), 4, "uniform", seed=1)
         assert r.efeat is not None and r.efeat.shape == (len(r.eid), 2) and e > 0
         base = r.eid < (1 << 62)
@@ -182,7 +190,9 @@ def test_samples_during_appends_see_a_prefix_of_the_batches(store: TemporalStore
         ({"seed": -1}, InvalidArgument, "seed must be in"),
     ],
 )
-def test_bad_sample_requests_are_refused(made: tuple[Path, np.ndarray], kwargs: dict, error: type, message: str) -> None:
+def test_bad_sample_requests_are_refused(
+    made: tuple[Path, np.ndarray], kwargs: dict, error: type, message: str
+) -> None:
     # two partitions: ids >= N belong to id % 2, so N + 3 is partition 1's
     root = write_temporal(made[0].parent / "g2", num_partitions=2)[0]
     s = TemporalStore.open(root / "part-00000", None, max_ids_per_request=8)

@@ -85,9 +85,13 @@ def test_a_snapshot_truncates_the_log_and_a_restart_replays_only_what_follows(pa
     (snap,) = _snapshots(log_dir)
     covered = json.loads((log_dir / "snapshots" / snap / "manifest.json").read_text())["seq"]
     assert 0 < covered <= 70 and _logged_seqs(log_dir) == list(range(covered + 1, 71))
-    arrays = load_arrays(log_dir / "snapshots" / snap, json.loads((log_dir / "snapshots" / snap / "manifest.json").read_text()))
+    arrays = load_arrays(
+        log_dir / "snapshots" / snap, json.loads((log_dir / "snapshots" / snap / "manifest.json").read_text())
+    )
     eid = arrays["eid"]
-    assert len(eid) == 4 * covered and (eid & APPENDED).all()  # the appended edges only: ingest edges stay in the partition
+    assert (
+        len(eid) == 4 * covered and (eid & APPENDED).all()
+    )  # the appended edges only: ingest edges stay in the partition
     s = TemporalStore.open(part, log_dir)
     try:
         assert s.info().seq == 70 and s.info().num_appended == 280
@@ -132,7 +136,9 @@ def test_a_torn_snapshot_is_ignored_and_a_damaged_one_after_truncation_is_refuse
         TemporalStore.open(part, log_dir)
 
 
-def test_a_damaged_snapshot_that_covered_every_batch_is_refused_not_read_as_an_empty_graph(part: Path, tmp_path: Path) -> None:
+def test_a_damaged_snapshot_that_covered_every_batch_is_refused_not_read_as_an_empty_graph(
+    part: Path, tmp_path: Path
+) -> None:
     log_dir = tmp_path / "log"
     _fill(part, log_dir, 40)
     (snap,) = _snapshots(log_dir)
@@ -168,10 +174,19 @@ _CHILD = textwrap.dedent(
 @pytest.mark.parametrize("step", ["files", "manifest", "renamed", "truncated", "cleaned"])
 def test_kill_9_at_each_step_of_a_snapshot_loses_no_acknowledged_edge(part: Path, tmp_path: Path, step: str) -> None:
     log_dir = tmp_path / "log"
-    child = subprocess.run([sys.executable, "-c", _CHILD, str(part), str(log_dir), step, json.dumps(SNAPSHOTS)],
-                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])  # fmt: skip
-    assert child.returncode == -signal.SIGKILL, f"the child was not killed at {step!r} (rc {child.returncode}): {child.stderr}"
-    acked = [json.loads(line) for line in child.stdout.splitlines(keepends=True) if line.endswith("\n")]  # not a torn last one
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(part), str(log_dir), step, json.dumps(SNAPSHOTS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    assert child.returncode == -signal.SIGKILL, (
+        f"the child was not killed at {step!r} (rc {child.returncode}): {child.stderr}"
+    )
+    acked = [
+        json.loads(line) for line in child.stdout.splitlines(keepends=True) if line.endswith("\n")
+    ]  # not a torn last one
     assert len(acked) >= 4, child.stderr
     left = _snapshots(log_dir)
     assert any(n.startswith("tmp-") for n in left) == (step in ("files", "manifest")), left

@@ -49,8 +49,10 @@ def open_store(graph: Path, tmp_path: Path) -> Iterator[Open]:
 def _all_edges(s: TemporalStore, nodes: np.ndarray) -> list[list[tuple[int, int, int]]]:
     """Every (src, t, eid) of each node, in stored order."""
     r = s.sample(nodes, np.full(len(nodes), 1 << 62), -1)
-    return [list(zip(r.nbr[a:b].tolist(), r.ts[a:b].tolist(), r.eid[a:b].tolist(), strict=True))
-            for a, b in zip(r.offsets[:-1], r.offsets[1:], strict=True)]  # fmt: skip
+    return [
+        list(zip(r.nbr[a:b].tolist(), r.ts[a:b].tolist(), r.eid[a:b].tolist(), strict=True))
+        for a, b in zip(r.offsets[:-1], r.offsets[1:], strict=True)
+    ]
 
 
 def test_append_is_visible_after_the_ack_with_spec_edge_ids(open_store: Open) -> None:
@@ -67,7 +69,11 @@ def test_append_is_visible_after_the_ack_with_spec_edge_ids(open_store: Open) ->
     assert (info.num_appended, info.seq, info.num_blocks, info.max_t) == (3, 1, 1, 100)
     assert info.num_edges == N // 2 * J + 3
     tie = s.append("tie", np.array([9, 3, 8, 7]), np.array([21, 20, 21, 21]), np.array([200, 200, 200, 200]))
-    assert _all_edges(s, np.array([21]))[0][-3:] == [(9, 200, tie.first_eid + 1), (8, 200, tie.first_eid + 2), (7, 200, tie.first_eid + 3)]
+    assert _all_edges(s, np.array([21]))[0][-3:] == [
+        (9, 200, tie.first_eid + 1),
+        (8, 200, tie.first_eid + 2),
+        (7, 200, tie.first_eid + 3),
+    ]
 
 
 def test_new_nodes_get_rows_and_are_owned_by_id_mod_p(open_store: Open) -> None:
@@ -75,7 +81,11 @@ def test_new_nodes_get_rows_and_are_owned_by_id_mod_p(open_store: Open) -> None:
     s0.append("n0", np.array([1, 2, 3]), np.array([1000, 42, 1000]), np.array([5, 6, 7]))
     s1.append("n1", np.array([9]), np.array([41]), np.array([5]))
     s0.append("n2", np.array([4]), np.array([1000]), np.array([8]))
-    assert [[e[:2] for e in row] for row in _all_edges(s0, np.array([1000, 42, 44]))] == [[(1, 5), (3, 7), (4, 8)], [(2, 6)], []]
+    assert [[e[:2] for e in row] for row in _all_edges(s0, np.array([1000, 42, 44]))] == [
+        [(1, 5), (3, 7), (4, 8)],
+        [(2, 6)],
+        [],
+    ]
     assert _all_edges(s1, np.array([41]))[0][0][:2] == (9, 5)
     assert s0.info().num_rows == N // 2 + 2
     with pytest.raises(FailedPrecondition, match="41 not owned by partition 0"):
@@ -136,7 +146,9 @@ def test_duplicate_batch_id_applies_nothing_twice(open_store: Open) -> None:
 
 def test_reopen_replays_every_batch_and_remembers_batch_ids(open_store: Open) -> None:
     s = open_store(0, max_blocks=3)  # compaction happens on the way, and again during replay
-    acks = [s.append(f"b{i}", np.array([i, i + 1]), np.array([i % 20, 19]), np.array([100 + i, 100 + i])) for i in range(7)]
+    acks = [
+        s.append(f"b{i}", np.array([i, i + 1]), np.array([i % 20, 19]), np.array([100 + i, 100 + i])) for i in range(7)
+    ]
     before = _all_edges(s, np.arange(20))
     s.close()
     with pytest.raises(FailedPrecondition, match="closed"):
@@ -188,7 +200,10 @@ def test_graph_store_opens_its_temporal_store(graph: Path, tmp_path: Path) -> No
         gs.temporal.append("a", np.array([1]), np.array([1]), np.array([100]))
     gs.close()
     gs = GraphStore.open(graph / "part-00000", append_dir=tmp_path / "ga", max_append_edges=10)
-    assert gs.temporal is not None and gs.temporal.append("a", np.array([1]), np.array([1]), np.array([100])).num_edges == 1
+    assert (
+        gs.temporal is not None
+        and gs.temporal.append("a", np.array([1]), np.array([1]), np.array([100])).num_edges == 1
+    )
     gs.close()
     with pytest.raises(FailedPrecondition, match="closed"):
         gs.temporal.info() and gs.temporal.append("b", np.array([1]), np.array([1]), np.array([100]))
@@ -201,7 +216,8 @@ _CHILD = textwrap.dedent(
     from graphfeed.graph_store.temporal import TemporalStore
     s = TemporalStore.open(sys.argv[1], sys.argv[2])
     for i in range(int(sys.argv[3]), 10**6):
-        ack = s.append(f"k{i}", *[np.asarray(a) for a in json.loads(sys.argv[4].replace("T", str(1000 + i)).replace("I", str(i)))])
+        batch = json.loads(sys.argv[4].replace("T", str(1000 + i)).replace("I", str(i)))
+        ack = s.append(f"k{i}", *[np.asarray(a) for a in batch])
         print(json.dumps([i, ack.first_eid, ack.num_edges]), flush=True)
     """
 )
@@ -216,8 +232,13 @@ def _kill_trial(part: Path, log_dir: Path, start: int, acks_wanted: int) -> int:
     """Child appends batches start, start+1, ...; SIGKILL right after ``acks_wanted`` acks; the
     parent reopens, retries every batch the child may have been sending, and checks that every
     batch so far is stored exactly once. Returns the next batch number."""
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(part), str(log_dir), str(start), _BATCH],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(part), str(log_dir), str(start), _BATCH],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
     acked: list[list[int]] = []
     deadline = time.monotonic() + 60
     try:

@@ -67,7 +67,9 @@ def test_a_root_never_sees_its_own_time() -> None:
 
 def test_memory_keeps_each_nodes_latest_message() -> None:
     mem = NodeMemory(4, memory_dim=2, edge_dim=1)
-    mem.store_messages(np.array([0, 1, 2]), np.array([1, 2, 0]), np.array([10, 11, 12]), np.array([[1.0], [2.0], [3.0]], np.float32))
+    mem.store_messages(
+        np.array([0, 1, 2]), np.array([1, 2, 0]), np.array([10, 11, 12]), np.array([[1.0], [2.0], [3.0]], np.float32)
+    )
     assert mem.has_pending.tolist() == [True, True, True, False]
     assert mem.pend_other[:3].tolist() == [2, 2, 0] and mem.pend_t[:3].tolist() == [12, 11, 12]
     assert mem.pend_feat[:3, 0].tolist() == [3.0, 2.0, 3.0]
@@ -117,7 +119,11 @@ def test_training_is_deterministic_and_learns(tmp_path: Path, reference: tuple[d
     assert first["test_ap"] > 0.6  # random scores give 0.5
     # one line per 10 % of the stream, split where a phase ends (val at 280, test at 340): they tile each epoch
     spans = [(c["first"], c["stop"], c["phase"]) for c in first["chunks"] if c["epoch"] == 1]
-    assert [(a, b) for a, b, _ in spans] == [(x, x + 40) for x in range(0, 320, 40)] + [(320, 340), (340, 380), (380, 400)]
+    assert [(a, b) for a, b, _ in spans] == [(x, x + 40) for x in range(0, 320, 40)] + [
+        (320, 340),
+        (340, 380),
+        (380, 400),
+    ]
     assert [p for _, _, p in spans] == ["train"] * 7 + ["val"] * 2 + ["test"] * 2
 
 
@@ -127,13 +133,18 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path: Path, reference: tuple[
     # 11 batches per epoch (7 train, 2 val, 2 test): killed at step 4 of epoch 2, one batch after its checkpoint
     crashed = subprocess.run(
         [sys.executable, "-m", "graphfeed.trainer.temporal", *args, "--crash-after-batches", "15"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert "epoch 1:" in crashed.stdout and "final test AP" not in crashed.stdout
     state = torch.load(ckpt, weights_only=False)
     assert (state["epoch"], state["step"]) == (1, 3)
-    resumed, w_resumed = run_cli(tmp_path, "resumed", "--epochs", "2", "--checkpoint", str(ckpt), "--checkpoint-every", "3")
+    resumed, w_resumed = run_cli(
+        tmp_path, "resumed", "--epochs", "2", "--checkpoint", str(ckpt), "--checkpoint-every", "3"
+    )
     assert same_weights(w_resumed, reference[1])
     assert without_times(resumed) == without_times(reference[0])
 
@@ -153,7 +164,9 @@ class SpecStore:
         self.duplicates = 0
         self.fail_after_samples: int | None = None
 
-    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> bool:
+    def append(
+        self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
+    ) -> bool:
         content = b"".join(a.tobytes() for a in (src, dst, t) + (() if efeat is None else (efeat,)))
         if batch_id in self.acked:
             assert self.acked[batch_id] == content, f"batch {batch_id} re-sent with different content"
@@ -178,7 +191,9 @@ def small_config(**change: object) -> TGNConfig:
     return TGNConfig(**{**base, **change})  # type: ignore[arg-type]
 
 
-def test_store_source_trains_to_the_same_weights_and_resumes(tmp_path: Path, reference: tuple[dict, dict[str, torch.Tensor]]) -> None:
+def test_store_source_trains_to_the_same_weights_and_resumes(
+    tmp_path: Path, reference: tuple[dict, dict[str, torch.Tensor]]
+) -> None:
     events = load_events("collegemsg").head(400)
     store, threads = SpecStore(events.num_nodes, events.edge_feat_dim), torch.get_num_threads()
     torch.set_num_threads(1)  # as the reference run
@@ -186,10 +201,18 @@ def test_store_source_trains_to_the_same_weights_and_resumes(tmp_path: Path, ref
         ckpt = tmp_path / "tgn.pt"
         store.fail_after_samples = 15  # the trainer dies in epoch 2, after its checkpoint at step 3
         with pytest.raises(ConnectionError):
-            TGNTrainer(events, small_config(checkpoint=ckpt, checkpoint_every=3), StoreNeighbors(store, "job"), report=lambda _: None).run()
+            TGNTrainer(
+                events,
+                small_config(checkpoint=ckpt, checkpoint_every=3),
+                StoreNeighbors(store, "job"),
+                report=lambda _: None,
+            ).run()
         store.fail_after_samples = None
         restarted = TGNTrainer(
-            events, small_config(checkpoint=ckpt, checkpoint_every=3), StoreNeighbors(store, "job"), report=lambda _: None
+            events,
+            small_config(checkpoint=ckpt, checkpoint_every=3),
+            StoreNeighbors(store, "job"),
+            report=lambda _: None,
         )
         restarted.run()
     finally:

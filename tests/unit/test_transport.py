@@ -33,7 +33,9 @@ class _Context:
 
 def _segments(directory: Path) -> list[str]:
     """Unclaimed segment files (a pool's handed-back ones carry a suffix)."""
-    return sorted(p.name for p in Path(directory).iterdir() if p.name.startswith(shm.SEGMENT_PREFIX) and "." not in p.name)
+    return sorted(
+        p.name for p in Path(directory).iterdir() if p.name.startswith(shm.SEGMENT_PREFIX) and "." not in p.name
+    )
 
 
 @pytest.fixture
@@ -48,7 +50,9 @@ def shared(tmp_path: Path) -> Iterator[tuple[ServerTransport, _Context, Collecto
 
 
 def _shm_bytes(registry: CollectorRegistry) -> float:
-    value = registry.get_sample_value("graphfeed_rpc_response_shm_bytes_total", {"service": "TestService", "method": "M"})
+    value = registry.get_sample_value(
+        "graphfeed_rpc_response_shm_bytes_total", {"service": "TestService", "method": "M"}
+    )
     return value or 0.0
 
 

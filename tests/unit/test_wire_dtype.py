@@ -105,7 +105,9 @@ def test_job_accepts_the_documented_wire_dtypes(value: str) -> None:
 
 @pytest.mark.parametrize("value", ["float32", "half", "FLOAT16", "bf16"])
 def test_job_refuses_any_other_wire_dtype(value: str) -> None:
-    with pytest.raises(InvalidArgument, match=r"feature_wire_dtype must be '' \(the stored dtype\), 'float16' or 'bfloat16'"):
+    with pytest.raises(
+        InvalidArgument, match=r"feature_wire_dtype must be '' \(the stored dtype\), 'float16' or 'bfloat16'"
+    ):
         JobSpec(batch_size=8, fanouts=(2,), feature_wire_dtype=value).validate()
 
 
@@ -129,7 +131,9 @@ def _rounded(exact: np.ndarray, wire: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("wire", ["float16", "bfloat16"])
-def test_stream_sends_rounded_features_and_the_cache_keeps_full_precision(loader: Loader, orig: np.ndarray, wire: str) -> None:
+def test_stream_sends_rounded_features_and_the_cache_keeps_full_precision(
+    loader: Loader, orig: np.ndarray, wire: str
+) -> None:
     job = JobSpec(**{**JOB.__dict__, "feature_wire_dtype": wire})
     assert loader.describe(job).feature_dtype == np.float32, "DescribeJob names the stored dtype"
     for epoch in (0, 1):  # the second epoch reads rows the first admitted
@@ -148,14 +152,18 @@ def test_stream_sends_rounded_features_and_the_cache_keeps_full_precision(loader
 def test_bfloat16_rounding_shows_in_the_arithmetic_features(loader: Loader, orig: np.ndarray) -> None:
     """Features above 256 are not all bfloat16 values: the stream really rounds them."""
     job = JobSpec(**{**JOB.__dict__, "feature_wire_dtype": "bfloat16"})
-    diffs = [from_bfloat16(mb.features) - arithmetic_features(orig[mb.blocks.input_nodes]) for mb in loader.stream(job, 0)]
+    diffs = [
+        from_bfloat16(mb.features) - arithmetic_features(orig[mb.blocks.input_nodes]) for mb in loader.stream(job, 0)
+    ]
     assert any(np.any(d != 0) for d in diffs)
     assert all(np.all(np.abs(d) <= 1.0) for d in diffs)  # half a unit in the last place below 400 is 1
 
 
 def test_a_wire_dtype_for_integer_features_is_refused(loader: Loader) -> None:
     job = JobSpec(**{**JOB.__dict__, "feature_name": "label", "feature_wire_dtype": "float16"})
-    with pytest.raises(InvalidArgument, match="feature_wire_dtype 'float16' needs floating-point features; 'label' is int64"):
+    with pytest.raises(
+        InvalidArgument, match="feature_wire_dtype 'float16' needs floating-point features; 'label' is int64"
+    ):
         loader.describe(job)
     with pytest.raises(InvalidArgument, match="needs floating-point features"):
         loader.stream(job, 0)
@@ -180,7 +188,9 @@ def test_embedded_data_loader_upcasts_to_float32(loader: Loader, orig: np.ndarra
     assert blocks[0].srcdata["feat"].dtype == torch.float32, "no wire dtype: the stored type, as before"
 
 
-def test_device_features_stay_at_the_stored_precision(parts: LocalPartitionSet, orig: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_features_stay_at_the_stored_precision(
+    parts: LocalPartitionSet, orig: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Features gathered on the GPU (here the kernel emulator) cross no wire: not converted."""
     from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
     from graphfeed.gpu_kernels.memory import to_torch
@@ -197,6 +207,8 @@ def test_device_features_stay_at_the_stored_precision(parts: LocalPartitionSet, 
         for on_device, host in zip(loader.stream(job, 0, on_device=True), loader.stream(job, 0)):
             exact = arithmetic_features(orig[host.blocks.input_nodes])
             assert np.array_equal(to_torch(on_device.features).numpy(), exact), "device features: float32, exact"
-            assert host.features.dtype == BFLOAT16 and np.array_equal(from_bfloat16(host.features), from_bfloat16(to_bfloat16(exact)))
+            assert host.features.dtype == BFLOAT16 and np.array_equal(
+                from_bfloat16(host.features), from_bfloat16(to_bfloat16(exact))
+            )
     finally:
         loader.close()

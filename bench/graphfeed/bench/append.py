@@ -82,8 +82,22 @@ class StoreProcess:
         """Starts the process and waits for its READY line (or its death)."""
         self.starts += 1
         log = open(self.log_dir / f"{self.part_dir.name}-{self.starts}.log", "wb")  # noqa: SIM115 - the child's stderr
-        cmd = [sys.executable, "-m", "graphfeed", "serve", "graph-store", "--part-dir", str(self.part_dir),
-               "--append-dir", str(self.append_dir), "--port", str(self.port), "--metrics-port", "-1", *self.extra_args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "graphfeed",
+            "serve",
+            "graph-store",
+            "--part-dir",
+            str(self.part_dir),
+            "--append-dir",
+            str(self.append_dir),
+            "--port",
+            str(self.port),
+            "--metrics-port",
+            "-1",
+            *self.extra_args,
+        ]
         self.proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         ready = threading.Event()
 
@@ -179,18 +193,32 @@ def compare(acked: np.ndarray, stored: np.ndarray) -> dict[str, int]:
     inverse = inverse.reshape(-1)
     want = np.bincount(inverse[: acked.shape[1]], minlength=len(rows))
     got = np.bincount(inverse[acked.shape[1] :], minlength=len(rows))
-    return {"acked": int(acked.shape[1]), "stored": int(stored.shape[1]),
-            "lost": int(np.maximum(want - got, 0).sum()), "duplicated": int(np.maximum(got - want, 0).sum())}  # fmt: skip
+    return {
+        "acked": int(acked.shape[1]),
+        "stored": int(stored.shape[1]),
+        "lost": int(np.maximum(want - got, 0).sum()),
+        "duplicated": int(np.maximum(got - want, 0).sum()),
+    }
 
 
-def kill_trials(root: Path, work: Path, trials: int, batch_edges: int = 500, seed: int = 0,
-                on_trial: Callable[[dict], None] | None = None, extra_args: tuple[str, ...] = (),
-                batches_before_kill: int = 5) -> list[dict]:  # fmt: skip
+def kill_trials(
+    root: Path,
+    work: Path,
+    trials: int,
+    batch_edges: int = 500,
+    seed: int = 0,
+    on_trial: Callable[[dict], None] | None = None,
+    extra_args: tuple[str, ...] = (),
+    batches_before_kill: int = 5,
+) -> list[dict]:
     """Runs ``trials`` kill -9 / restart cycles (partition ``k % 2`` in trial k) under a streaming
     writer; returns one result per trial (see :func:`compare`, plus retries and times).
     ``extra_args``: more ``serve graph-store`` flags (e.g. small snapshot thresholds)."""
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    stores = [StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs", extra_args=list(extra_args)) for p in range(2)]
+    stores = [
+        StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs", extra_args=list(extra_args))
+        for p in range(2)
+    ]
     results: list[dict] = []
     acked_all: list[np.ndarray] = []  # every trial's acknowledged edges: the stores keep them all
     client = None
@@ -210,8 +238,14 @@ def kill_trials(root: Path, work: Path, trials: int, batch_edges: int = 500, see
             writer.wait_for(writer.batches + 5)
             acked_all.append(writer.result())
             acked = np.concatenate(acked_all, axis=1)
-            row = {"trial": k, "killed": k % 2, "batches": writer.batches, "retries": client.retries - retries0, "down_s": down_s,
-                   **compare(acked, stored_appends(client, np.unique(acked[0])))}  # fmt: skip
+            row = {
+                "trial": k,
+                "killed": k % 2,
+                "batches": writer.batches,
+                "retries": client.retries - retries0,
+                "down_s": down_s,
+                **compare(acked, stored_appends(client, np.unique(acked[0]))),
+            }
             results.append(row)
             if on_trial is not None:
                 on_trial(row)
@@ -247,9 +281,19 @@ def _throughput(address: str, args: argparse.Namespace) -> dict:
         list(pool.map(write, range(k)))
     wall = time.perf_counter() - t_all
     edges = per_writer * k * n
-    return {"batches": per_writer * k, "batch_edges": n, "in_flight": k, "edges": edges, "wall_s": wall,
-            "edges_per_s": edges / wall, "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3),
-            "max_ms": float(np.max(lat) * 1e3), "request_bytes": edges * 24, "mb_per_s": edges * 24 / wall / 1e6}  # fmt: skip
+    return {
+        "batches": per_writer * k,
+        "batch_edges": n,
+        "in_flight": k,
+        "edges": edges,
+        "wall_s": wall,
+        "edges_per_s": edges / wall,
+        "p50_ms": float(np.percentile(lat, 50) * 1e3),
+        "p99_ms": float(np.percentile(lat, 99) * 1e3),
+        "max_ms": float(np.max(lat) * 1e3),
+        "request_bytes": edges * 24,
+        "mb_per_s": edges * 24 / wall / 1e6,
+    }
 
 
 def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
@@ -265,21 +309,34 @@ def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
         for strategy in ("recent", "uniform"):
             calls: dict[str, Callable[[], object]] = {
                 "grpc": partial(remote.sample_temporal, nodes, times, args.fanout, strategy, 7, with_features=False),
-                "grpc_shm": partial(shared.sample_temporal, nodes, times, args.fanout, strategy, 7, with_features=False),
+                "grpc_shm": partial(
+                    shared.sample_temporal, nodes, times, args.fanout, strategy, 7, with_features=False
+                ),
                 "in_process": partial(local.sample, nodes, times, args.fanout, strategy, 7, with_features=False),
                 "numpy": partial(baseline, b.indptr, b.nbr, b.ts, b.eid, nodes, times, args.fanout, strategy, 7),
             }
             best = _best(calls, args.repeats)
             ref = baseline(b.indptr, b.nbr, b.ts, b.eid, nodes, times, args.fanout, strategy, 7)
-            outs = [remote.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
-                    shared.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
-                    local.sample(nodes, times, args.fanout, strategy, 7, with_features=False)]  # fmt: skip
+            outs = [
+                remote.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
+                shared.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
+                local.sample(nodes, times, args.fanout, strategy, 7, with_features=False),
+            ]
             fields = ("offsets", "nbr", "ts", "eid")
             same = all(np.array_equal(getattr(o, f), r) for o in outs for f, r in zip(fields, ref))
-            row = {"strategy": strategy, "roots": args.roots, "fanout": args.fanout, "baseline": name, "identical": bool(same)}
+            row = {
+                "strategy": strategy,
+                "roots": args.roots,
+                "fanout": args.fanout,
+                "baseline": name,
+                "identical": bool(same),
+            }
             for key, secs in best.items():
                 row[f"{key}_s"], row[f"{key}_roots_per_s"] = secs, args.roots / secs
-            row["grpc_vs_numpy"], row["grpc_shm_vs_numpy"] = best["numpy"] / best["grpc"], best["numpy"] / best["grpc_shm"]
+            row["grpc_vs_numpy"], row["grpc_shm_vs_numpy"] = (
+                best["numpy"] / best["grpc"],
+                best["numpy"] / best["grpc_shm"],
+            )
             rows.append(row)
     finally:
         remote.close()
@@ -297,8 +354,14 @@ def _restart(part: Path, append_dir: Path) -> dict:
     open_s = time.perf_counter() - t0
     info = store.info()
     store.close()
-    return {"append_dir_bytes": on_disk, "log_bytes": on_disk - snapshots, "snapshot_bytes": snapshots, "open_s": open_s,
-            "num_appended": info.num_appended, "seq": info.seq}  # fmt: skip
+    return {
+        "append_dir_bytes": on_disk,
+        "log_bytes": on_disk - snapshots,
+        "snapshot_bytes": snapshots,
+        "open_s": open_s,
+        "num_appended": info.num_appended,
+        "seq": info.seq,
+    }
 
 
 def _restart_compare(part: Path, work: Path, args: argparse.Namespace) -> list[dict]:
@@ -306,37 +369,53 @@ def _restart_compare(part: Path, work: Path, args: argparse.Namespace) -> list[d
     rows = []
     for snapshot_min in (0, args.snapshot_min_edges):
         log_dir, rng = work / f"restart-{snapshot_min}", np.random.default_rng(args.seed + 9)
-        store = TemporalStore.open(part, log_dir, max_blocks=args.max_blocks, compact_min_edges=args.compact_min_edges,
-                                   snapshot_min_edges=snapshot_min, max_append_edges=max(1_000_000, args.batch_edges))  # fmt: skip
+        store = TemporalStore.open(
+            part,
+            log_dir,
+            max_blocks=args.max_blocks,
+            compact_min_edges=args.compact_min_edges,
+            snapshot_min_edges=snapshot_min,
+            max_append_edges=max(1_000_000, args.batch_edges),
+        )
         try:
             for b in range(args.restart_batches):
                 n = args.batch_edges
-                store.append(f"r{b}", rng.integers(0, args.nodes, n), rng.integers(0, args.nodes, n), np.full(n, 2 * T_SPAN + b))
+                store.append(
+                    f"r{b}", rng.integers(0, args.nodes, n), rng.integers(0, args.nodes, n), np.full(n, 2 * T_SPAN + b)
+                )
         finally:
             store.close()
         rows.append({"snapshot_min_edges": snapshot_min, **_restart(part, log_dir)})
     return rows
 
 
-def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict], rs: dict, compare: list[dict]) -> str:
+def _table(
+    args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[dict], rs: dict, compare: list[dict]
+) -> str:
     lines = [f"# graphfeed bench append ({args.nodes:,} nodes, {args.edges:,} base edges, through gRPC)", ""]
     if trials:
         lost, dup, acked = sum(t["lost"] for t in trials), sum(t["duplicated"] for t in trials), trials[-1]["acked"]
         lines += [
-            f"Durability: {len(trials)} kill -9 trials, {acked:,} acknowledged edges: **{lost} lost, {dup} applied twice**.",
+            (
+                f"Durability: {len(trials)} kill -9 trials, {acked:,} acknowledged edges: "
+                f"**{lost} lost, {dup} applied twice**."
+            ),
             "",
             "| trial | killed partition | retried sends | restart s | acked (cumulative) | stored |",
             "|---|---|---|---|---|---|",
         ]
         for t in trials:
-            lines.append(f"| {t['trial']} | {t['killed']} | {t['retries']} | {t['down_s']:.1f} | {t['acked']:,} | {t['stored']:,} |")
+            lines.append(
+                f"| {t['trial']} | {t['killed']} | {t['retries']} | {t['down_s']:.1f} | {t['acked']:,} "
+                f"| {t['stored']:,} |"
+            )
         lines.append("")
     lines += [
         "| appends | batch edges | in flight | durable edges/s | p50 ms | p99 ms | max ms | request MB/s |",
         "|---|---|---|---|---|---|---|---|",
         (
-            f"| {tp['batches']} | {tp['batch_edges']:,} | {tp['in_flight']} | {tp['edges_per_s']:,.0f} | {tp['p50_ms']:.2f} "
-            f"| {tp['p99_ms']:.2f} | {tp['max_ms']:.2f} | {tp['mb_per_s']:.1f} |"
+            f"| {tp['batches']} | {tp['batch_edges']:,} | {tp['in_flight']} | {tp['edges_per_s']:,.0f} "
+            f"| {tp['p50_ms']:.2f} | {tp['p99_ms']:.2f} | {tp['max_ms']:.2f} | {tp['mb_per_s']:.1f} |"
         ),
         "",
         (
@@ -346,27 +425,38 @@ def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[di
         "",
         "| restart: log MB on disk | snapshot MB | open s | appended edges | batches |",
         "|---|---|---|---|---|",
-        f"| {rs['log_bytes'] / 1e6:.1f} | {rs['snapshot_bytes'] / 1e6:.1f} | {rs['open_s']:.2f} | {rs['num_appended']:,} | {rs['seq']} |",
+        (
+            f"| {rs['log_bytes'] / 1e6:.1f} | {rs['snapshot_bytes'] / 1e6:.1f} | {rs['open_s']:.2f} "
+            f"| {rs['num_appended']:,} | {rs['seq']} |"
+        ),
         "",
     ]
     if compare:
-        lines += ["| restart, random batches in process: snapshot min edges | log MB | snapshot MB | open s | appended edges | batches |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            (
+                "| restart, random batches in process: snapshot min edges | log MB | snapshot MB | open s "
+                "| appended edges | batches |"
+            ),
+            "|---|---|---|---|---|---|",
+        ]
         for r in compare:
             mb = f"{r['log_bytes'] / 1e6:.1f} | {r['snapshot_bytes'] / 1e6:.1f}"
-            lines.append(f"| {r['snapshot_min_edges']:,} | {mb} | {r['open_s']:.2f} | {r['num_appended']:,} | {r['seq']} |")
+            lines.append(
+                f"| {r['snapshot_min_edges']:,} | {mb} | {r['open_s']:.2f} | {r['num_appended']:,} | {r['seq']} |"
+            )
     lines += [
         "",
         (
-            f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | gRPC roots/s | gRPC + shm roots/s | in-process roots/s "
-            "| NumPy roots/s | gRPC / NumPy | gRPC + shm / NumPy | identical |"
+            f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | gRPC roots/s | gRPC + shm roots/s "
+            "| in-process roots/s | NumPy roots/s | gRPC / NumPy | gRPC + shm / NumPy | identical |"
         ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in samp:
         lines.append(
-            f"| {r['strategy']} | {r['grpc_roots_per_s']:,.0f} | {r['grpc_shm_roots_per_s']:,.0f} | {r['in_process_roots_per_s']:,.0f} "
-            f"| {r['numpy_roots_per_s']:,.0f} | {r['grpc_vs_numpy']:.2f}x | {r['grpc_shm_vs_numpy']:.2f}x | {r['identical']} |"
+            f"| {r['strategy']} | {r['grpc_roots_per_s']:,.0f} | {r['grpc_shm_roots_per_s']:,.0f} "
+            f"| {r['in_process_roots_per_s']:,.0f} | {r['numpy_roots_per_s']:,.0f} | {r['grpc_vs_numpy']:.2f}x "
+            f"| {r['grpc_shm_vs_numpy']:.2f}x | {r['identical']} |"
         )
     lines += ["", f"NumPy baseline: `{samp[0]['baseline']}` (vectorized, same data, same run).", ""]
     return "\n".join(lines)
@@ -375,8 +465,15 @@ def _table(args: argparse.Namespace, trials: list[dict], tp: dict, samp: list[di
 def two_partitions(root: Path, nodes: int, edges: int, seed: int) -> Path:
     """A synthetic temporal graph in 2 partitions (halves of the ids); returns its root."""
     rng = np.random.default_rng(seed)
-    g = GraphData(name=f"temporal2-{nodes}-{edges}", num_nodes=nodes, src=rng.integers(0, nodes, edges),
-                  dst=rng.integers(0, nodes, edges), node_data={}, splits={}, edge_ts=rng.integers(0, T_SPAN, edges))  # fmt: skip
+    g = GraphData(
+        name=f"temporal2-{nodes}-{edges}",
+        num_nodes=nodes,
+        src=rng.integers(0, nodes, edges),
+        dst=rng.integers(0, nodes, edges),
+        node_data={},
+        splits={},
+        edge_ts=rng.integers(0, T_SPAN, edges),
+    )
     write_partitioned(g, root, 2, assignment=np.arange(nodes) * 2 // nodes)
     return root
 
@@ -387,7 +484,9 @@ def run(args: argparse.Namespace) -> int:
         trials: list[dict] = []
         if args.kill_trials:
             root = two_partitions(work / "g2", 10_000, 100_000, args.seed)
-            trials = kill_trials(root, work / "kill", args.kill_trials, seed=args.seed, on_trial=lambda r: print(r, flush=True))
+            trials = kill_trials(
+                root, work / "kill", args.kill_trials, seed=args.seed, on_trial=lambda r: print(r, flush=True)
+            )
         part = _graph(work / "graph", args.nodes, args.edges, args.seed)
         store = StoreProcess(part, work / "appends", work, extra_args=_temporal_flags(args))
         store.start()
@@ -400,21 +499,36 @@ def run(args: argparse.Namespace) -> int:
         compare = _restart_compare(part, work, args) if args.restart_batches else []
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "durability": trials, "appends": tp, "sampling": samp,
-              "restart": restart, "restart_compare": compare, "graph_store_exit": code}  # fmt: skip
+    result = {
+        "args": {k: str(v) for k, v in vars(args).items() if k != "func"},
+        "durability": trials,
+        "appends": tp,
+        "sampling": samp,
+        "restart": restart,
+        "restart_compare": compare,
+        "graph_store_exit": code,
+    }
     report.write(args.out, result, _table(args, trials, tp, samp, restart, compare))
     ok = code == 0 and all(r["identical"] for r in samp) and not any(t["lost"] or t["duplicated"] for t in trials)
     return 0 if ok else 1
 
 
 def _temporal_flags(args: argparse.Namespace) -> list[str]:
-    return ["--temporal-max-blocks", str(args.max_blocks), "--temporal-compact-min-edges", str(args.compact_min_edges),
-            "--temporal-snapshot-min-edges", str(args.snapshot_min_edges)]  # fmt: skip
+    return [
+        "--temporal-max-blocks",
+        str(args.max_blocks),
+        "--temporal-compact-min-edges",
+        str(args.compact_min_edges),
+        "--temporal-snapshot-min-edges",
+        str(args.snapshot_min_edges),
+    ]
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill-trials", type=int, default=10, help="kill -9 / restart trials (default 10; 0 skips)")
-    p.add_argument("--nodes", type=int, default=100_000, help="nodes of the throughput / sampling graph (default 100,000)")
+    p.add_argument(
+        "--nodes", type=int, default=100_000, help="nodes of the throughput / sampling graph (default 100,000)"
+    )
     p.add_argument("--edges", type=int, default=2_000_000, help="its base edges (default 2,000,000)")
     p.add_argument("--batches", type=int, default=200, help="append batches for the throughput (default 200)")
     p.add_argument("--batch-edges", type=int, default=10_000, help="edges per append batch (default 10,000)")
@@ -423,18 +537,32 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fanout", type=int, default=10, help="neighbours per root (default 10)")
     p.add_argument("--repeats", type=int, default=5, help="timed sampling rounds; the fastest is reported (default 5)")
     p.add_argument("--max-blocks", type=int, default=256, help="graph-store --temporal-max-blocks (default 256)")
-    p.add_argument("--compact-min-edges", type=int, default=1_000_000, help="--temporal-compact-min-edges (default 1,000,000)")
-    p.add_argument("--snapshot-min-edges", type=int, default=1_000_000, help="--temporal-snapshot-min-edges (default 1,000,000)")
-    p.add_argument("--restart-batches", type=int, default=0, help="(d) random batches, snapshots off / on (default 0: skip)")
+    p.add_argument(
+        "--compact-min-edges", type=int, default=1_000_000, help="--temporal-compact-min-edges (default 1,000,000)"
+    )
+    p.add_argument(
+        "--snapshot-min-edges", type=int, default=1_000_000, help="--temporal-snapshot-min-edges (default 1,000,000)"
+    )
+    p.add_argument(
+        "--restart-batches", type=int, default=0, help="(d) random batches, snapshots off / on (default 0: skip)"
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workdir", type=Path, default=None, help="where graphs and append logs live (default: the temp dir)")
-    p.add_argument("--out", type=Path, default=Path("bench/results/append.json"), help="JSON output (markdown next to it)")
+    p.add_argument(
+        "--workdir", type=Path, default=None, help="where graphs and append logs live (default: the temp dir)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("bench/results/append.json"), help="JSON output (markdown next to it)"
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """``graphfeed bench append``."""
-    p = sub.add_parser("append", help="kill -9 durability, durable appends/s and temporal sampling through gRPC",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "append",
+        help="kill -9 durability, durable appends/s and temporal sampling through gRPC",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_arguments(p)
     p.set_defaults(func=run)
 

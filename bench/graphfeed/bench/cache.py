@@ -50,21 +50,40 @@ CAPACITIES = (0.05, 0.10, 0.20)
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench cache``."""
-    p = subparsers.add_parser("cache", help="cache policies vs Belady: hit rate, remote bytes, minibatches/s", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = subparsers.add_parser(
+        "cache",
+        help="cache policies vs Belady: hit rate, remote bytes, minibatches/s",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--dataset", choices=("cora", "synthetic"), default="synthetic", help="graph (default synthetic)")
-    p.add_argument("--preset", choices=("tiny", "small", "medium", "large"), default="small", help="synthetic size (default small)")
-    p.add_argument("--data", type=Path, help="ingested graph root (default <work-dir>/<dataset>); ingested there if missing")
-    p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "graphfeed-bench", help="where graphs are ingested")
+    p.add_argument(
+        "--preset", choices=("tiny", "small", "medium", "large"), default="small", help="synthetic size (default small)"
+    )
+    p.add_argument(
+        "--data", type=Path, help="ingested graph root (default <work-dir>/<dataset>); ingested there if missing"
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "graphfeed-bench",
+        help="where graphs are ingested",
+    )
     p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES, help="policies (default all)")
-    p.add_argument("--capacities", nargs="+", type=float, default=list(CAPACITIES), help="fractions of the feature table")
-    p.add_argument("--fanouts", nargs="+", type=int, default=list(FANOUTS), help="fanouts, input layer first (default 15 10 5)")
+    p.add_argument(
+        "--capacities", nargs="+", type=float, default=list(CAPACITIES), help="fractions of the feature table"
+    )
+    p.add_argument(
+        "--fanouts", nargs="+", type=int, default=list(FANOUTS), help="fanouts, input layer first (default 15 10 5)"
+    )
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--epochs", type=int, default=1, help="epochs replayed (default 1; Cora has 2 steps an epoch)")
     p.add_argument("--max-steps", type=int, default=None, help="replay at most this many steps per epoch (default all)")
     p.add_argument("--lookahead-steps", type=int, default=8, help="look-ahead window K, replay and e2e (default 8)")
     p.add_argument("--e2e-steps", type=int, default=50, help="minibatches streamed per policy end to end (0: skip)")
-    p.add_argument("--e2e-capacity", type=float, default=0.20, help="capacity fraction of the end-to-end runs (default 0.2)")
+    p.add_argument(
+        "--e2e-capacity", type=float, default=0.20, help="capacity fraction of the end-to-end runs (default 0.2)"
+    )
     p.add_argument("--e2e-rounds", type=int, default=2, help="end-to-end rounds, policy order alternating (default 2)")
     p.add_argument("--seed", type=int, default=0, help="job seed (default 0)")
     p.add_argument("--out", type=Path, help="write the JSON here (and the markdown next to it, .md)")
@@ -77,10 +96,19 @@ def run(args: argparse.Namespace) -> int:
     manifest = GraphManifest.load(data)
     row_bytes = _row_bytes(data)
     result: dict = {
-        "dataset": manifest.dataset, "data": str(data), "num_nodes": manifest.num_nodes, "num_partitions": manifest.num_partitions,
-        "feature_row_bytes": row_bytes, "fanouts": args.fanouts, "batch_size": args.batch_size, "epochs": args.epochs,
-        "max_steps": args.max_steps, "lookahead_steps": args.lookahead_steps, "seed": args.seed, "options": asdict(CacheOptions()),
-    }  # fmt: skip
+        "dataset": manifest.dataset,
+        "data": str(data),
+        "num_nodes": manifest.num_nodes,
+        "num_partitions": manifest.num_partitions,
+        "feature_row_bytes": row_bytes,
+        "fanouts": args.fanouts,
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "max_steps": args.max_steps,
+        "lookahead_steps": args.lookahead_steps,
+        "seed": args.seed,
+        "options": asdict(CacheOptions()),
+    }
     result["replay"], result["trace"] = replay_all(args, data, row_bytes)
     result["e2e_runs"] = e2e_all(args, data) if args.e2e_steps > 0 else []
     result["e2e"] = e2e_summary(result["e2e_runs"])
@@ -125,16 +153,32 @@ def replay_all(args: argparse.Namespace, data: Path, row_bytes: int) -> tuple[li
     """Every policy and Belady at every capacity over one recorded trace."""
     parts = _open(data)
     try:
-        trace = record_trace(parts, fanouts=args.fanouts, batch_size=args.batch_size, epochs=args.epochs,
-                             job_seed=args.seed, max_steps=args.max_steps)  # fmt: skip
+        trace = record_trace(
+            parts,
+            fanouts=args.fanouts,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            job_seed=args.seed,
+            max_steps=args.max_steps,
+        )
         info = {"steps": len(trace.steps), "accesses": trace.accesses, "sample_seconds": round(trace.sample_seconds, 2)}
         log.info("trace: %d steps, %d lookups, sampled in %.1fs", info["steps"], info["accesses"], trace.sample_seconds)
         rows: list[dict] = []
         for cap in args.capacities:
             results: list[PolicyResult] = [replay_belady(trace, cap)]
             for policy in args.policies:
-                results.append(replay_policy(trace, parts, policy, cap, lookahead_steps=args.lookahead_steps, options=CacheOptions()))
-                log.info("replay %s @ %.0f%%: hit rate %.4f (%.1fs)", policy, 100 * cap, results[-1].hit_rate, results[-1].seconds)
+                results.append(
+                    replay_policy(
+                        trace, parts, policy, cap, lookahead_steps=args.lookahead_steps, options=CacheOptions()
+                    )
+                )
+                log.info(
+                    "replay %s @ %.0f%%: hit rate %.4f (%.1fs)",
+                    policy,
+                    100 * cap,
+                    results[-1].hit_rate,
+                    results[-1].seconds,
+                )
             none_rows = trace.accesses  # the none policy fetches every lookup
             for r in results:
                 d = r.to_json(row_bytes, args.epochs)
@@ -162,13 +206,25 @@ def e2e_all(args: argparse.Namespace, data: Path) -> list[dict]:
         for i, policy in enumerate(order):
             if i:
                 cluster.loader.stop()
-                argv = ["loader", "--graph-store-addresses", *stores, "--sampler-address", cluster.sampler.address,
-                        *_loader_args(policy, cap_bytes, args)]  # fmt: skip
+                argv = [
+                    "loader",
+                    "--graph-store-addresses",
+                    *stores,
+                    "--sampler-address",
+                    cluster.sampler.address,
+                    *_loader_args(policy, cap_bytes, args),
+                ]
                 cluster.loader = start_service(f"loader-{i}-{policy}", argv, log_dir)
             r = stream_steps(cluster.loader.address, args)
-            r.update(policy=policy, round=i // len(policies), capacity_fraction=args.e2e_capacity,
-                     prefetch_bytes=_scrape_prefetch_bytes(cluster.loader.metrics_address))  # fmt: skip
-            log.info("e2e %s: %.2f minibatches/s, first after %.1fs", policy, r["minibatches_per_s"], r["first_minibatch_s"])
+            r.update(
+                policy=policy,
+                round=i // len(policies),
+                capacity_fraction=args.e2e_capacity,
+                prefetch_bytes=_scrape_prefetch_bytes(cluster.loader.metrics_address),
+            )
+            log.info(
+                "e2e %s: %.2f minibatches/s, first after %.1fs", policy, r["minibatches_per_s"], r["first_minibatch_s"]
+            )
             out.append(r)
     finally:
         cluster.stop()
@@ -181,8 +237,15 @@ def e2e_summary(runs: list[dict]) -> list[dict]:
     for policy in dict.fromkeys(r["policy"] for r in runs):
         mine = [r for r in runs if r["policy"] == policy]
         rates = [r["minibatches_per_s"] for r in mine]
-        out.append({**mine[0], "minibatches_per_s": float(np.median(rates)), "min_per_s": min(rates), "max_per_s": max(rates),
-                    "rounds": len(mine)})  # fmt: skip
+        out.append(
+            {
+                **mine[0],
+                "minibatches_per_s": float(np.median(rates)),
+                "min_per_s": min(rates),
+                "max_per_s": max(rates),
+                "rounds": len(mine),
+            }
+        )
     return out
 
 
@@ -195,20 +258,34 @@ def stream_steps(address: str, args: argparse.Namespace) -> dict:
     features, as a trainer would; the rate is taken from the first minibatch to the last."""
     from graphfeed.loader.v1 import loader_pb2 as pb
 
-    job = pb.JobSpec(job_id="bench-cache", job_seed=args.seed, split="train", batch_size=args.batch_size, fanouts=args.fanouts,
-                     shuffle=True, world_size=1)  # fmt: skip
+    job = pb.JobSpec(
+        job_id="bench-cache",
+        job_seed=args.seed,
+        split="train",
+        batch_size=args.batch_size,
+        fanouts=args.fanouts,
+        shuffle=True,
+        world_size=1,
+    )
     hits = misses = remote = n = 0
     t0 = time.perf_counter()
     t_first = t_last = t0
     buffers = BufferPool()
     with grpc.insecure_channel(address, options=channel_options()) as ch:
-        stream = bulk.unary_stream(ch, pb.DESCRIPTOR.services_by_name["LoaderService"].full_name, "StreamMinibatches",
-                                   pb.StreamMinibatchesRequest, pb.Minibatch)  # fmt: skip
+        stream = bulk.unary_stream(
+            ch,
+            pb.DESCRIPTOR.services_by_name["LoaderService"].full_name,
+            "StreamMinibatches",
+            pb.StreamMinibatchesRequest,
+            pb.Minibatch,
+        )
         for epoch in range(args.e2e_steps):  # Cora has 2 steps an epoch
             call = stream(pb.StreamMinibatchesRequest(job=job, epoch=epoch), timeout=3600)
             for received in bulk.assemble(call, buffers, f"minibatch stream from {address}"):
                 mb = received.message
-                codec.decode(mb.input_features, "features", bulk=received.bulk).sum()  # touch the bytes, as training would
+                codec.decode(
+                    mb.input_features, "features", bulk=received.bulk
+                ).sum()  # touch the bytes, as training would
                 hits, misses = hits + mb.stats.cache_hits, misses + mb.stats.cache_misses
                 remote += mb.stats.remote_feature_bytes
                 n += 1
@@ -220,8 +297,13 @@ def stream_steps(address: str, args: argparse.Namespace) -> dict:
             if n == args.e2e_steps:
                 break
     rate = (n - 1) / (t_last - t_first) if n > 1 and t_last > t_first else 0.0
-    return {"steps": n, "first_minibatch_s": t_first - t0, "minibatches_per_s": rate,
-            "hit_rate": hits / (hits + misses) if hits + misses else 0.0, "remote_bytes": remote}  # fmt: skip
+    return {
+        "steps": n,
+        "first_minibatch_s": t_first - t0,
+        "minibatches_per_s": rate,
+        "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+        "remote_bytes": remote,
+    }
 
 
 def _scrape_prefetch_bytes(metrics_address: str | None) -> int:
@@ -242,10 +324,14 @@ def targets(result: dict) -> dict:
         out["lookahead_reuse_ge_95pct_of_belady"] = la["reuse_rate"] >= 0.95 * b["hit_rate"]
     if {"massivegnn", "lru", "static_degree"} <= at.keys():
         m = at["massivegnn"]["hit_rate"]
-        out["massivegnn_beats_lru_and_static_degree"] = m > at["lru"]["hit_rate"] and m > at["static_degree"]["hit_rate"]
+        out["massivegnn_beats_lru_and_static_degree"] = (
+            m > at["lru"]["hit_rate"] and m > at["static_degree"]["hit_rate"]
+        )
     e2e = {r["policy"]: r for r in result.get("e2e") or []}
     if "none" in e2e:  # medians; the ranges in the table show how much the shared machine moved them
-        out["no_policy_slower_than_none_e2e"] = all(r["minibatches_per_s"] >= e2e["none"]["minibatches_per_s"] for r in e2e.values())
+        out["no_policy_slower_than_none_e2e"] = all(
+            r["minibatches_per_s"] >= e2e["none"]["minibatches_per_s"] for r in e2e.values()
+        )
     return out
 
 
@@ -253,9 +339,11 @@ def markdown(result: dict) -> str:
     """The tables for BENCHMARKS.md."""
     mb = 1 << 20
     lines = [
-        (f"**{result['dataset']}**: {result['num_nodes']:,} nodes, {result['feature_row_bytes']} B feature rows, "
-         f"{result['trace']['steps']} steps ({result['epochs']} epoch(s)), {result['trace']['accesses']:,} lookups, "
-         f"window K={result['lookahead_steps']}."),
+        (
+            f"**{result['dataset']}**: {result['num_nodes']:,} nodes, {result['feature_row_bytes']} B feature rows, "
+            f"{result['trace']['steps']} steps ({result['epochs']} epoch(s)), {result['trace']['accesses']:,} lookups, "
+            f"window K={result['lookahead_steps']}."
+        ),
         "",
         "| capacity | policy | hit rate | remote MB / epoch | vs none | prefetched rows (used) |",
         "|---|---|---|---|---|---|",
@@ -269,9 +357,13 @@ def markdown(result: dict) -> str:
     if result["e2e"]:
         r0 = result["e2e"][0]
         capacity = f"capacity {100 * r0['capacity_fraction']:.0f} %"
-        lines += ["", f"End to end, {r0['steps']} minibatches per run, {r0['rounds']} round(s), {capacity}:", "",
-                  "| policy | minibatches/s, median (range) | first minibatch s | hit rate | demand MB | prefetch MB |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            f"End to end, {r0['steps']} minibatches per run, {r0['rounds']} round(s), {capacity}:",
+            "",
+            "| policy | minibatches/s, median (range) | first minibatch s | hit rate | demand MB | prefetch MB |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in result["e2e"]:
             lines.append(
                 f"| {r['policy']} | {r['minibatches_per_s']:.2f} ({r['min_per_s']:.2f}-{r['max_per_s']:.2f}) | "

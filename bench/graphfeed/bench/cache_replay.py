@@ -57,13 +57,22 @@ def record_trace(
     split: str = "train",
 ) -> Trace:
     """Samples ``epochs`` epochs (at most ``max_steps`` steps each) as the loader plans them."""
-    split_ids = np.concatenate([np.asarray(partitions.get_split(p, split), dtype=np.int64) for p in range(partitions.num_partitions)])
+    split_ids = np.concatenate(
+        [np.asarray(partitions.get_split(p, split), dtype=np.int64) for p in range(partitions.num_partitions)]
+    )
     sampler = MultiHopSampler(partitions)
     t0 = time.perf_counter()
     out: list[list[np.ndarray]] = []
     for epoch in range(epochs):
         plan = EpochPlan.build(
-            split_ids, job_seed=job_seed, epoch=epoch, rank=0, world_size=1, batch_size=batch_size, shuffle=True, drop_last=False
+            split_ids,
+            job_seed=job_seed,
+            epoch=epoch,
+            rank=0,
+            world_size=1,
+            batch_size=batch_size,
+            shuffle=True,
+            drop_last=False,
         )
         n = plan.num_steps if max_steps is None else min(plan.num_steps, max_steps)
         steps = []
@@ -122,7 +131,11 @@ class PolicyResult:
 
     def to_json(self, row_bytes: int, epochs: int) -> dict:
         d = asdict(self)
-        d.update(hit_rate=self.hit_rate, reuse_rate=self.reuse_rate, remote_bytes_per_epoch=self.rows_fetched * row_bytes / epochs)
+        d.update(
+            hit_rate=self.hit_rate,
+            reuse_rate=self.reuse_rate,
+            remote_bytes_per_epoch=self.rows_fetched * row_bytes / epochs,
+        )
         return d
 
 
@@ -159,9 +172,17 @@ def replay_policy(
         cache.forget(epoch)
     tier = cache.tier
     return PolicyResult(
-        policy, capacity_fraction, cap_rows, tier.hits + tier.misses, tier.hits, tier.misses, tier.misses + parts.rows_read,
-        tier.prefetch_issued, tier.prefetch_used, time.perf_counter() - t0,
-    )  # fmt: skip
+        policy,
+        capacity_fraction,
+        cap_rows,
+        tier.hits + tier.misses,
+        tier.hits,
+        tier.misses,
+        tier.misses + parts.rows_read,
+        tier.prefetch_issued,
+        tier.prefetch_used,
+        time.perf_counter() - t0,
+    )
 
 
 def replay_belady(trace: Trace, capacity_fraction: float) -> PolicyResult:
@@ -169,4 +190,6 @@ def replay_belady(trace: Trace, capacity_fraction: float) -> PolicyResult:
     cap_rows = int(capacity_fraction * trace.num_nodes)
     t0 = time.perf_counter()
     r = belady(trace.steps, cap_rows, trace.num_nodes)
-    return PolicyResult("belady", capacity_fraction, cap_rows, r.accesses, r.hits, r.misses, r.misses, 0, 0, time.perf_counter() - t0)
+    return PolicyResult(
+        "belady", capacity_fraction, cap_rows, r.accesses, r.hits, r.misses, r.misses, 0, 0, time.perf_counter() - t0
+    )

@@ -28,14 +28,18 @@ BENCHMARKS: dict[str, str] = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmarks: JSON + markdown tables with ratios vs in-process DGL", description=__doc__)
+    p = sub.add_parser(
+        "bench", help="benchmarks: JSON + markdown tables with ratios vs in-process DGL", description=__doc__
+    )
     names = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     for module in BENCHMARKS.values():
         importlib.import_module(module).register(names)
 
 
 def run_alone(
-    doc: str, add_arguments: Callable[[argparse.ArgumentParser], None], run: Callable[[argparse.Namespace], int],
+    doc: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
     argv: Sequence[str] | None = None,
 ) -> int:
     """Runs one benchmark module as a script (``python bench/gpu.py``, ``python -m

@@ -80,7 +80,9 @@ def _chunk_class() -> Any:  # Any: a class made at run time has no static fields
     run time so that the benchmark needs no generated code; any protobuf parser reads a framed
     message with it."""
     f = descriptor_pb2.FieldDescriptorProto
-    proto = descriptor_pb2.FileDescriptorProto(name="graphfeed_bench_dataplane.proto", package="graphfeed.bench", syntax="proto3")
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="graphfeed_bench_dataplane.proto", package="graphfeed.bench", syntax="proto3"
+    )
     msg = proto.message_type.add(name="Chunk")
     msg.field.add(name="offset", number=1, type=f.TYPE_UINT64, label=f.LABEL_OPTIONAL)
     msg.field.add(name="tensor", number=2, type=f.TYPE_UINT32, label=f.LABEL_OPTIONAL)
@@ -168,7 +170,9 @@ def serve_grpc(source: np.ndarray, workers: int, options: list[tuple[str, int | 
 
     h = _GrpcHandlers(source)
     methods = {
-        "Inline": grpc.unary_unary_rpc_method_handler(h.inline, response_serializer=tensor_pb2.Tensor.SerializeToString),
+        "Inline": grpc.unary_unary_rpc_method_handler(
+            h.inline, response_serializer=tensor_pb2.Tensor.SerializeToString
+        ),
         "Raw": grpc.unary_stream_rpc_method_handler(h.raw),
         "Framed": grpc.unary_stream_rpc_method_handler(h.framed),
         "Slice": grpc.unary_unary_rpc_method_handler(h.slice),
@@ -192,11 +196,15 @@ def _flight_server(source: np.ndarray) -> object:
         def do_get(self, _context: object, ticket: flight.Ticket) -> flight.RecordBatchStream:
             size, chunk, ipc_threads, _ = _REQUEST.unpack(ticket.ticket)
             batches = [
-                pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.uint8(), b - a, [None, whole.slice(a, b - a)])], names=["b"])
+                pa.RecordBatch.from_arrays(
+                    [pa.Array.from_buffers(pa.uint8(), b - a, [None, whole.slice(a, b - a)])], names=["b"]
+                )
                 for a, b in _spans(size, chunk)
             ]
             # A Table streams from C++ without calling back into Python per batch.
-            return flight.RecordBatchStream(pa.Table.from_batches(batches), options=pa.ipc.IpcWriteOptions(use_threads=bool(ipc_threads)))
+            return flight.RecordBatchStream(
+                pa.Table.from_batches(batches), options=pa.ipc.IpcWriteOptions(use_threads=bool(ipc_threads))
+            )
 
     return DataPlaneFlight("grpc://127.0.0.1:0")
 
@@ -292,7 +300,9 @@ class ServerProcess:
         while not self._got.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
-                raise RuntimeError(f"server {self.name} failed to start (exit {self.proc.wait()}):\n{self._stderr_tail()}")
+                raise RuntimeError(
+                    f"server {self.name} failed to start (exit {self.proc.wait()}):\n{self._stderr_tail()}"
+                )
         return self.ready["address"]
 
     @property
@@ -466,7 +476,10 @@ class TcpReceiver:
 
 # grpcio 1.85 core's channel args (checked against the strings in cygrpc; an unknown arg is
 # silently ignored, which is what happens to grpc.optimization_target: core no longer has it).
-_MAX_MSG: list[tuple[str, int | str]] = [("grpc.max_receive_message_length", 1 << 30), ("grpc.max_send_message_length", 1 << 30)]
+_MAX_MSG: list[tuple[str, int | str]] = [
+    ("grpc.max_receive_message_length", 1 << 30),
+    ("grpc.max_send_message_length", 1 << 30),
+]
 TUNED = "single_thread"
 SWEEP = (
     "grpc_default",
@@ -487,7 +500,10 @@ OPTION_SETS: dict[str, list[tuple[str, int | str]]] = {
     "no_bdp_64m": [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 * _MIB)],
     "no_bdp": [("grpc.http2.bdp_probe", 0)],
     "frame_16m": [("grpc.http2.max_frame_size", 16 * _MIB - 1)],
-    "tcp_read_4m": [("grpc.experimental.tcp_min_read_chunk_size", 4 * _MIB), ("grpc.experimental.tcp_max_read_chunk_size", 16 * _MIB)],
+    "tcp_read_4m": [
+        ("grpc.experimental.tcp_min_read_chunk_size", 4 * _MIB),
+        ("grpc.experimental.tcp_max_read_chunk_size", 16 * _MIB),
+    ],
     "write_buf_16m": [("grpc.http2.write_buffer_size", 16 * _MIB)],
     "throughput": [("grpc.optimization_target", "throughput")],
     "no_compression": [("grpc.default_compression_algorithm", 0)],
@@ -537,7 +553,10 @@ class Variant:
     @property
     def name(self) -> str:
         parts = [self.transport, _human(self.chunk_bytes) if self.chunk_bytes else "", self.options]
-        parts += [f"depth {self.depth}" if self.depth > 1 else "", f"{self.workers} threads" if self.workers != 16 else ""]
+        parts += [
+            f"depth {self.depth}" if self.depth > 1 else "",
+            f"{self.workers} threads" if self.workers != 16 else "",
+        ]
         parts += ["read_all" if self.read_all else "", "" if self.ipc_threads else "no ipc threads"]
         return " ".join(p for p in parts if p)
 
@@ -584,7 +603,10 @@ def applies(variant: Variant, size: int, measured: list[Variant]) -> bool:
     holds the whole payload is skipped if the same variant with a smaller such chunk is measured."""
     if variant.chunk_bytes < size:
         return True
-    return not any(size <= v.chunk_bytes < variant.chunk_bytes and replace(v, chunk_bytes=variant.chunk_bytes) == variant for v in measured)
+    return not any(
+        size <= v.chunk_bytes < variant.chunk_bytes and replace(v, chunk_bytes=variant.chunk_bytes) == variant
+        for v in measured
+    )
 
 
 def start_servers(keys: list[tuple[str, ...]], max_bytes: int) -> dict[tuple[str, ...], ServerProcess]:
@@ -728,14 +750,19 @@ def run_rounds(variants_: list[Variant], sizes: list[int], rounds: int, sample_b
 # Flight's serialization_internal.cc (send: gRPC slices point into the Arrow buffers; receive: a
 # message that arrived in several slices is made contiguous once, then wrapped).
 COPIES: dict[str, tuple[str, str]] = {
-    "proto_inline": ("5: tobytes, Tensor.data setter, SerializeToString x2, grpc send",
-                     "5: grpc slices->bytes, join, protobuf parse, .data getter, into the pool"),
+    "proto_inline": (
+        "5: tobytes, Tensor.data setter, SerializeToString x2, grpc send",
+        "5: grpc slices->bytes, join, protobuf parse, .data getter, into the pool",
+    ),
     "grpc_raw_chunks": ("2: tobytes, grpc send", "3: grpc slices->bytes, join, into the pool"),
     "grpc_raw_chunks_proto_framed": ("2: join(header, slice), grpc send", "3: grpc slices->bytes, join, into the pool"),
     "grpc_raw_inflight": ("2: tobytes, grpc send", "3: grpc slices->bytes, join, into the pool"),
-    "flight": ("0: batches and gRPC slices point into the numpy array", "2: Flight makes the message contiguous, into the pool"),
+    "flight": (
+        "0: batches and gRPC slices point into the numpy array",
+        "2: Flight makes the message contiguous, into the pool",
+    ),
     "tcp": ("0: sendall(memoryview)", "0: recv_into(the pool)"),
-}  # fmt: skip
+}
 
 
 def markdown(rows: list[dict], command: str, machine: str, verdict_line: str) -> str:
@@ -743,13 +770,24 @@ def markdown(rows: list[dict], command: str, machine: str, verdict_line: str) ->
     lines = [f"`{command}` ({machine})", "", verdict_line, "", _HOW, ""]
     for size in sorted({r["payload_bytes"] for r in rows}, reverse=True):
         at = sorted((r for r in rows if r["payload_bytes"] == size), key=lambda r: -r["gbps_median"])
-        lines += [f"### {_size(size)} payload ({at[0]['transfers_per_sample']} transfers per sample)", "",
-                  "| variant | GB/s median | min-max | client CPU s/GB | server CPU s/GB |", "|---|---:|---:|---:|---:|"]  # fmt: skip
-        lines += [f"| {r['variant']} | {r['gbps_median']:.2f} | {r['gbps_min']:.2f}-{r['gbps_max']:.2f} | "
-                  f"{r['client_cpu_s_per_gb']:.2f} | {r['server_cpu_s_per_gb']:.2f} |" for r in at]  # fmt: skip
+        lines += [
+            f"### {_size(size)} payload ({at[0]['transfers_per_sample']} transfers per sample)",
+            "",
+            "| variant | GB/s median | min-max | client CPU s/GB | server CPU s/GB |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r['variant']} | {r['gbps_median']:.2f} | {r['gbps_min']:.2f}-{r['gbps_max']:.2f} | "
+            f"{r['client_cpu_s_per_gb']:.2f} | {r['server_cpu_s_per_gb']:.2f} |"
+            for r in at
+        ]
         lines.append("")
-    lines += ["### Payload copies in user space per transfer (plus one into and one out of the kernel)", "",
-              "| transport | server | client |", "|---|---|---|"]  # fmt: skip
+    lines += [
+        "### Payload copies in user space per transfer (plus one into and one out of the kernel)",
+        "",
+        "| transport | server | client |",
+        "|---|---|---|",
+    ]
     lines += [f"| {t} | {srv} | {cli} |" for t, (srv, cli) in COPIES.items() if any(r["transport"] == t for r in rows)]
     return "\n".join(lines) + "\n"
 
@@ -784,11 +822,16 @@ def verdict(rows: list[dict], grpc_ref: str, flight_ref: str) -> str:
         raw, fl = _reference(rows, size, grpc_ref, "grpc_raw_chunks"), _reference(rows, size, flight_ref, "flight")
         for other in (raw, fl):
             if other is not None and other is not best:
-                text += f", {best['gbps_median'] / other['gbps_median']:.2f}x {other['variant']} ({other['gbps_median']:.2f})"
+                text += (
+                    f", {best['gbps_median'] / other['gbps_median']:.2f}x {other['variant']} "
+                    f"({other['gbps_median']:.2f})"
+                )
         if raw and fl:
-            text += (f"; {fl['variant']} vs {raw['variant']}: {fl['gbps_median'] / raw['gbps_median']:.2f}x GB/s, CPU s/GB client "
-                     f"{fl['client_cpu_s_per_gb']:.2f} vs {raw['client_cpu_s_per_gb']:.2f}, server "
-                     f"{fl['server_cpu_s_per_gb']:.2f} vs {raw['server_cpu_s_per_gb']:.2f}")  # fmt: skip
+            text += (
+                f"; {fl['variant']} vs {raw['variant']}: {fl['gbps_median'] / raw['gbps_median']:.2f}x GB/s, "
+                f"CPU s/GB client {fl['client_cpu_s_per_gb']:.2f} vs {raw['client_cpu_s_per_gb']:.2f}, server "
+                f"{fl['server_cpu_s_per_gb']:.2f} vs {raw['server_cpu_s_per_gb']:.2f}"
+            )
         parts.append(text)
     return "**Verdict** " + ". ".join(parts) + "."
 
@@ -802,21 +845,52 @@ QUICK = {"rows": [217_000, 2_000], "rounds": 2, "chunks_kib": [1024, 4096]}
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench dataplane``."""
-    p = subparsers.add_parser("dataplane", help="bulk bytes: proto inline vs raw gRPC chunks vs Arrow Flight vs raw TCP",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = subparsers.add_parser(
+        "dataplane",
+        help="bulk bytes: proto inline vs raw gRPC chunks vs Arrow Flight vs raw TCP",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument(
-        "--rows", type=int, nargs="+", default=list(DEFAULT_ROWS), help="payload sizes in 512 B rows (default 217000 16000 2000)"
+        "--rows",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_ROWS),
+        help="payload sizes in 512 B rows (default 217000 16000 2000)",
     )
     p.add_argument("--rounds", type=int, default=5, help="samples per variant and size, round-robin (default 5)")
-    p.add_argument("--chunks-kib", type=int, nargs="+", default=[c >> 10 for c in CHUNKS], help="chunk sizes (default 256 1024 4096 16384)")
-    p.add_argument("--sample-mb", type=float, default=100.0, help="at least this many MB per sample (small payloads repeat; default 100)")
+    p.add_argument(
+        "--chunks-kib",
+        type=int,
+        nargs="+",
+        default=[c >> 10 for c in CHUNKS],
+        help="chunk sizes (default 256 1024 4096 16384)",
+    )
+    p.add_argument(
+        "--sample-mb",
+        type=float,
+        default=100.0,
+        help="at least this many MB per sample (small payloads repeat; default 100)",
+    )
     p.add_argument("--tuned", default=TUNED, help=f"option set(s) of the chunk-size rows, '+'-joined (default {TUNED})")
-    p.add_argument("--sweep", nargs="*", default=list(SWEEP), help=f"option sets compared at --sweep-chunk-kib (default {' '.join(SWEEP)})")
+    p.add_argument(
+        "--sweep",
+        nargs="*",
+        default=list(SWEEP),
+        help=f"option sets compared at --sweep-chunk-kib (default {' '.join(SWEEP)})",
+    )
     p.add_argument("--sweep-chunk-kib", type=int, default=1024, help="chunk size of the option sweep (default 1024)")
-    p.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS), help="transports to run (default all)")
+    p.add_argument(
+        "--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS), help="transports to run (default all)"
+    )
     p.add_argument("--quick", action="store_true", help="111 MB and 1 MB, 2 rounds, 1 and 4 MiB chunks, no sweep")
     p.add_argument("--list", action="store_true", help="print the variants and their gRPC options, run nothing")
-    p.add_argument("--out", type=Path, default=Path("bench/results/dataplane.json"), help="JSON; the markdown goes next to it (.md)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench/results/dataplane.json"),
+        help="JSON; the markdown goes next to it (.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -826,7 +900,13 @@ def plan_of(args: argparse.Namespace) -> tuple[Plan, list[int], int]:
         args.rows, args.rounds, args.chunks_kib, args.sweep = QUICK["rows"], QUICK["rounds"], QUICK["chunks_kib"], []
     for name in [args.tuned, *args.sweep]:
         options(name)  # KeyError on a typo, before any server starts
-    plan = Plan(tuple(c << 10 for c in args.chunks_kib), args.tuned, tuple(args.sweep), args.sweep_chunk_kib << 10, tuple(args.transports))
+    plan = Plan(
+        tuple(c << 10 for c in args.chunks_kib),
+        args.tuned,
+        tuple(args.sweep),
+        args.sweep_chunk_kib << 10,
+        tuple(args.transports),
+    )
     return plan, [r * ROW_BYTES for r in args.rows], args.rounds
 
 
@@ -842,17 +922,28 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     cells = run_rounds(todo, sizes, rounds, int(args.sample_mb * 1e6))
     rows = [c.summary() for c in cells]
-    command = "graphfeed bench dataplane " + " ".join(sys.argv[sys.argv.index("dataplane") + 1 :] if "dataplane" in sys.argv else [])
+    command = "graphfeed bench dataplane " + " ".join(
+        sys.argv[sys.argv.index("dataplane") + 1 :] if "dataplane" in sys.argv else []
+    )
     import pyarrow
 
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    machine = f"{os.cpu_count()} CPUs, load average {load} at the end, grpcio {grpc.__version__}, pyarrow {pyarrow.__version__}"
-    line = verdict(rows, Variant("grpc_raw_chunks", plan.sweep_chunk, plan.tuned).name, Variant("flight", plan.sweep_chunk).name)
+    machine = (
+        f"{os.cpu_count()} CPUs, load average {load} at the end, grpcio {grpc.__version__}, "
+        f"pyarrow {pyarrow.__version__}"
+    )
+    line = verdict(
+        rows, Variant("grpc_raw_chunks", plan.sweep_chunk, plan.tuned).name, Variant("flight", plan.sweep_chunk).name
+    )
     text = markdown(rows, command.strip(), machine, line)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"command": command.strip(), "seconds": time.monotonic() - t0, "machine": machine,
-            "options": {name: options(name) for name in dict.fromkeys([plan.tuned, *plan.sweep, "graphfeed"])}}  # fmt: skip
+    meta = {
+        "command": command.strip(),
+        "seconds": time.monotonic() - t0,
+        "machine": machine,
+        "options": {name: options(name) for name in dict.fromkeys([plan.tuned, *plan.sweep, "graphfeed"])},
+    }
     args.out.write_text(json.dumps({"meta": meta, "verdict": line, "copies": COPIES, "results": rows}, indent=1))
     args.out.with_suffix(".md").write_text(text)
     print(f"wrote {args.out} and {args.out.with_suffix('.md')} in {time.monotonic() - t0:.0f} s")

@@ -73,24 +73,45 @@ FLAT_SYSTEM = "unpacked, flat file read by the loader"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("disk", help="out of core: packed vs on-demand vs memmap vs in-memory features", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--workdir", type=Path, default=Path("/tmp/gf-disk"), help="where the graph and packs go (kept between runs)")
+    p = sub.add_parser(
+        "disk",
+        help="out of core: packed vs on-demand vs memmap vs in-memory features",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--workdir", type=Path, default=Path("/tmp/gf-disk"), help="where the graph and packs go (kept between runs)"
+    )
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--edges", type=int, default=5_000_000, help="undirected edges (default 5M)")
     p.add_argument("--feat-dim", type=int, default=128, help="float32 features per node (a row must divide 4 KiB)")
     p.add_argument("--train-fraction", type=float, default=0.03, help="seed nodes of the epoch (papers100M: 0.011)")
     p.add_argument("--budget-bytes", type=int, default=128 << 20, help="memory for feature rows (cache + pack buffers)")
-    p.add_argument("--max-pack-bytes", type=int, default=24 << 20, help="per pack; 2 are held, the rest of the budget is cache")
+    p.add_argument(
+        "--max-pack-bytes", type=int, default=24 << 20, help="per pack; 2 are held, the rest of the budget is cache"
+    )
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--fanouts", default="10,5")
     p.add_argument("--threads", default="1,4", help="pread threads of the packed system, comma-separated")
-    p.add_argument("--store-budget-bytes", type=int, default=0, help="--memory-budget of each graph-store (0: the budget / partitions)")
+    p.add_argument(
+        "--store-budget-bytes",
+        type=int,
+        default=0,
+        help="--memory-budget of each graph-store (0: the budget / partitions)",
+    )
     p.add_argument("--io-threads", type=int, default=8, help="--io-threads of each graph-store")
-    p.add_argument("--shm-dir", default="/dev/shm", help="shared-memory directory of the graph-stores' shared-memory system")
-    p.add_argument("--store-sampling", choices=("local", "remote"), default="local",
-                   help="graph-store systems: sample from the in-process topology like the others (local) or over gRPC")  # fmt: skip
-    p.add_argument("--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)")
+    p.add_argument(
+        "--shm-dir", default="/dev/shm", help="shared-memory directory of the graph-stores' shared-memory system"
+    )
+    p.add_argument(
+        "--store-sampling",
+        choices=("local", "remote"),
+        default="local",
+        help="graph-store systems: sample from the in-process topology like the others (local) or over gRPC",
+    )
+    p.add_argument(
+        "--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)"
+    )
     p.add_argument("--out", type=Path, default=Path("bench/results/disk.json"))
     p.set_defaults(func=run)
 
@@ -104,7 +125,9 @@ def ensure_graph(args: argparse.Namespace) -> Path:
     from graphfeed.ingest.synthetic import generate
 
     tf = args.train_fraction
-    g = generate(args.nodes, args.edges, args.feat_dim, 16, fractions=(tf, 0.01, 0.01), name="disk-bench", progress=True)
+    g = generate(
+        args.nodes, args.edges, args.feat_dim, 16, fractions=(tf, 0.01, 0.01), name="disk-bench", progress=True
+    )
     write_partitioned(g, root, 2, "random")
     orig = np.load(root / "orig_ids.npy")
     g.node_data["feat"][orig].tofile(root / f"{FLAT}.tmp")  # gid order: row g at byte g * row_bytes
@@ -157,7 +180,11 @@ class FlatFileRows(ForwardingPartitionSet):
         at = np.r_[0, np.cumsum(counts)[:-1]] * PAGE
         runs = list(zip((starts * PAGE).tolist(), (counts * PAGE).tolist(), at.tolist()))
         share = -(-len(runs) // self.threads)
-        list(self.pool.map(lambda part: self._pread_runs(view, part), [runs[i : i + share] for i in range(0, len(runs), share)]))
+        list(
+            self.pool.map(
+                lambda part: self._pread_runs(view, part), [runs[i : i + share] for i in range(0, len(runs), share)]
+            )
+        )
         per_page = PAGE // self.row_bytes
         slot = np.searchsorted(pages, ids * self.row_bytes // PAGE) * per_page + (ids % per_page)
         table = np.frombuffer(buf, dtype=self.dtype).reshape(-1, *self.row_shape)
@@ -185,9 +212,13 @@ def warm_topology(root: Path) -> None:
 
 
 def measure(
-    name: str, prepare: Callable[[], Callable[[], dict[str, Any]]], row_bytes: int, root: Path, store_pids: Sequence[int] = (),
+    name: str,
+    prepare: Callable[[], Callable[[], dict[str, Any]]],
+    row_bytes: int,
+    root: Path,
+    store_pids: Sequence[int] = (),
     cold: bool = True,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Runs one system from a cold page cache (features only): minibatches/s, disk bytes, read
     amplification, memory.
 
@@ -211,11 +242,21 @@ def measure(
     seconds = time.perf_counter() - t0
     disk = sum(read_bytes(pid) for pid in pids) - before
     needed = r["disk_rows"] * row_bytes
-    out = {"system": name, "seconds": seconds, "minibatches_per_s": r["steps"] / seconds, "disk_read_bytes": disk,
-           "needed_bytes": needed, "read_amplification": disk / needed if needed else 0.0, "page_cache_dropped": dropped,
-           "loader_rss_bytes": status_bytes("self", "VmHWM") - rss0, "store_rss_before_bytes": store_rss,
-           "store_peak_rss_bytes": sum(status_bytes(pid, "VmHWM") for pid in store_pids), "peak_rss_reset": all(resets),
-           "graph_store_processes": len(store_pids), **r}  # fmt: skip
+    out = {
+        "system": name,
+        "seconds": seconds,
+        "minibatches_per_s": r["steps"] / seconds,
+        "disk_read_bytes": disk,
+        "needed_bytes": needed,
+        "read_amplification": disk / needed if needed else 0.0,
+        "page_cache_dropped": dropped,
+        "loader_rss_bytes": status_bytes("self", "VmHWM") - rss0,
+        "store_rss_before_bytes": store_rss,
+        "store_peak_rss_bytes": sum(status_bytes(pid, "VmHWM") for pid in store_pids),
+        "peak_rss_reset": all(resets),
+        "graph_store_processes": len(store_pids),
+        **r,
+    }
     log.info("%s: %s", name, {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()})
     return out
 
@@ -243,13 +284,21 @@ def run_loader(parts: PartitionSet, job: JobSpec, **kw: Any) -> Callable[[], dic
             pack_bytes = loader.pack_stats.disk_bytes
         finally:
             loader.close()
-        return {"steps": steps, "input_rows": rows, "disk_rows": misses, "cache_misses": misses, "pack_rows": packed,
-                "pack_read_bytes": pack_bytes}  # fmt: skip
+        return {
+            "steps": steps,
+            "input_rows": rows,
+            "disk_rows": misses,
+            "cache_misses": misses,
+            "pack_rows": packed,
+            "pack_read_bytes": pack_bytes,
+        }
 
     return go
 
 
-def run_memmap(parts: PartitionSet, job: JobSpec, path: Path, budget_bytes: int = 0, max_steps: int = 0) -> Callable[[], dict[str, Any]]:
+def run_memmap(
+    parts: PartitionSet, job: JobSpec, path: Path, budget_bytes: int = 0, max_steps: int = 0
+) -> Callable[[], dict[str, Any]]:
     """One epoch of ``feat[input_nodes]`` on a memory map of the flat file (what ``np.memmap``
     is: an ``mmap`` under an ndarray), sampling 8 steps ahead on 2 threads.
 
@@ -294,11 +343,17 @@ def run(args: argparse.Namespace) -> int:
     parts = LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(m.num_partitions)])
     row_bytes = m.node_data["feat"].row_bytes
     job = JobSpec(
-        job_id="disk", job_seed=1, batch_size=args.batch_size, fanouts=tuple(int(f) for f in args.fanouts.split(",")), shuffle=True
+        job_id="disk",
+        job_seed=1,
+        batch_size=args.batch_size,
+        fanouts=tuple(int(f) for f in args.fanouts.split(",")),
+        shuffle=True,
     )
     cache_bytes = args.budget_bytes - 2 * args.max_pack_bytes
     packs = args.workdir / "packs"
-    opts = PackOptions(steps_per_pack=64, max_pack_bytes=args.max_pack_bytes, resident="degree", resident_bytes=cache_bytes)
+    opts = PackOptions(
+        steps_per_pack=64, max_pack_bytes=args.max_pack_bytes, resident="degree", resident_bytes=cache_bytes
+    )
     plan = plan_epoch(parts, job, 0)  # compiles the sampling kernels: no system, packing included, pays for it
     MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
     t0 = time.perf_counter()
@@ -306,7 +361,12 @@ def run(args: argparse.Namespace) -> int:
     pack_s = time.perf_counter() - t0
     results = [measure("in memory", lambda: run_loader(parts, job, cache_policy="none"), row_bytes, root)]
     for threads in [int(t) for t in args.threads.split(",")]:
-        kw = {"cache_policy": "static_degree", "cache_bytes": cache_bytes, "pack_root": packs, "pack_read_threads": threads}
+        kw = {
+            "cache_policy": "static_degree",
+            "cache_bytes": cache_bytes,
+            "pack_root": packs,
+            "pack_read_threads": threads,
+        }
         packed = lambda kw=kw: run_loader(parts, job, pack_direct_io=True, **kw)  # noqa: E731
         results.append(measure(f"packed, {threads} pread threads", packed, row_bytes, root))
     results += run_budgeted_stores(args, root, parts, job)
@@ -330,12 +390,16 @@ def store_budget(args: argparse.Namespace, partitions: int) -> int:
     return args.store_budget_bytes or args.budget_bytes // partitions
 
 
-def run_budgeted_stores(args: argparse.Namespace, root: Path, parts: PartitionSet, job: JobSpec) -> list[dict[str, Any]]:
+def run_budgeted_stores(
+    args: argparse.Namespace, root: Path, parts: PartitionSet, job: JobSpec
+) -> list[dict[str, Any]]:
     """The unpacked system as a user runs it: budgeted ``--direct-io`` graph-store processes
     serving the loader's misses over gRPC, with shared memory and wire only (same processes)."""
     m = GraphManifest.load(root)
     row_bytes = m.node_data[job.feature_name].row_bytes
-    stores = BudgetedStores.start(root, store_budget(args, m.num_partitions), args.workdir / "logs", io_threads=args.io_threads)
+    stores = BudgetedStores.start(
+        root, store_budget(args, m.num_partitions), args.workdir / "logs", io_threads=args.io_threads
+    )
     out = []
     try:
         for system, shm_dir in ((STORES_SHM, args.shm_dir), (STORES_WIRE, "")):
@@ -343,7 +407,9 @@ def run_budgeted_stores(args: argparse.Namespace, root: Path, parts: PartitionSe
             rows = remote if args.store_sampling == "remote" else RemoteRows(parts, remote)
             shm0 = stores.shm_bytes()
             try:
-                go = lambda rows=rows: run_loader(rows, job, cache_policy="static_degree", cache_bytes=args.budget_bytes)  # noqa: E731
+                go = lambda rows=rows: run_loader(  # noqa: E731
+                    rows, job, cache_policy="static_degree", cache_bytes=args.budget_bytes
+                )
                 r = measure(system, go, row_bytes, root, stores.pids)
             finally:
                 rows.close()
@@ -364,16 +430,26 @@ def run_budgeted_stores(args: argparse.Namespace, root: Path, parts: PartitionSe
 
 
 def summarize(
-    args: argparse.Namespace, m: GraphManifest, stats: dict[str, float], pack_s: float, results: list[dict], cache_bytes: int
+    args: argparse.Namespace,
+    m: GraphManifest,
+    stats: dict[str, float],
+    pack_s: float,
+    results: list[dict],
+    cache_bytes: int,
 ) -> dict:
     by = {r["system"]: r for r in results}
     best_packed = max((r for r in results if r["system"].startswith("packed")), key=lambda r: r["minibatches_per_s"])
     return {
         "graph": {
-            "nodes": m.num_nodes, "edges": m.num_edges, "feature_bytes": int(stats["table_bytes"]), "train_fraction": args.train_fraction,
+            "nodes": m.num_nodes,
+            "edges": m.num_edges,
+            "feature_bytes": int(stats["table_bytes"]),
+            "train_fraction": args.train_fraction,
         },
         "job": {"batch_size": args.batch_size, "fanouts": args.fanouts, "steps": best_packed["steps"]},
-        "budget_bytes": args.budget_bytes, "cache_bytes": cache_bytes, "max_pack_bytes": args.max_pack_bytes,
+        "budget_bytes": args.budget_bytes,
+        "cache_bytes": cache_bytes,
+        "max_pack_bytes": args.max_pack_bytes,
         "store_budget_bytes": store_budget(args, m.num_partitions),
         "pack": {**stats, "wall_seconds": pack_s},
         "systems": results,
@@ -387,7 +463,7 @@ def summarize(
             "packed_vs_flat_file": best_packed["minibatches_per_s"] / by[FLAT_SYSTEM]["minibatches_per_s"],
             "pack_time_vs_packed_epoch": pack_s / best_packed["seconds"],
         },
-    }  # fmt: skip
+    }
 
 
 def markdown(r: dict) -> str:
@@ -399,18 +475,26 @@ def markdown(r: dict) -> str:
         f"{r['max_pack_bytes'] / mib:.0f} MiB), batch {j['batch_size']}, fanouts {j['fanouts']}, {j['steps']} steps; "
         "page cache dropped before each system."
     )
-    cols = "| system | steps | minibatches/s | disk MiB read | needed MiB | read amplification | loader RSS MiB | graph-store RSS MiB |"
+    cols = (
+        "| system | steps | minibatches/s | disk MiB read | needed MiB | read amplification | loader RSS MiB "
+        "| graph-store RSS MiB |"
+    )
     lines = [head, "", cols, "|---|---|---|---|---|---|---|---|"]
     for s in r["systems"]:
-        stores = f"{s['store_rss_ready_bytes'] / mib:.0f} → {s['store_peak_rss_bytes'] / mib:.0f}" if s["graph_store_processes"] else "–"
+        stores = (
+            f"{s['store_rss_ready_bytes'] / mib:.0f} → {s['store_peak_rss_bytes'] / mib:.0f}"
+            if s["graph_store_processes"]
+            else "–"
+        )
         lines.append(
-            f"| {s['system']} | {s['steps']} | {s['minibatches_per_s']:.2f} | {s['disk_read_bytes'] / mib:.1f} | "
-            f"{s['needed_bytes'] / mib:.1f} | {s['read_amplification']:.2f}x | {s['loader_rss_bytes'] / mib:.0f} | {stores} |"
+            f"| {s['system']} | {s['steps']} | {s['minibatches_per_s']:.2f} | {s['disk_read_bytes'] / mib:.1f} "
+            f"| {s['needed_bytes'] / mib:.1f} | {s['read_amplification']:.2f}x | {s['loader_rss_bytes'] / mib:.0f} "
+            f"| {stores} |"
         )
     packing = (
         f"Packing: blow-up {p['blow_up']:.2f}x ({p['packed_bytes'] / mib:.0f} MiB packed), {p['wall_seconds']:.1f} s "
-        f"(sampling {p['sample_seconds']:.1f} s, row fetch {p['fetch_seconds']:.1f} s, writes {p['write_seconds']:.1f} s) = "
-        f"{q['pack_time_vs_packed_epoch']:.2f}x the packed epoch."
+        f"(sampling {p['sample_seconds']:.1f} s, row fetch {p['fetch_seconds']:.1f} s, "
+        f"writes {p['write_seconds']:.1f} s) = {q['pack_time_vs_packed_epoch']:.2f}x the packed epoch."
     )
     ratios = (
         f"Best packed vs in memory {q['packed_vs_in_memory']:.2f}x, vs naive memmap {q['packed_vs_memmap']:.2f}x "
@@ -423,7 +507,8 @@ def markdown(r: dict) -> str:
         "Amplification below 1 means rows shared by a pack's minibatches were read once. "
         f"Graph-stores: one process per partition, --memory-budget {r['store_budget_bytes'] / mib:.0f} MiB each, "
         "--direct-io; their disk reads count above (labels included: the budget covers every node-data table, "
-        "so their reads exceed needed by the labels that were not in memory), their RSS (ready → peak) is all of their processes' "
+        "so their reads exceed needed by the labels that were not in memory), their RSS (ready → peak) is all of "
+        "their processes' "
         "(interpreter, libraries, budget rows, buffers) once READY (budget rows loaded, nothing served) and at the "
         "epoch's peak. Loader RSS = the bench "
         "process's peak RSS over its RSS before the system was built (cache, pack buffers, mapped file pages); the "

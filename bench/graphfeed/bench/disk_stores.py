@@ -57,14 +57,24 @@ class BudgetedStores:
     ready_rss_bytes: int = 0  # all processes' RSS once every one was READY: budget rows loaded, nothing served
 
     @classmethod
-    def start(cls, root: Path, budget_bytes: int, log_dir: Path, direct_io: bool = True, io_threads: int = 8) -> BudgetedStores:
+    def start(
+        cls, root: Path, budget_bytes: int, log_dir: Path, direct_io: bool = True, io_threads: int = 8
+    ) -> BudgetedStores:
         """One process per partition of the graph at ``root``, each keeping ``budget_bytes`` of
         node data in memory; returns once every one answers health SERVING."""
         stores = cls([], budget_bytes)
         try:
             for p in range(GraphManifest.load(root).num_partitions):
-                args = ["graph-store", "--part-dir", str(root / part_dir_name(p)), "--memory-budget", str(budget_bytes),
-                        "--direct-io" if direct_io else "--no-direct-io", "--io-threads", str(io_threads)]  # fmt: skip
+                args = [
+                    "graph-store",
+                    "--part-dir",
+                    str(root / part_dir_name(p)),
+                    "--memory-budget",
+                    str(budget_bytes),
+                    "--direct-io" if direct_io else "--no-direct-io",
+                    "--io-threads",
+                    str(io_threads),
+                ]
                 stores.processes.append(start_service(f"disk-graph-store-{p}", args, log_dir))
             stores.ready_rss_bytes = sum(status_bytes(pid, "VmRSS") for pid in stores.pids)
         except BaseException:
@@ -84,10 +94,15 @@ class BudgetedStores:
         """Node-data bytes the processes have answered through shared memory so far (their
         ``graphfeed_rpc_response_shm_bytes_total{method="GetNodeData"}``): tells the two transports apart."""
         name = "graphfeed_rpc_response_shm_bytes_total"
-        return int(sum(
-            sample.value for s in self.processes if s.metrics_address
-            for sample in samples(s.metrics_address, name) if sample.labels.get("method") == "GetNodeData"
-        ))  # fmt: skip
+        return int(
+            sum(
+                sample.value
+                for s in self.processes
+                if s.metrics_address
+                for sample in samples(s.metrics_address, name)
+                if sample.labels.get("method") == "GetNodeData"
+            )
+        )
 
     def stop(self) -> None:
         """SIGTERM to every process; raises RuntimeError naming those that exited non-zero."""
@@ -118,7 +133,9 @@ class RemoteRows(ForwardingPartitionSet):
     def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
         return self.local.get_degrees(p, ids)
 
-    def read_node_data_into(self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> Future[int]:
+    def read_node_data_into(
+        self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray
+    ) -> Future[int]:
         """Rows straight into ``out[positions]`` as each answer arrives (the remote loader's path)."""
         return self.remote.read_node_data_into(p, name, ids, out, positions)
 

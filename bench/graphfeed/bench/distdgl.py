@@ -107,7 +107,9 @@ def _partition(g: Any, feat: Any, train: Any, out: Path) -> None:
     started = time.perf_counter()
     g.ndata["feat"], g.ndata["train_mask"] = feat, mask
     try:
-        dgl.distributed.partition_graph(g, GRAPH_NAME, NUM_MACHINES, str(out), part_method="metis", balance_ntypes=mask, balance_edges=True)
+        dgl.distributed.partition_graph(
+            g, GRAPH_NAME, NUM_MACHINES, str(out), part_method="metis", balance_ntypes=mask, balance_edges=True
+        )
     finally:  # the caller's graph is left as it came (its DGL reference samples it)
         g.ndata.pop("feat")
         g.ndata.pop("train_mask")
@@ -144,7 +146,9 @@ def _wire_bytes(pids: dict[str, int]) -> dict[str, int]:
     """Bytes sent plus received over the established TCP sockets of each process (the kernel's
     tcp_info counters, as ``ss -ti`` reports them); by name."""
     by_pid, out = {pid: name for name, pid in pids.items()}, dict.fromkeys(pids, 0)
-    text = subprocess.run([_tool("ss"), "-tinpH", "state", "established"], capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        [_tool("ss"), "-tinpH", "state", "established"], capture_output=True, text=True, check=True
+    ).stdout
     owner = None
     for line in text.splitlines():  # a socket's line (with its users) and then its indented tcp_info line
         if not line[:1].isspace():
@@ -184,7 +188,10 @@ class _Proc:
     log_path: Path
 
     def tail(self) -> str:
-        return f"--- {self.name} (exit {self.popen.poll()}), {self.log_path}:\n" + self.log_path.read_text(errors="replace")[-2000:]
+        return (
+            f"--- {self.name} (exit {self.popen.poll()}), {self.log_path}:\n"
+            + self.log_path.read_text(errors="replace")[-2000:]
+        )
 
 
 class DistDGLSystem:
@@ -206,8 +213,18 @@ class DistDGLSystem:
         stop_timeout_s: for all three to exit after the trainer is told to quit; then they are killed.
     """
 
-    def __init__(self, part_config: Path, log_dir: Path, fanouts: list[int], batch_size: int, *, trainer_threads: int | None = None,
-                 start_timeout_s: float = 600.0, run_timeout_s: float = 600.0, stop_timeout_s: float = 60.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        part_config: Path,
+        log_dir: Path,
+        fanouts: list[int],
+        batch_size: int,
+        *,
+        trainer_threads: int | None = None,
+        start_timeout_s: float = 600.0,
+        run_timeout_s: float = 600.0,
+        stop_timeout_s: float = 60.0,
+    ) -> None:
         self.part_config = part_config.resolve()
         self.log_dir = log_dir.resolve()
         self.fanouts, self.batch_size = list(fanouts), batch_size
@@ -229,11 +246,14 @@ class DistDGLSystem:
         """One sentence saying what runs where, for the benchmark's report."""
         import dgl
 
-        return (f"DistDGL (dgl {dgl.__version__}): {NUM_MACHINES} METIS partitions, {NUM_MACHINES} emulated machines on this host "
-                f"(each a mount namespace with a private /dev/shm; TCP on 127.0.0.1), 1 server per machine, 1 trainer on machine 0 "
-                f"sampling in-process (DGL_NUM_SAMPLER=0, OMP_NUM_THREADS={self.trainer_threads}), "
-                f"DistNodeDataLoader + NeighborSampler({self.fanouts}), batch {self.batch_size}, shuffle, "
-                f"features pulled from the DistTensor")  # fmt: skip
+        return (
+            f"DistDGL (dgl {dgl.__version__}): {NUM_MACHINES} METIS partitions, {NUM_MACHINES} emulated machines "
+            "on this host (each a mount namespace with a private /dev/shm; TCP on 127.0.0.1), 1 server per machine, "
+            "1 trainer on machine 0 "
+            f"sampling in-process (DGL_NUM_SAMPLER=0, OMP_NUM_THREADS={self.trainer_threads}), "
+            f"DistNodeDataLoader + NeighborSampler({self.fanouts}), batch {self.batch_size}, shuffle, "
+            f"features pulled from the DistTensor"
+        )
 
     def start(self) -> None:
         """Starts both servers, waits for them to listen, then starts and awaits the trainer."""
@@ -241,27 +261,60 @@ class DistDGLSystem:
         ports = [_free_port() for _ in range(NUM_MACHINES)]
         ip_config = self.log_dir / "distdgl-ip_config.txt"
         ip_config.write_text("".join(f"127.0.0.1 {p}\n" for p in ports))
-        env = {**os.environ, "DGL_DIST_MODE": "distributed", "DGL_NUM_SAMPLER": "0", "DGL_NUM_CLIENT": "1", "DGL_NUM_SERVER": "1",
-               "DGL_IP_CONFIG": str(ip_config), "DGL_CONF_PATH": str(self.part_config), "DGL_GRAPH_FORMAT": "csc",
-               "DGL_KEEP_ALIVE": "0", "DGL_DIST_MAX_TRY_TIMES": "60"}  # fmt: skip
+        env = {
+            **os.environ,
+            "DGL_DIST_MODE": "distributed",
+            "DGL_NUM_SAMPLER": "0",
+            "DGL_NUM_CLIENT": "1",
+            "DGL_NUM_SERVER": "1",
+            "DGL_IP_CONFIG": str(ip_config),
+            "DGL_CONF_PATH": str(self.part_config),
+            "DGL_GRAPH_FORMAT": "csc",
+            "DGL_KEEP_ALIVE": "0",
+            "DGL_DIST_MAX_TRY_TIMES": "60",
+        }
         started = time.perf_counter()
         try:
             for m in range(NUM_MACHINES):
                 server_env = {**env, "DGL_ROLE": "server", "DGL_SERVER_ID": str(m), "OMP_NUM_THREADS": "1"}
-                cmd = [_tool("unshare"), "--mount", "--propagation", "private", "sh", "-c", _PRIVATE_SHM, "sh", *self._python("server")]
+                cmd = [
+                    _tool("unshare"),
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    _PRIVATE_SHM,
+                    "sh",
+                    *self._python("server"),
+                ]
                 self._spawn(f"server-{m}", cmd, server_env)
             for m, port in enumerate(ports):
                 self._await_listening(f"server-{m}", port)
-            log.info("DistDGL servers listening after %.1fs (partitions in shared memory)", time.perf_counter() - started)
-            trainer_env = {**env, "DGL_ROLE": "client", "DGL_GROUP_ID": "0", "OMP_NUM_THREADS": str(self.trainer_threads)}
+            log.info(
+                "DistDGL servers listening after %.1fs (partitions in shared memory)", time.perf_counter() - started
+            )
+            trainer_env = {
+                **env,
+                "DGL_ROLE": "client",
+                "DGL_GROUP_ID": "0",
+                "OMP_NUM_THREADS": str(self.trainer_threads),
+            }
             machine0 = self.procs["server-0"].popen.pid
-            cmd = [_tool("nsenter"), f"--target={machine0}", "--mount", "--", *self._python("trainer", "--fanouts", *map(str, self.fanouts),
-                                                                                     "--batch-size", str(self.batch_size))]  # fmt: skip
+            cmd = [
+                _tool("nsenter"),
+                f"--target={machine0}",
+                "--mount",
+                "--",
+                *self._python("trainer", "--fanouts", *map(str, self.fanouts), "--batch-size", str(self.batch_size)),
+            ]
             trainer = self._spawn("trainer", cmd, trainer_env, pipes=True)
             assert trainer.stdout is not None  # stdout=PIPE
             self._lines = _Lines(trainer.stdout)
             self.num_train = int(self._answer(self.start_timeout_s)["train"])
-            log.info("DistDGL trainer ready after %.1fs: %d training nodes", time.perf_counter() - started, self.num_train)
+            log.info(
+                "DistDGL trainer ready after %.1fs: %d training nodes", time.perf_counter() - started, self.num_train
+            )
         except BaseException:
             self._kill_all()
             raise
@@ -302,14 +355,28 @@ class DistDGLSystem:
     # -- helpers --
 
     def _python(self, role: str, *args: str) -> list[str]:
-        return [sys.executable, "-m", "graphfeed.bench.distdgl", role, "--ip-config", str(self.log_dir / "distdgl-ip_config.txt"), *args]
+        return [
+            sys.executable,
+            "-m",
+            "graphfeed.bench.distdgl",
+            role,
+            "--ip-config",
+            str(self.log_dir / "distdgl-ip_config.txt"),
+            *args,
+        ]
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], pipes: bool = False) -> subprocess.Popen:
         log_path = self.log_dir / f"distdgl-{name}.log"
         with open(log_path, "wb") as out:  # the child keeps its own descriptor
             pipe = subprocess.PIPE if pipes else subprocess.DEVNULL
-            popen = subprocess.Popen(cmd, stdin=pipe, stdout=subprocess.PIPE if pipes else out, stderr=out, env=env,
-                                     preexec_fn=_die_with_parent)  # fmt: skip
+            popen = subprocess.Popen(
+                cmd,
+                stdin=pipe,
+                stdout=subprocess.PIPE if pipes else out,
+                stderr=out,
+                env=env,
+                preexec_fn=_die_with_parent,
+            )
         self.procs[name] = _Proc(name, popen, log_path)
         return popen
 
@@ -404,7 +471,9 @@ def _minibatches(loader: Any, feat: Any, steps: int) -> int:
 def main(argv: list[str]) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m graphfeed.bench.distdgl", description="one DistDGL process (started by DistDGLSystem)")
+    p = argparse.ArgumentParser(
+        prog="python -m graphfeed.bench.distdgl", description="one DistDGL process (started by DistDGLSystem)"
+    )
     p.add_argument("role", choices=("server", "trainer"))
     p.add_argument("--ip-config", required=True)
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])

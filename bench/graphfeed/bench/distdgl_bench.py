@@ -30,24 +30,45 @@ log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("distdgl", help="minibatches/s of DistDGL (2 servers, 1 trainer) vs in-process DGL", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "distdgl",
+        help="minibatches/s of DistDGL (2 servers, 1 trainer) vs in-process DGL",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="small", help="synthetic preset (tiny, small, medium, large; default small)")
     p.add_argument("--root", type=Path, default=None, help="an ingested dataset to use instead of the preset's")
-    p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets, DistDGL partitions and logs (default runs/bench)")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("runs/bench"),
+        help="datasets, DistDGL partitions and logs (default runs/bench)",
+    )
     p.add_argument("--steps", type=int, default=20, help="minibatches per run (default 20)")
     p.add_argument("--repeats", type=int, default=3, help="runs per system; the median is reported (default 3)")
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
-    p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
     p.add_argument(
-        "--threads", type=int, default=None, help="OMP threads of DistDGL's trainer and in-process DGL (default: half the cores)"
+        "--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="OMP threads of DistDGL's trainer and in-process DGL (default: half the cores)",
     )
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/distdgl-<dataset>.json)")
     p.set_defaults(func=run)
 
 
-def run_distdgl(root: Path, workdir: Path, fanouts: list[int], batch_size: int, steps: int, repeats: int,
-                trainer_threads: int | None = None) -> dict[str, Any]:  # fmt: skip
+def run_distdgl(
+    root: Path,
+    workdir: Path,
+    fanouts: list[int],
+    batch_size: int,
+    steps: int,
+    repeats: int,
+    trainer_threads: int | None = None,
+) -> dict[str, Any]:
     """DistDGL alone: 2 warm-up minibatches, then ``repeats`` runs of ``steps`` minibatches.
 
     Partitions ``root`` on first use (cached under ``workdir``; logs in ``workdir/logs``).
@@ -56,12 +77,22 @@ def run_distdgl(root: Path, workdir: Path, fanouts: list[int], batch_size: int, 
     server-0, server-1), ``wire_bytes_per_minibatch`` (TCP, both ways), ``startup_seconds`` and
     ``setup`` (what ran where). ``trainer_threads``: see :class:`DistDGLSystem`.
     """
-    result = compare(root, workdir, fanouts, batch_size, steps, repeats, reference=False, trainer_threads=trainer_threads)
+    result = compare(
+        root, workdir, fanouts, batch_size, steps, repeats, reference=False, trainer_threads=trainer_threads
+    )
     return result["systems"]["distdgl"]
 
 
-def compare(root: Path, workdir: Path, fanouts: list[int], batch_size: int, steps: int, repeats: int,
-            reference: bool = True, trainer_threads: int | None = None) -> dict[str, Any]:  # fmt: skip
+def compare(
+    root: Path,
+    workdir: Path,
+    fanouts: list[int],
+    batch_size: int,
+    steps: int,
+    repeats: int,
+    reference: bool = True,
+    trainer_threads: int | None = None,
+) -> dict[str, Any]:
     """DistDGL and (with ``reference``) in-process DGL on ``root``, alternated run by run.
 
     Returns ``{"systems": {name: summary}, "distdgl_ratio_vs_dgl": ...}``, each summary as
@@ -81,18 +112,27 @@ def compare(root: Path, workdir: Path, fanouts: list[int], batch_size: int, step
         startup = time.perf_counter() - started
         runners: dict[str, Callable[[int], DistDGLRun]] = {"distdgl": distdgl.run}
         if reference:
-            runners = {"dgl_sample_gather": _reference(*data[0], fanouts, batch_size, distdgl.trainer_threads), **runners}
+            runners = {
+                "dgl_sample_gather": _reference(*data[0], fanouts, batch_size, distdgl.trainer_threads),
+                **runners,
+            }
         runs = _alternate(runners, steps, repeats)
     systems = {name: _summary(rs) for name, rs in runs.items()}
     systems["distdgl"].update(startup_seconds=startup, setup=distdgl.setup)
     out: dict[str, Any] = {"systems": systems}
     if reference:
-        systems["dgl_sample_gather"]["setup"] = f"in this process with the DistDGL trainer's {distdgl.trainer_threads} torch/OMP threads"
-        out["distdgl_ratio_vs_dgl"] = systems["distdgl"]["minibatches_per_s"] / systems["dgl_sample_gather"]["minibatches_per_s"]
+        systems["dgl_sample_gather"]["setup"] = (
+            f"in this process with the DistDGL trainer's {distdgl.trainer_threads} torch/OMP threads"
+        )
+        out["distdgl_ratio_vs_dgl"] = (
+            systems["distdgl"]["minibatches_per_s"] / systems["dgl_sample_gather"]["minibatches_per_s"]
+        )
     return out
 
 
-def _reference(g: Any, feat: Any, train: Any, fanouts: list[int], batch_size: int, threads: int) -> Callable[[int], DistDGLRun]:
+def _reference(
+    g: Any, feat: Any, train: Any, fanouts: list[int], batch_size: int, threads: int
+) -> Callable[[int], DistDGLRun]:
     """``dgl_sample_gather`` of the throughput benchmark, timed with this process's CPU, on as
     many threads as the DistDGL trainer: on a shared 2-core host, 2 OMP threads made in-process
     DGL ~3x slower than 1 (the threads spin waiting for each other), which is no fair yardstick."""
@@ -115,7 +155,9 @@ def _reference(g: Any, feat: Any, train: Any, fanouts: list[int], batch_size: in
     return run
 
 
-def _alternate(runners: dict[str, Callable[[int], DistDGLRun]], steps: int, repeats: int) -> dict[str, list[DistDGLRun]]:
+def _alternate(
+    runners: dict[str, Callable[[int], DistDGLRun]], steps: int, repeats: int
+) -> dict[str, list[DistDGLRun]]:
     for fn in runners.values():  # warm-up: imports, connections, caches
         fn(2)
     runs: dict[str, list[DistDGLRun]] = {name: [] for name in runners}
@@ -160,19 +202,27 @@ def run(args: argparse.Namespace) -> int:
 def markdown(result: dict[str, Any]) -> str:
     """The result as a table: one row per system, then the ratio and DistDGL's setup."""
     lines = [
-        (f"dataset `{result['dataset']}`, batch {result['batch_size']}, fanouts {result['fanouts']}, "
-         f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"),
+        (
+            f"dataset `{result['dataset']}`, batch {result['batch_size']}, fanouts {result['fanouts']}, "
+            f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"
+        ),
         "",
         "| system | minibatches/s | runs | sampled edges/s | wire MB/minibatch | CPU s/minibatch (by process) |",
         "|---|---:|---|---:|---:|---|",
-    ]  # fmt: skip
+    ]
     for name, s in result["systems"].items():
         runs = ", ".join(f"{v:.2f}" for v in s["runs_minibatches_per_s"])
         cpu = ", ".join(f"{k} {v:.3f}" for k, v in s["cpu_seconds_per_minibatch"].items())
-        lines.append(f"| {name} | {s['minibatches_per_s']:.2f} | {runs} | {s['sampled_edges_per_s'] / 1e6:.2f} M | "
-                     f"{s['wire_bytes_per_minibatch'] / 1e6:.2f} | {cpu} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {s['minibatches_per_s']:.2f} | {runs} | {s['sampled_edges_per_s'] / 1e6:.2f} M | "
+            f"{s['wire_bytes_per_minibatch'] / 1e6:.2f} | {cpu} |"
+        )
     distdgl = result["systems"]["distdgl"]
     ratio = result["distdgl_ratio_vs_dgl"]
-    lines += ["", f"**distdgl_ratio_vs_dgl = {ratio:.2f}**; DistDGL started in {distdgl['startup_seconds']:.1f} s.", "",
-              f"Setup: {distdgl['setup']}; DGL {result['systems']['dgl_sample_gather']['setup']}."]  # fmt: skip
+    lines += [
+        "",
+        f"**distdgl_ratio_vs_dgl = {ratio:.2f}**; DistDGL started in {distdgl['startup_seconds']:.1f} s.",
+        "",
+        f"Setup: {distdgl['setup']}; DGL {result['systems']['dgl_sample_gather']['setup']}.",
+    ]
     return "\n".join(lines) + "\n"

@@ -78,7 +78,15 @@ def epochs(address: str, shm_dir: Path, n: int) -> list[str]:
 
     outcome = []
     for epoch in range(n):
-        loader = RemoteDataLoader(address, "train", shm_dir=str(shm_dir), seed=epoch, job_id="reader", resume_s=0, **JOB)  # type: ignore[arg-type]
+        loader = RemoteDataLoader(
+            address,
+            "train",
+            shm_dir=str(shm_dir),
+            seed=epoch,
+            job_id="reader",
+            resume_s=0,
+            **JOB,  # type: ignore[arg-type]
+        )
         try:
             outcome.append(f"ok {sum(1 for _ in loader)}")
         except Exception as exc:  # noqa: BLE001 - reported, the next epoch tries again
@@ -135,19 +143,30 @@ def run(args: argparse.Namespace) -> int:
             cluster.stop()
     size_mb = args.tmpfs_mb if not args.shm_dir else shutil.disk_usage(args.shm_dir).total / 2**20
     result = {
-        "flooders": args.flooders, "streams_each": args.streams, "dir_mb": size_mb, "quota_mb": args.quota_mb,
-        "held_by_flooders_mb": held_mb, "peak_mb": peak[0] / 2**20, "epochs": outcome, "epochs_s": took,
+        "flooders": args.flooders,
+        "streams_each": args.streams,
+        "dir_mb": size_mb,
+        "quota_mb": args.quota_mb,
+        "held_by_flooders_mb": held_mb,
+        "peak_mb": peak[0] / 2**20,
+        "epochs": outcome,
+        "epochs_s": took,
         "refused": refusals,
-    }  # fmt: skip
+    }
     ok = sum(o.startswith("ok") for o in outcome)
-    table = "\n".join([
-        "| flooders x streams | directory MiB | held by flooders MiB | peak MiB | trainer epochs ok | refusals (quota / full) |",
-        "|---|---:|---:|---:|---:|---|",
-        (
-            f"| {args.flooders} x {args.streams} | {size_mb:.0f} | {held_mb:.1f} | {peak[0] / 2**20:.1f} | {ok} of {len(outcome)} "
-            f"| {refusals.get('quota', 0):.0f} / {refusals.get('full', 0):.0f} |"
-        ),
-    ])  # fmt: skip
+    table = "\n".join(
+        [
+            (
+                "| flooders x streams | directory MiB | held by flooders MiB | peak MiB | trainer epochs ok "
+                "| refusals (quota / full) |"
+            ),
+            "|---|---:|---:|---:|---:|---|",
+            (
+                f"| {args.flooders} x {args.streams} | {size_mb:.0f} | {held_mb:.1f} | {peak[0] / 2**20:.1f} "
+                f"| {ok} of {len(outcome)} | {refusals.get('quota', 0):.0f} / {refusals.get('full', 0):.0f} |"
+            ),
+        ]
+    )
     report.write(args.out, result, table + "\n")
     for i, o in enumerate(outcome):
         print(f"epoch {i}: {o}")
@@ -155,17 +174,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("flood", help="clients that never read their streams, beside a trainer that does",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--workdir", type=Path, default=Path("runs/bench-flood"), help="data, logs and the tmpfs mount point")
-    p.add_argument("--shm-dir", default="", help="shared-memory directory to use (default: mount a fresh tmpfs, root only)")
+    p = sub.add_parser(
+        "flood",
+        help="clients that never read their streams, beside a trainer that does",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--workdir", type=Path, default=Path("runs/bench-flood"), help="data, logs and the tmpfs mount point"
+    )
+    p.add_argument(
+        "--shm-dir", default="", help="shared-memory directory to use (default: mount a fresh tmpfs, root only)"
+    )
     p.add_argument("--tmpfs-mb", type=int, default=128, help="size of the tmpfs to mount (default 128)")
     p.add_argument("--flooders", type=int, default=3, help="flooding processes (default 3)")
     p.add_argument("--streams", type=int, default=17, help="streams each flooder opens (default 17)")
-    p.add_argument("--quota-mb", type=float, default=0, help="the loader's --shm-client-quota-mb (default 0: its default)")
+    p.add_argument(
+        "--quota-mb", type=float, default=0, help="the loader's --shm-client-quota-mb (default 0: its default)"
+    )
     p.add_argument("--epochs", type=int, default=3, help="the reading trainer's epochs (default 3)")
     p.add_argument("--settle-s", type=float, default=5.0, help="seconds the flood runs before the trainer starts")
-    p.add_argument("--out", type=Path, default=Path("runs/bench-flood/flood.json"), help="JSON output (markdown next to it)")
+    p.add_argument(
+        "--out", type=Path, default=Path("runs/bench-flood/flood.json"), help="JSON output (markdown next to it)"
+    )
     p.set_defaults(func=run)
 
 

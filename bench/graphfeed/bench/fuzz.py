@@ -45,18 +45,26 @@ def _int(rng: random.Random, unsigned: bool, bits: int) -> int:
 def _string(rng: random.Random) -> str:
     kind = rng.random()
     if kind < 0.3:
-        return rng.choice(["", "train", "feat", "label", "x" * 20_000, "../../etc/passwd", "graphfeed-seg-1o0000abcd-1-00000000"])
+        return rng.choice(
+            ["", "train", "feat", "label", "x" * 20_000, "../../etc/passwd", "graphfeed-seg-1o0000abcd-1-00000000"]
+        )
     if kind < 0.6:
         return "".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(rng.randrange(0, 40)))
     return "".join(rng.choice("abcdefghij_-.0123456789") for _ in range(rng.randrange(0, 300)))
 
 
 _BITS = {
-    FieldDescriptor.TYPE_INT32: (False, 32), FieldDescriptor.TYPE_SINT32: (False, 32), FieldDescriptor.TYPE_SFIXED32: (False, 32),
-    FieldDescriptor.TYPE_INT64: (False, 64), FieldDescriptor.TYPE_SINT64: (False, 64), FieldDescriptor.TYPE_SFIXED64: (False, 64),
-    FieldDescriptor.TYPE_UINT32: (True, 32), FieldDescriptor.TYPE_FIXED32: (True, 32),
-    FieldDescriptor.TYPE_UINT64: (True, 64), FieldDescriptor.TYPE_FIXED64: (True, 64),
-}  # fmt: skip
+    FieldDescriptor.TYPE_INT32: (False, 32),
+    FieldDescriptor.TYPE_SINT32: (False, 32),
+    FieldDescriptor.TYPE_SFIXED32: (False, 32),
+    FieldDescriptor.TYPE_INT64: (False, 64),
+    FieldDescriptor.TYPE_SINT64: (False, 64),
+    FieldDescriptor.TYPE_SFIXED64: (False, 64),
+    FieldDescriptor.TYPE_UINT32: (True, 32),
+    FieldDescriptor.TYPE_FIXED32: (True, 32),
+    FieldDescriptor.TYPE_UINT64: (True, 64),
+    FieldDescriptor.TYPE_FIXED64: (True, 64),
+}
 
 
 def _scalar(rng: random.Random, f: FieldDescriptor) -> object:
@@ -126,15 +134,22 @@ class FuzzReport:
 
 
 def fuzz_method(
-    channel: grpc.Channel, service: ServiceDescriptor, method: MethodDescriptor, n: int, seed: int,
-    valid: list[bytes] | None = None, timeout_s: float = 10.0,
-) -> FuzzReport:  # fmt: skip
+    channel: grpc.Channel,
+    service: ServiceDescriptor,
+    method: MethodDescriptor,
+    n: int,
+    seed: int,
+    valid: list[bytes] | None = None,
+    timeout_s: float = 10.0,
+) -> FuzzReport:
     """Sends ``n`` fuzzed requests to one method (a server stream is read for at most 3 messages)."""
     rng = random.Random(f"{seed}/{method.full_name}")  # noqa: S311 - test data, not secrets
     path = f"/{service.full_name}/{method.name}"
     identity: Callable[[bytes], bytes] = lambda b: b  # noqa: E731 - raw bytes both ways
     stream = method.server_streaming
-    call = (channel.unary_stream if stream else channel.unary_unary)(path, request_serializer=identity, response_deserializer=identity)
+    call = (channel.unary_stream if stream else channel.unary_unary)(
+        path, request_serializer=identity, response_deserializer=identity
+    )
     report = FuzzReport(method.full_name)
     for _ in range(n):
         req = request_bytes(rng, method, valid or [])
@@ -157,8 +172,9 @@ def fuzz_method(
     return report
 
 
-def fuzz_service(address: str, service: ServiceDescriptor, n: int, seed: int = 0,
-                 valid: dict[str, list[bytes]] | None = None) -> list[FuzzReport]:  # fmt: skip
+def fuzz_service(
+    address: str, service: ServiceDescriptor, n: int, seed: int = 0, valid: dict[str, list[bytes]] | None = None
+) -> list[FuzzReport]:
     """Every method of ``service`` at ``address``, ``n`` requests each."""
     with grpc.insecure_channel(address) as channel:
         return [fuzz_method(channel, service, m, n, seed, (valid or {}).get(m.name)) for m in service.methods]
@@ -189,10 +205,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fuzz", help="random and malformed requests against every RPC of running services",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--target", action="append", required=True, metavar="SERVICE=HOST:PORT",
-                   help="graph-store=..., sampler=... or loader=...; repeat for several")  # fmt: skip
+    p = sub.add_parser(
+        "fuzz",
+        help="random and malformed requests against every RPC of running services",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        metavar="SERVICE=HOST:PORT",
+        help="graph-store=..., sampler=... or loader=...; repeat for several",
+    )
     p.add_argument("--requests", type=int, default=20_000, help="requests per method (default 20000)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)

@@ -143,7 +143,9 @@ def _verify(cp: Any, kernels: Any) -> None:
     cached = np.ascontiguousarray(table[::3])
     out, where = kernels.cache_gather(ids, cp.asarray(slot), cp.asarray(cached), pinned.device)
     ref_out, ref_where = reference.cache_gather(ids, slot, cached, table)
-    assert cp.asnumpy(out).tobytes() == ref_out.tobytes() and np.array_equal(cp.asnumpy(where), ref_where), "cache gather"
+    assert cp.asnumpy(out).tobytes() == ref_out.tobytes() and np.array_equal(cp.asnumpy(where), ref_where), (
+        "cache gather"
+    )
     indptr, indices = synthetic_csr(20_000)
     seeds = sampling_seeds(20_000, 5000)
     for fanout, replace in [(10, False), (25, True), (100, False), (-1, False)]:
@@ -176,10 +178,16 @@ def _transfer_rows(cp: Any, kernels: Any, table: Any, ids_all: np.ndarray, batch
     ids_d = cp.asarray(ids_h)
     out = cp.empty((batch, ROW_DIM), dtype=cp.float32)
     contiguous = table.device[:batch]  # pinned source of a plain DMA copy
-    t_copy = _median_s(lambda: cp.cuda.runtime.memcpyAsync(out.data.ptr, contiguous.data.ptr, nbytes, 4, 0), repeat, sync)
+    t_copy = _median_s(
+        lambda: cp.cuda.runtime.memcpyAsync(out.data.ptr, contiguous.data.ptr, nbytes, 4, 0), repeat, sync
+    )
     t_zc = _median_s(lambda: kernels.gather_rows(table.device, ids_d, out=out, check_ids=False), repeat, sync)
-    row: dict[str, Any] = {"batch_rows": batch, "bytes": nbytes, "pinned_copy_gbps": nbytes / t_copy / 1e9,
-                           "zero_copy_gbps": nbytes / t_zc / 1e9}  # fmt: skip
+    row: dict[str, Any] = {
+        "batch_rows": batch,
+        "bytes": nbytes,
+        "pinned_copy_gbps": nbytes / t_copy / 1e9,
+        "zero_copy_gbps": nbytes / t_zc / 1e9,
+    }
     torch = _torch_cuda()
     if torch is not None:
         table_t = torch.from_numpy(table.host)
@@ -187,13 +195,20 @@ def _transfer_rows(cp: Any, kernels: Any, table: Any, ids_all: np.ndarray, batch
         tsync = torch.cuda.synchronize
         t_cpu = _median_s(lambda: torch.index_select(table_t, 0, ids_t).cuda(), repeat, tsync)
         staging = torch.empty((batch, ROW_DIM), dtype=torch.float32).pin_memory()
-        t_pin = _median_s(lambda: torch.index_select(table_t, 0, ids_t, out=staging).cuda(non_blocking=True), repeat, tsync)
-        row.update(cpu_gather_copy_gbps=nbytes / t_cpu / 1e9, cpu_gather_pinned_copy_gbps=nbytes / t_pin / 1e9,
-                   torch_threads=torch.get_num_threads())  # fmt: skip
+        t_pin = _median_s(
+            lambda: torch.index_select(table_t, 0, ids_t, out=staging).cuda(non_blocking=True), repeat, tsync
+        )
+        row.update(
+            cpu_gather_copy_gbps=nbytes / t_cpu / 1e9,
+            cpu_gather_pinned_copy_gbps=nbytes / t_pin / 1e9,
+            torch_threads=torch.get_num_threads(),
+        )
     return row
 
 
-def _cache_rows(cp: Any, kernels: Any, table: Any, batch: int, repeat: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+def _cache_rows(
+    cp: Any, kernels: Any, table: Any, batch: int, repeat: int, rng: np.random.Generator
+) -> list[dict[str, Any]]:
     """GPU cache gather at hit rates 0/50/90 %: a cache of 20 % of the table, misses zero-copy."""
     n = table.host.shape[0]
     cached = rng.permutation(n)[: n // 5]
@@ -210,7 +225,9 @@ def _cache_rows(cp: Any, kernels: Any, table: Any, batch: int, repeat: int, rng:
         hits = int(batch * hit_rate)
         ids = np.concatenate([rng.choice(cached, hits), rng.choice(uncached, batch - hits)])
         ids_d = cp.asarray(rng.permutation(ids))
-        t = _median_s(partial(kernels.cache_gather, ids_d, slot_d, gpu_rows, table.device, check_ids=False), repeat, sync)
+        t = _median_s(
+            partial(kernels.cache_gather, ids_d, slot_d, gpu_rows, table.device, check_ids=False), repeat, sync
+        )
         rows.append({"table_rows": n, "batch_rows": batch, "hit_rate": hit_rate, "gbps": batch * ROW_DIM * 4 / t / 1e9})
     return rows
 
@@ -224,9 +241,21 @@ def _sampling_rows(cp: Any, kernels: Any, graph_nodes: int, batches: list[int], 
         seeds = cp.asarray(sampling_seeds(graph_nodes, batch))
         for fanout, replace in [(10, False), (25, False), (10, True), (100, False)]:
             edges = int(kernels.sample_csr(d_indptr, d_indices, d_eids, seeds, fanout, replace, 1)[0][-1])
-            t = _median_s(partial(kernels.sample_csr, d_indptr, d_indices, d_eids, seeds, fanout, replace, 1), repeat, sync)
-            rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
-                         "replace": replace, "edges": edges, "seconds": t, "edges_per_s": edges / t})  # fmt: skip
+            t = _median_s(
+                partial(kernels.sample_csr, d_indptr, d_indices, d_eids, seeds, fanout, replace, 1), repeat, sync
+            )
+            rows.append(
+                {
+                    "graph_nodes": graph_nodes,
+                    "graph_edges": len(indices),
+                    "batch_seeds": batch,
+                    "fanout": fanout,
+                    "replace": replace,
+                    "edges": edges,
+                    "seconds": t,
+                    "edges_per_s": edges / t,
+                }
+            )
     return rows
 
 
@@ -240,8 +269,18 @@ def _temporal_gpu_rows(cp: Any, kernels: Any, graph_nodes: int, roots: int, repe
         run = partial(kernels.sample_temporal, *dev, TEMPORAL_FANOUT, strategy, 1)
         edges = int(run()[0][-1])
         t = _median_s(run, repeat, sync)
-        rows.append({"graph_nodes": graph_nodes, "graph_edges": len(graph[1]), "roots": roots, "fanout": TEMPORAL_FANOUT,
-                     "strategy": strategy, "edges": edges, "seconds": t, "roots_per_s": roots / t})  # fmt: skip
+        rows.append(
+            {
+                "graph_nodes": graph_nodes,
+                "graph_edges": len(graph[1]),
+                "roots": roots,
+                "fanout": TEMPORAL_FANOUT,
+                "strategy": strategy,
+                "edges": edges,
+                "seconds": t,
+                "roots_per_s": roots / t,
+            }
+        )
     return rows
 
 
@@ -268,8 +307,15 @@ def run_gpu(sizes: Sizes) -> dict[str, Any]:
     temporal = _temporal_gpu_rows(cp, kernels, sizes.graph_nodes, max(batches), repeat)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     torch = _torch_cuda()
-    meta = {"device": props["name"].decode(), "cupy": cp.__version__, "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
-            "torch": getattr(torch, "__version__", None), "cpus": os.cpu_count(), "sizes": sizes.__dict__, "verified": True}  # fmt: skip
+    meta = {
+        "device": props["name"].decode(),
+        "cupy": cp.__version__,
+        "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+        "torch": getattr(torch, "__version__", None),
+        "cpus": os.cpu_count(),
+        "sizes": sizes.__dict__,
+        "verified": True,
+    }
     return {"meta": meta, "transfer": transfer, "cache": cache, "sampling_gpu": sampling, "temporal_gpu": temporal}
 
 
@@ -304,8 +350,15 @@ def _temporal_cpu_rows(graph_nodes: int, roots: int, repeat: int) -> tuple[list[
     for strategy in ("recent", "uniform"):
         run = partial(reference.sample_temporal, *graph, rows, times, TEMPORAL_FANOUT, strategy, 1)
         edges = int(run()[0][-1])
-        row = {"graph_nodes": graph_nodes, "graph_edges": len(graph[1]), "roots": roots, "fanout": TEMPORAL_FANOUT,
-               "strategy": strategy, "edges": edges, "numpy_roots_per_s": roots / _median_s(run, repeat, lambda: None, 0)}  # fmt: skip
+        row = {
+            "graph_nodes": graph_nodes,
+            "graph_edges": len(graph[1]),
+            "roots": roots,
+            "fanout": TEMPORAL_FANOUT,
+            "strategy": strategy,
+            "edges": edges,
+            "numpy_roots_per_s": roots / _median_s(run, repeat, lambda: None, 0),
+        }
         if compiled is not None:
             t = _median_s(partial(compiled, *graph, rows, times, TEMPORAL_FANOUT, strategy, 1), repeat, lambda: None, 1)
             row["graph_store_roots_per_s"] = roots / t
@@ -322,27 +375,57 @@ def run_cpu(sizes: Sizes) -> dict[str, Any]:
     graph_nodes, batches, repeat = sizes.graph_nodes, sizes.batches, min(sizes.repeat, 3)
     indptr, indices = synthetic_csr(graph_nodes)
     eids = np.arange(len(indices), dtype=np.int64)
-    g = dgl.graph(("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))), num_nodes=graph_nodes)
+    g = dgl.graph(
+        ("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))), num_nodes=graph_nodes
+    )
     rows = []
     for batch in batches:
         seeds = sampling_seeds(graph_nodes, batch)
         seeds_t = torch.from_numpy(seeds)
         for fanout, replace in [(10, False), (25, False), (10, True), (100, False)]:
-            edges = g.in_degrees(seeds_t).clamp(max=fanout).sum().item() if not replace else int((g.in_degrees(seeds_t) > 0).sum()) * fanout
-            t_dgl = _median_s(partial(dgl.sampling.sample_neighbors, g, seeds_t, fanout, replace=replace), repeat, lambda: None, 1)
-            t_np = _median_s(partial(sample_csr, indptr, indices, eids, seeds, fanout, replace, 0), repeat, lambda: None, 1)
-            rows.append({"graph_nodes": graph_nodes, "graph_edges": len(indices), "batch_seeds": batch, "fanout": fanout,
-                         "replace": replace, "edges": edges, "dgl_edges_per_s": edges / t_dgl,
-                         "numpy_edges_per_s": edges / t_np})  # fmt: skip
+            edges = (
+                g.in_degrees(seeds_t).clamp(max=fanout).sum().item()
+                if not replace
+                else int((g.in_degrees(seeds_t) > 0).sum()) * fanout
+            )
+            t_dgl = _median_s(
+                partial(dgl.sampling.sample_neighbors, g, seeds_t, fanout, replace=replace), repeat, lambda: None, 1
+            )
+            t_np = _median_s(
+                partial(sample_csr, indptr, indices, eids, seeds, fanout, replace, 0), repeat, lambda: None, 1
+            )
+            rows.append(
+                {
+                    "graph_nodes": graph_nodes,
+                    "graph_edges": len(indices),
+                    "batch_seeds": batch,
+                    "fanout": fanout,
+                    "replace": replace,
+                    "edges": edges,
+                    "dgl_edges_per_s": edges / t_dgl,
+                    "numpy_edges_per_s": edges / t_np,
+                }
+            )
     temporal, graph_store = _temporal_cpu_rows(graph_nodes, max(batches), repeat)
-    meta = {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "dgl": dgl.__version__, "sizes": sizes.__dict__, "graph_store_temporal": graph_store}  # fmt: skip
+    meta = {
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "dgl": dgl.__version__,
+        "sizes": sizes.__dict__,
+        "graph_store_temporal": graph_store,
+    }
     return {"meta": meta, "sampling_cpu": rows, "temporal_cpu": temporal}
 
 
 # -- merge, report, CLI ----------------------------------------------------------------------
 
-TARGETS = {"zero_copy_vs_pinned_copy": 0.8, "zero_copy_vs_cpu_gather_copy": 1.6, "gpu_vs_dgl_sampling": 10.0, "gpu_vs_cpu_temporal": 10.0}
+TARGETS = {
+    "zero_copy_vs_pinned_copy": 0.8,
+    "zero_copy_vs_cpu_gather_copy": 1.6,
+    "gpu_vs_dgl_sampling": 10.0,
+    "gpu_vs_cpu_temporal": 10.0,
+}
 
 
 def _merge_temporal(gpu_rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -364,7 +447,11 @@ def _merge_temporal(gpu_rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any
 
 def merge(out_dir: Path) -> dict[str, Any]:
     """Joins the parts found in ``out_dir`` and adds the ratios the issue sets targets for."""
-    parts = {name: json.loads((out_dir / f"{name}.json").read_text()) for name in ("gpu", "cpu") if (out_dir / f"{name}.json").exists()}
+    parts = {
+        name: json.loads((out_dir / f"{name}.json").read_text())
+        for name in ("gpu", "cpu")
+        if (out_dir / f"{name}.json").exists()
+    }
     gpu, cpu = parts.get("gpu", {}), parts.get("cpu", {})
     transfer = [dict(r) for r in gpu.get("transfer", [])]
     for r in transfer:
@@ -377,14 +464,23 @@ def merge(out_dir: Path) -> dict[str, Any]:
     for r in gpu.get("sampling_gpu", []):
         row = dict(r)
         if key(r) in dgl:
-            row.update(dgl_edges_per_s=dgl[key(r)]["dgl_edges_per_s"], numpy_edges_per_s=dgl[key(r)]["numpy_edges_per_s"])
+            row.update(
+                dgl_edges_per_s=dgl[key(r)]["dgl_edges_per_s"], numpy_edges_per_s=dgl[key(r)]["numpy_edges_per_s"]
+            )
             row["gpu_vs_dgl_sampling"] = row["edges_per_s"] / row["dgl_edges_per_s"]
         sampling.append(row)
     gpu_keys = {key(r) for r in sampling}
     sampling += [dict(r) for k, r in dgl.items() if k not in gpu_keys]  # CPU numbers without a GPU run
     temporal = _merge_temporal(gpu.get("temporal_gpu", []), cpu.get("temporal_cpu", []))
-    return {"targets": TARGETS, "gpu_meta": gpu.get("meta"), "cpu_meta": cpu.get("meta"), "transfer": transfer,
-            "cache": gpu.get("cache", []), "sampling": sampling, "temporal": temporal}  # fmt: skip
+    return {
+        "targets": TARGETS,
+        "gpu_meta": gpu.get("meta"),
+        "cpu_meta": cpu.get("meta"),
+        "transfer": transfer,
+        "cache": gpu.get("cache", []),
+        "sampling": sampling,
+        "temporal": temporal,
+    }
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -396,9 +492,17 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
-    align = ["---" if h in ("graph nodes / edges", "replace", "strategy") else "---:" for h in header]  # text left, numbers right
-    return ["", f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|",
-            *("| " + " | ".join(r) + " |" for r in rows)]  # fmt: skip
+    align = [
+        "---" if h in ("graph nodes / edges", "replace", "strategy") else "---:" for h in header
+    ]  # text left, numbers right
+    return [
+        "",
+        f"### {title}",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(align) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def to_markdown(res: dict[str, Any], command: str) -> str:
@@ -408,22 +512,42 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
         f"Command: `{command}`",
         "",
         (
-            f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, {g.get('cpus', '—')} CPUs;"
-            f" kernels verified against the NumPy references first: {g.get('verified', '—')})"
+            f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, "
+            f"{g.get('cpus', '—')} CPUs; "
+            f"kernels verified against the NumPy references first: {g.get('verified', '—')})"
         ),
         (
-            f"CPU part: {c.get('cpus', 'not run')} CPUs, DGL {c.get('dgl', '—')}, torch threads {c.get('torch_threads', '—')};"
-            f" graph-store temporal sampler: {c.get('graph_store_temporal', '—')}"
+            f"CPU part: {c.get('cpus', 'not run')} CPUs, DGL {c.get('dgl', '—')}, "
+            f"torch threads {c.get('torch_threads', '—')}; "
+            f"graph-store temporal sampler: {c.get('graph_store_temporal', '—')}"
         ),
     ]
     lines += _table(
         "Host -> GPU, 128-dim float32 rows, random ids (GB/s of gathered rows)",
-        ["table rows", "batch rows", "pinned copy (limit)", "zero-copy gather", "CPU gather + .cuda()", "CPU gather to pinned + copy",
-         "zero-copy / pinned (target >= 0.8)", "zero-copy / CPU gather (target >= 1.6)"],
-        [[_fmt(r["table_rows"]), _fmt(r["batch_rows"]), _fmt(r["pinned_copy_gbps"]), _fmt(r["zero_copy_gbps"]),
-          _fmt(r.get("cpu_gather_copy_gbps")), _fmt(r.get("cpu_gather_pinned_copy_gbps")),
-          _fmt(r["zero_copy_vs_pinned_copy"], 2), _fmt(r.get("zero_copy_vs_cpu_gather_copy"), 2)] for r in res["transfer"]],
-    )  # fmt: skip
+        [
+            "table rows",
+            "batch rows",
+            "pinned copy (limit)",
+            "zero-copy gather",
+            "CPU gather + .cuda()",
+            "CPU gather to pinned + copy",
+            "zero-copy / pinned (target >= 0.8)",
+            "zero-copy / CPU gather (target >= 1.6)",
+        ],
+        [
+            [
+                _fmt(r["table_rows"]),
+                _fmt(r["batch_rows"]),
+                _fmt(r["pinned_copy_gbps"]),
+                _fmt(r["zero_copy_gbps"]),
+                _fmt(r.get("cpu_gather_copy_gbps")),
+                _fmt(r.get("cpu_gather_pinned_copy_gbps")),
+                _fmt(r["zero_copy_vs_pinned_copy"], 2),
+                _fmt(r.get("zero_copy_vs_cpu_gather_copy"), 2),
+            ]
+            for r in res["transfer"]
+        ],
+    )
     by: dict[tuple[int, int], dict[float, float]] = {}
     for r in res["cache"]:
         by.setdefault((r["table_rows"], r["batch_rows"]), {})[r["hit_rate"]] = r["gbps"]
@@ -435,18 +559,54 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
     mega = lambda r, k: None if r.get(k) is None else r[k] / 1e6  # noqa: E731
     lines += _table(
         "Uniform neighbor sampling, Medges/s (GPU kernel on the GPU machine; DGL and NumPy on the CPU machine)",
-        ["graph nodes / edges", "seeds", "fanout", "replace", "GPU kernel", "DGL CPU", "graphfeed NumPy CPU", "GPU / DGL (target >= 10)"],
-        [[f"{_fmt(r['graph_nodes'])} / {_fmt(r['graph_edges'])}", _fmt(r["batch_seeds"]), str(r["fanout"]), str(r["replace"]),
-          _fmt(mega(r, "edges_per_s")), _fmt(mega(r, "dgl_edges_per_s")), _fmt(mega(r, "numpy_edges_per_s")),
-          _fmt(r.get("gpu_vs_dgl_sampling"))] for r in res["sampling"]],
-    )  # fmt: skip
+        [
+            "graph nodes / edges",
+            "seeds",
+            "fanout",
+            "replace",
+            "GPU kernel",
+            "DGL CPU",
+            "graphfeed NumPy CPU",
+            "GPU / DGL (target >= 10)",
+        ],
+        [
+            [
+                f"{_fmt(r['graph_nodes'])} / {_fmt(r['graph_edges'])}",
+                _fmt(r["batch_seeds"]),
+                str(r["fanout"]),
+                str(r["replace"]),
+                _fmt(mega(r, "edges_per_s")),
+                _fmt(mega(r, "dgl_edges_per_s")),
+                _fmt(mega(r, "numpy_edges_per_s")),
+                _fmt(r.get("gpu_vs_dgl_sampling")),
+            ]
+            for r in res["sampling"]
+        ],
+    )
     lines += _table(
         f"Temporal neighbor sampling (fanout {TEMPORAL_FANOUT}, edges strictly before each root's time), M roots/s",
-        ["graph nodes / edges", "roots", "strategy", "GPU kernel", "graph-store CPU", "NumPy CPU", "GPU / best CPU (target >= 10)"],
-        [[f"{_fmt(r['graph_nodes'])} / {_fmt(r['graph_edges'])}", _fmt(r["roots"]), r["strategy"], _fmt(mega(r, "roots_per_s"), 2),
-          _fmt(mega(r, "graph_store_roots_per_s"), 2), _fmt(mega(r, "numpy_roots_per_s"), 2), _fmt(r.get("gpu_vs_cpu_temporal"))]
-         for r in res.get("temporal", [])],
-    )  # fmt: skip
+        [
+            "graph nodes / edges",
+            "roots",
+            "strategy",
+            "GPU kernel",
+            "graph-store CPU",
+            "NumPy CPU",
+            "GPU / best CPU (target >= 10)",
+        ],
+        [
+            [
+                f"{_fmt(r['graph_nodes'])} / {_fmt(r['graph_edges'])}",
+                _fmt(r["roots"]),
+                r["strategy"],
+                _fmt(mega(r, "roots_per_s"), 2),
+                _fmt(mega(r, "graph_store_roots_per_s"), 2),
+                _fmt(mega(r, "numpy_roots_per_s"), 2),
+                _fmt(r.get("gpu_vs_cpu_temporal")),
+            ]
+            for r in res.get("temporal", [])
+        ],
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -495,16 +655,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--part", choices=["auto", "gpu", "cpu", "merge", "test"], default="auto",
-                   help="auto (default): every part this machine can run, then merge")  # fmt: skip
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT.relative_to(REPO)})")
+    p.add_argument(
+        "--part",
+        choices=["auto", "gpu", "cpu", "merge", "test"],
+        default="auto",
+        help="auto (default): every part this machine can run, then merge",
+    )
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT.relative_to(REPO)})"
+    )
     p.add_argument("--quick", action="store_true", help="1M-row table, 10k/100k batches, 200k-node graph: a smoke run")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """``graphfeed bench gpu``."""
-    p = sub.add_parser("gpu", help="GPU data path: zero-copy gather, GPU cache, GPU sampling vs DGL", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "gpu",
+        help="GPU data path: zero-copy gather, GPU cache, GPU sampling vs DGL",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_arguments(p)
     p.set_defaults(func=run)
 

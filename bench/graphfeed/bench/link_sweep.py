@@ -29,18 +29,30 @@ DEFAULT_POLICIES = ("none", "static_degree", "lru", "massivegnn", "lookahead")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("link-sweep", help="every cache policy end to end, graph-stores behind a shaped link", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "link-sweep",
+        help="every cache policy end to end, graph-stores behind a shaped link",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="small", help="synthetic preset (default small)")
     p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
-    p.add_argument("--link", default="10gbit", help='tc rate of the link, each direction (default 10gbit; "unlimited": unshaped)')
+    p.add_argument(
+        "--link", default="10gbit", help='tc rate of the link, each direction (default 10gbit; "unlimited": unshaped)'
+    )
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), help="cache policies (default: all)")
-    p.add_argument("--capacity", type=float, default=0.2, help="cache bytes as a fraction of the feature table (default 0.2)")
+    p.add_argument(
+        "--capacity", type=float, default=0.2, help="cache bytes as a fraction of the feature table (default 0.2)"
+    )
     p.add_argument("--steps", type=int, default=30, help="minibatches per run (default 30)")
     p.add_argument("--repeats", type=int, default=3, help="runs per system; the median is reported (default 3)")
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
-    p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/link-sweep-<preset>-<link>.json)")
+    p.add_argument(
+        "--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="JSON path (default bench/results/link-sweep-<preset>-<link>.json)"
+    )
     p.set_defaults(func=run)
 
 
@@ -58,7 +70,15 @@ def _feature_bytes(root: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from graphfeed.bench.links import ShapedLink
-    from graphfeed.bench.throughput import Meter, _alternate, _dgl_runner, _gf_e2e_runner, ensure_dataset, load_global, summarize
+    from graphfeed.bench.throughput import (
+        Meter,
+        _alternate,
+        _dgl_runner,
+        _gf_e2e_runner,
+        ensure_dataset,
+        load_global,
+        summarize,
+    )
     from graphfeed.cluster import LocalCluster, start_service
 
     workdir = args.workdir.resolve()
@@ -69,25 +89,48 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         link = stack.enter_context(ShapedLink(None if args.link == "unlimited" else args.link))
         first, *rest = args.policies
-        cluster = LocalCluster.start(root, logs, ["--cache-policy", first, "--cache-bytes", str(cache_bytes)], shm_dir="/dev/shm",
-                                     store_placement=link.placement())  # fmt: skip
+        cluster = LocalCluster.start(
+            root,
+            logs,
+            ["--cache-policy", first, "--cache-bytes", str(cache_bytes)],
+            shm_dir="/dev/shm",
+            store_placement=link.placement(),
+        )
         stack.callback(cluster.stop)
         assert cluster.loader is not None and cluster.sampler is not None, "LocalCluster.start starts both"
         meter = Meter(cluster)
         loaders = {first: cluster.loader.address}
         for policy in rest:
-            extra = start_service(f"loader-{policy}", ["loader", "--graph-store-addresses", *[s.address for s in cluster.graph_stores],
-                                                       "--sampler-address", cluster.sampler.address, "--shm-dir", "/dev/shm",
-                                                       "--cache-policy", policy, "--cache-bytes", str(cache_bytes)], logs)  # fmt: skip
+            extra = start_service(
+                f"loader-{policy}",
+                [
+                    "loader",
+                    "--graph-store-addresses",
+                    *[s.address for s in cluster.graph_stores],
+                    "--sampler-address",
+                    cluster.sampler.address,
+                    "--shm-dir",
+                    "/dev/shm",
+                    "--cache-policy",
+                    policy,
+                    "--cache-bytes",
+                    str(cache_bytes),
+                ],
+                logs,
+            )
             stack.callback(extra.stop)
             meter.add(f"loader-{policy}", extra)
             loaders[policy] = extra.address
         runners: dict[str, Any] = {"dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True)}
-        runners.update({f"gf_e2e[{p}]": _gf_e2e_runner(address, fanouts, bs, "/dev/shm") for p, address in loaders.items()})
+        runners.update(
+            {f"gf_e2e[{p}]": _gf_e2e_runner(address, fanouts, bs, "/dev/shm") for p, address in loaders.items()}
+        )
         runs = _alternate(runners, meter, args.steps, args.repeats)
         drops = link.drops()
     result = _summary(summarize(runs, {}, args, list(runners)), args, cache_bytes, link.rate, drops)
-    report.write(args.out or Path("bench/results") / f"link-sweep-{args.preset}-{args.link}.json", result, markdown(result))
+    report.write(
+        args.out or Path("bench/results") / f"link-sweep-{args.preset}-{args.link}.json", result, markdown(result)
+    )
     return 0
 
 
@@ -96,34 +139,52 @@ def _summary(base: dict, args: argparse.Namespace, cache_bytes: int, rate: str, 
     none = systems.get("gf_e2e[none]", {}).get("minibatches_per_s")
     for name, s in systems.items():
         # bytes the graph-stores sent across the link (behind it: every graph-store RPC)
-        s["link_bytes_per_minibatch"] = sum(v for k, v in s["bytes_per_minibatch_by_rpc"].items() if k.startswith("graph-store-"))
+        s["link_bytes_per_minibatch"] = sum(
+            v for k, v in s["bytes_per_minibatch_by_rpc"].items() if k.startswith("graph-store-")
+        )
         if none and name.startswith("gf_e2e["):
             s["ratio_vs_no_cache"] = s["minibatches_per_s"] / none
     dgl = systems["dgl_sample_gather"]["minibatches_per_s"]
     return {
         "command": "graphfeed bench link-sweep " + " ".join(sys.argv[3:]),
-        "preset": args.preset, "link": rate, "cache_bytes": cache_bytes, "capacity": args.capacity,
-        "batch_size": args.batch_size, "fanouts": list(args.fanouts), "steps_per_run": args.steps, "repeats": args.repeats,
-        "tbf_drops": drops, "systems": systems,
+        "preset": args.preset,
+        "link": rate,
+        "cache_bytes": cache_bytes,
+        "capacity": args.capacity,
+        "batch_size": args.batch_size,
+        "fanouts": list(args.fanouts),
+        "steps_per_run": args.steps,
+        "repeats": args.repeats,
+        "tbf_drops": drops,
+        "systems": systems,
         "ratios_vs_dgl": {k: v["minibatches_per_s"] / dgl for k, v in systems.items() if k != "dgl_sample_gather"},
-    }  # fmt: skip
+    }
 
 
 def markdown(result: dict) -> str:
     lines = [
-        (f"preset `{result['preset']}`, graph-stores behind a {result['link']} link (tbf, each direction), cache "
-         f"{result['cache_bytes'] / 1e6:.0f} MB = {result['capacity']:.0%} of the feature table, batch {result['batch_size']}, "
-         f"fanouts {result['fanouts']}, {result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"),
+        (
+            f"preset `{result['preset']}`, graph-stores behind a {result['link']} link (tbf, each direction), cache "
+            f"{result['cache_bytes'] / 1e6:.0f} MB = {result['capacity']:.0%} of the feature table, "
+            f"batch {result['batch_size']}, fanouts {result['fanouts']}, "
+            f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"
+        ),
         "",
-        "| system | minibatches/s | vs no cache | vs DGL | MB over the link / minibatch | CPU s/minibatch (by process) |",
+        (
+            "| system | minibatches/s | vs no cache | vs DGL | MB over the link / minibatch "
+            "| CPU s/minibatch (by process) |"
+        ),
         "|---|---:|---:|---:|---:|---|",
-    ]  # fmt: skip
+    ]
     for name, s in result["systems"].items():
         cpu = ", ".join(f"{k} {v:.3f}" for k, v in s["cpu_seconds_per_minibatch"].items() if v > 0.0005)
         vs_none = f"{s['ratio_vs_no_cache']:.2f}" if "ratio_vs_no_cache" in s else ""
         vs_dgl = f"{result['ratios_vs_dgl'][name]:.2f}" if name in result["ratios_vs_dgl"] else "1.00"
         link_mb = s["link_bytes_per_minibatch"] / 1e6
         lines.append(f"| {name} | {s['minibatches_per_s']:.2f} | {vs_none} | {vs_dgl} | {link_mb:.1f} | {cpu} |")
-    lines += ["", f"tbf drops: {result['tbf_drops'] or 'none'}; runs: " + ", ".join(
-        f"{k} {statistics.median(v['runs_minibatches_per_s']):.2f}" for k, v in result["systems"].items())]  # fmt: skip
+    lines += [
+        "",
+        f"tbf drops: {result['tbf_drops'] or 'none'}; runs: "
+        + ", ".join(f"{k} {statistics.median(v['runs_minibatches_per_s']):.2f}" for k, v in result["systems"].items()),
+    ]
     return "\n".join(lines) + "\n"

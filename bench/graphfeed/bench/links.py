@@ -160,7 +160,9 @@ def _alive(pid: int) -> bool:
 
 def _free_subnet() -> tuple[str, str]:
     """(this side, namespace side) of the first /30 of :data:`SUBNET` no address here is in."""
-    used = {ipaddress.ip_interface(w).network for w in re.findall(r"inet (\S+)", _run("ip", "-4", "-o", "addr", "show"))}
+    used = {
+        ipaddress.ip_interface(w).network for w in re.findall(r"inet (\S+)", _run("ip", "-4", "-o", "addr", "show"))
+    }
     for net in SUBNET.subnets(new_prefix=30):
         if not any(net.overlaps(u) for u in used):
             host, remote = list(net.hosts())
@@ -197,7 +199,12 @@ class ShapedLink:
     """
 
     def __init__(
-        self, rate: str | None = None, mtu: int = DEFAULT_MTU, *, burst_bytes: int | None = None, queue_s: float = DEFAULT_QUEUE_S
+        self,
+        rate: str | None = None,
+        mtu: int = DEFAULT_MTU,
+        *,
+        burst_bytes: int | None = None,
+        queue_s: float = DEFAULT_QUEUE_S,
     ) -> None:
         rate_bps = parse_rate(rate)
         self.shape = None if rate_bps is None else TbfShape.for_rate(rate_bps, burst_bytes, queue_s)
@@ -218,7 +225,23 @@ class ShapedLink:
     def _create(self) -> None:
         ns, mtu = self.name, str(self.mtu)
         _run("ip", "netns", "add", ns)
-        _run("ip", "link", "add", self._host_dev, "mtu", mtu, "type", "veth", "peer", "name", self._ns_dev, "mtu", mtu, "netns", ns)
+        _run(
+            "ip",
+            "link",
+            "add",
+            self._host_dev,
+            "mtu",
+            mtu,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            self._ns_dev,
+            "mtu",
+            mtu,
+            "netns",
+            ns,
+        )
         _run("ip", "addr", "add", f"{self.host_ip}/30", "dev", self._host_dev)
         _run("ip", "-n", ns, "addr", "add", f"{self.remote_ip}/30", "dev", self._ns_dev)
         _run("ip", "link", "set", self._host_dev, "up")
@@ -265,7 +288,9 @@ class ShapedLink:
     def __enter__(self) -> ShapedLink:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
@@ -334,13 +359,18 @@ def server_in(link: ShapedLink, module_args: list[str], key: str, timeout_s: flo
     from graphfeed.common.rpc import parse_ready_line
 
     err = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr, read if it fails
-    proc = subprocess.Popen([*link.exec_prefix(), sys.executable, "-m", *module_args], stdout=subprocess.PIPE, stderr=err, text=True)
+    proc = subprocess.Popen(
+        [*link.exec_prefix(), sys.executable, "-m", *module_args], stdout=subprocess.PIPE, stderr=err, text=True
+    )
     try:
         line = _first_line(proc, timeout_s)
         ready = parse_ready_line(line.strip()) or {}
         if key not in ready:
             err.seek(0)
-            raise RuntimeError(f"{module_args[0]} in {link.name} did not start: {line!r}\n{err.read().decode(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"{module_args[0]} in {link.name} did not start: {line!r}\n"
+                f"{err.read().decode(errors='replace')[-2000:]}"
+            )
         yield ready[key], proc.pid
     finally:
         proc.terminate()
@@ -419,7 +449,14 @@ def measure_link(rate: str | None, mtu: int = DEFAULT_MTU, total_bytes: int = 1 
         drops = link.drops()
         shape = None if link.shape is None else asdict(link.shape)
     rate_gbit = None if shape is None else shape["rate_bps"] / 1e9
-    out: dict = {"rate": link.rate, "rate_gbit_s": rate_gbit, "mtu": mtu, "bytes": total_bytes, "tbf": shape, "tbf_drops": drops}
+    out: dict = {
+        "rate": link.rate,
+        "rate_gbit_s": rate_gbit,
+        "mtu": mtu,
+        "bytes": total_bytes,
+        "tbf": shape,
+        "tbf_drops": drops,
+    }
     for kind, transfers in runs.items():
         med = statistics.median(t.gbit_s for t in transfers)
         out[kind] = {
@@ -434,7 +471,10 @@ def markdown(results: list[dict]) -> str:
     """One row per link: TCP and gRPC Gbit/s (median, range), share of the rate, and the CPU
     (medians, TCP / gRPC): the machine's busy cores, softirq's, and the two processes' own."""
     rows = [
-        "| link | MTU | TCP Gbit/s | gRPC Gbit/s | TCP / rate | gRPC / rate | machine busy cores | softirq cores | processes, cores |",
+        (
+            "| link | MTU | TCP Gbit/s | gRPC Gbit/s | TCP / rate | gRPC / rate | machine busy cores | softirq cores "
+            "| processes, cores |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -448,19 +488,29 @@ def markdown(results: list[dict]) -> str:
             lambda t: t["softirq_cores"],
             lambda t: (t["server_cpu_s"] + t["client_cpu_s"]) / t["seconds"],
         ):
-            cells.append(" / ".join(f"{statistics.median(cores(t) for t in r[k]['runs']):.2f}" for k in ("tcp", "grpc")))
+            cells.append(
+                " / ".join(f"{statistics.median(cores(t) for t in r[k]['runs']):.2f}" for k in ("tcp", "grpc"))
+            )
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``bench link``."""
-    p = sub.add_parser("link", help="TCP and gRPC throughput through a tbf-shaped veth link (root)", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--rate", nargs="+", default=["10gbit"], help="per-direction rates, tc units or 'unlimited' (default 10gbit)")
+    p = sub.add_parser(
+        "link",
+        help="TCP and gRPC throughput through a tbf-shaped veth link (root)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--rate", nargs="+", default=["10gbit"], help="per-direction rates, tc units or 'unlimited' (default 10gbit)"
+    )
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU, help=f"link MTU in bytes (default {DEFAULT_MTU})")
     p.add_argument("--bytes", type=int, default=1 << 30, dest="total_bytes", help="bytes per transfer (default 1 GiB)")
-    p.add_argument("--repeats", type=int, default=3, help="transfers per protocol and rate; the median is reported (default 3)")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="transfers per protocol and rate; the median is reported (default 3)"
+    )
     p.add_argument("--out", type=Path, default=Path("bench/results/link.json"), help="JSON path; markdown beside it")
     p.set_defaults(func=run)
 

@@ -28,7 +28,9 @@ def _stream(request: bytes, _context: grpc.ServicerContext):  # noqa: ANN202
 
 def serve(host: str = "127.0.0.1") -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=channel_options())
-    handler = grpc.method_handlers_generic_handler("bench.Loopback", {"Stream": grpc.unary_stream_rpc_method_handler(_stream)})
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Loopback", {"Stream": grpc.unary_stream_rpc_method_handler(_stream)}
+    )
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port(f"{host}:0")
     server.start()

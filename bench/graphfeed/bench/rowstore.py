@@ -76,7 +76,15 @@ def build(root: Path, rows: int) -> Path:
     """Writes one partition of ``rows`` random feature rows and a per-row RocksDB next to it."""
     v = np.arange(rows, dtype=np.int64)
     feat = np.random.default_rng(0).random((rows, F), dtype=np.float32)
-    g = GraphData(name="rowstore-bench", num_nodes=rows, src=(v + 1) % rows, dst=v, node_data={"feat": feat}, splits={}, num_classes=1)
+    g = GraphData(
+        name="rowstore-bench",
+        num_nodes=rows,
+        src=(v + 1) % rows,
+        dst=v,
+        node_data={"feat": feat},
+        splits={},
+        num_classes=1,
+    )
     write_partitioned(g, root, 1, method="random")
     db = Rdict(str(root / "per-row-db"), options=_raw_options())
     for start in range(0, rows, 50_000):
@@ -171,7 +179,9 @@ def methods(root: Path, part: Path, table_bytes: int) -> dict[str, Callable[[], 
     return out
 
 
-def measure(opener: Callable[[], tuple[Reader, Callable[[], None]]], ids: list[np.ndarray], cold: bool, expect: np.ndarray) -> dict:
+def measure(
+    opener: Callable[[], tuple[Reader, Callable[[], None]]], ids: list[np.ndarray], cold: bool, expect: np.ndarray
+) -> dict:
     """Median seconds and total disk bytes over the batches in ``ids`` (one sample each)."""
     times, disk = [], 0
     for batch in ids:
@@ -219,38 +229,65 @@ def run(args: argparse.Namespace) -> None:
                         _warm(flat_node_data_path(part, "feat"))
                     r = measure(opener, ids, state == "cold", expect)
                     results.append({"method": name, "batch": batch, "state": state, **r})
-                    print(f"{state:4s} {batch:7d} {name:20s} {r['seconds'] * 1e3:9.1f} ms  amp {r['amplification']:7.2f}")
+                    print(
+                        f"{state:4s} {batch:7d} {name:20s} {r['seconds'] * 1e3:9.1f} ms  amp {r['amplification']:7.2f}"
+                    )
     del expect
     result = {
-        "rows": args.rows, "row_bytes": ROW_BYTES, "samples": args.samples, "page_cache_dropped": can_drop,
-        "direct_alignment": align, "results": results,
-    }  # fmt: skip
+        "rows": args.rows,
+        "row_bytes": ROW_BYTES,
+        "samples": args.samples,
+        "page_cache_dropped": can_drop,
+        "direct_alignment": align,
+        "results": results,
+    }
     write(args.out, result, _table(result))
 
 
 def _table(result: dict) -> str:
     lines = [
-        f"# rowstore: random {result['row_bytes']}-byte rows out of {result['rows']} ({result['rows'] * result['row_bytes'] >> 20} MiB)",
+        (
+            f"# rowstore: random {result['row_bytes']}-byte rows out of {result['rows']} "
+            f"({result['rows'] * result['row_bytes'] >> 20} MiB)"
+        ),
         "",
         "| state | batch | method | ms (median) | rows/s | disk bytes / bytes asked |",
         "|---|---:|---|---:|---:|---:|",
     ]
     for r in result["results"]:
         ms, per_s = r["seconds"] * 1e3, r["rows_per_s"]
-        lines.append(f"| {r['state']} | {r['batch']} | {r['method']} | {ms:.1f} | {per_s:,.0f} | {r['amplification']:.2f} |")
+        lines.append(
+            f"| {r['state']} | {r['batch']} | {r['method']} | {ms:.1f} | {per_s:,.0f} | {r['amplification']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench rowstore``."""
-    p = subparsers.add_parser("rowstore", help="random rows from disk: RocksDB vs flat file (pread, O_DIRECT) vs memmap",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = subparsers.add_parser(
+        "rowstore",
+        help="random rows from disk: RocksDB vs flat file (pread, O_DIRECT) vs memmap",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--rows", type=int, default=500_000, help="rows of 512 bytes in the table (default 500000)")
-    p.add_argument("--batches", type=int, nargs="+", default=[10_000, 100_000], help="sorted unique ids per batch (default 10000 100000)")
-    p.add_argument("--samples", type=int, default=2, help="batches per method and size; the median time is reported (default 2)")
+    p.add_argument(
+        "--batches",
+        type=int,
+        nargs="+",
+        default=[10_000, 100_000],
+        help="sorted unique ids per batch (default 10000 100000)",
+    )
+    p.add_argument(
+        "--samples", type=int, default=2, help="batches per method and size; the median time is reported (default 2)"
+    )
     p.add_argument("--only", nargs="*", default=[], help="run only methods whose name contains one of these")
-    p.add_argument("--tmp", type=Path, default=None, help="where the partition is written (default the system temp dir)")
+    p.add_argument(
+        "--tmp", type=Path, default=None, help="where the partition is written (default the system temp dir)"
+    )
     p.add_argument("--quick", action="store_true", help="200k rows, 10k-row batches, 1 sample")
     p.add_argument("--no-drop", action="store_true", help="warm runs only: leave the (machine-wide) page cache alone")
-    p.add_argument("--out", type=Path, default=Path("bench/results/rowstore.json"), help="JSON; the markdown goes next to it (.md)")
+    p.add_argument(
+        "--out", type=Path, default=Path("bench/results/rowstore.json"), help="JSON; the markdown goes next to it (.md)"
+    )
     p.set_defaults(func=run)

@@ -44,9 +44,18 @@ from graphfeed.ingest.partition import write_partitioned
 T_SPAN = 10**6  # base timestamps lie in [0, T_SPAN)
 
 
-def numpy_sample_temporal(indptr: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray, rows: np.ndarray,
-                          times: np.ndarray, fanout: int, strategy: str, seed: int,
-                          first_position: int = 0) -> tuple[np.ndarray, ...]:  # fmt: skip
+def numpy_sample_temporal(
+    indptr: np.ndarray,
+    nbr: np.ndarray,
+    ts: np.ndarray,
+    eid: np.ndarray,
+    rows: np.ndarray,
+    times: np.ndarray,
+    fanout: int,
+    strategy: str,
+    seed: int,
+    first_position: int = 0,
+) -> tuple[np.ndarray, ...]:
     """The temporal sampler of ``TEMPORAL_SPEC`` on one time-sorted CSR, vectorized NumPy (no per-root loop)."""
     lo, hi = indptr[rows], indptr[rows + 1]
     a, b = lo.copy(), hi.copy()
@@ -84,8 +93,15 @@ def _baseline() -> tuple[str, Callable[..., tuple[np.ndarray, ...]]]:
 
 def _graph(root: Path, nodes: int, edges: int, seed: int) -> Path:
     rng = np.random.default_rng(seed)
-    g = GraphData(name=f"temporal-{nodes}-{edges}", num_nodes=nodes, src=rng.integers(0, nodes, edges),
-                  dst=rng.integers(0, nodes, edges), node_data={}, splits={}, edge_ts=rng.integers(0, T_SPAN, edges))  # fmt: skip
+    g = GraphData(
+        name=f"temporal-{nodes}-{edges}",
+        num_nodes=nodes,
+        src=rng.integers(0, nodes, edges),
+        dst=rng.integers(0, nodes, edges),
+        node_data={},
+        splits={},
+        edge_ts=rng.integers(0, T_SPAN, edges),
+    )
     write_partitioned(g, root, 1, assignment=np.zeros(nodes, dtype=np.int64))
     return root / "part-00000"
 
@@ -103,8 +119,10 @@ def _appends(store: TemporalStore, args: argparse.Namespace) -> dict:
     """``args.batches`` appends from ``args.appenders`` threads (their fsyncs shared: group commit)."""
     rng = np.random.default_rng(args.seed + 1)
     n, nodes, dim = args.batch_edges, args.nodes, args.edge_feat_dim
-    batches = [(rng.integers(0, nodes, n), rng.integers(0, nodes, n), rng.random((n, dim), dtype=np.float32) if dim else None)
-               for _ in range(min(args.batches, 16))]  # fmt: skip
+    batches = [
+        (rng.integers(0, nodes, n), rng.integers(0, nodes, n), rng.random((n, dim), dtype=np.float32) if dim else None)
+        for _ in range(min(args.batches, 16))
+    ]
     t = np.full(n, T_SPAN)  # one time for all: concurrent appenders never go back in time per node
     lat = np.empty(args.batches)
     errors: list[BaseException] = []
@@ -130,11 +148,18 @@ def _appends(store: TemporalStore, args: argparse.Namespace) -> dict:
         raise errors[0]
     info = store.info()
     return {
-        "batches": args.batches, "batch_edges": n, "appenders": args.appenders, "edges": args.batches * n, "wall_s": wall,
-        "edges_per_s": args.batches * n / wall, "p50_ms": float(np.percentile(lat, 50) * 1e3),
-        "p99_ms": float(np.percentile(lat, 99) * 1e3), "max_ms": float(lat.max() * 1e3), "log_bytes": info.log_bytes,
+        "batches": args.batches,
+        "batch_edges": n,
+        "appenders": args.appenders,
+        "edges": args.batches * n,
+        "wall_s": wall,
+        "edges_per_s": args.batches * n / wall,
+        "p50_ms": float(np.percentile(lat, 50) * 1e3),
+        "p99_ms": float(np.percentile(lat, 99) * 1e3),
+        "max_ms": float(lat.max() * 1e3),
+        "log_bytes": info.log_bytes,
         "blocks_pending": info.num_blocks,
-    }  # fmt: skip
+    }
 
 
 def _best(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -172,10 +197,20 @@ def _sampling(store: TemporalStore, args: argparse.Namespace) -> list[dict]:
         best = _best({"store": store_call(strategy), "numpy": base_call}, args.repeats)
         got, want = store_call(strategy)(), base_call()
         assert isinstance(got, TemporalSample)
-        row = {"strategy": strategy, "roots": args.roots, "fanout": args.fanout, "blocks_pending": blocks, "baseline": name,
-               "store_blocks_s": pending[strategy], "store_compacted_s": best["store"], "numpy_s": best["numpy"],
-               "identical": all(np.array_equal(x, y) for x, y in zip((got.offsets, got.nbr, got.ts, got.eid), want, strict=True)),
-               "sampled": int(got.offsets[-1])}  # fmt: skip
+        row = {
+            "strategy": strategy,
+            "roots": args.roots,
+            "fanout": args.fanout,
+            "blocks_pending": blocks,
+            "baseline": name,
+            "store_blocks_s": pending[strategy],
+            "store_compacted_s": best["store"],
+            "numpy_s": best["numpy"],
+            "identical": all(
+                np.array_equal(x, y) for x, y in zip((got.offsets, got.nbr, got.ts, got.eid), want, strict=True)
+            ),
+            "sampled": int(got.offsets[-1]),
+        }
         for k in ("store_blocks", "store_compacted", "numpy"):
             row[f"{k}_roots_per_s"] = args.roots / row[f"{k}_s"]
         row["store_vs_numpy"] = row["numpy_s"] / row["store_compacted_s"]
@@ -186,7 +221,10 @@ def _sampling(store: TemporalStore, args: argparse.Namespace) -> list[dict]:
 
 def _table(args: argparse.Namespace, app: dict, samp: list[dict]) -> str:
     lines = [
-        f"# graphfeed bench temporal ({args.nodes:,} nodes, {args.edges:,} base edges, edge features {args.edge_feat_dim})",
+        (
+            f"# graphfeed bench temporal ({args.nodes:,} nodes, {args.edges:,} base edges, "
+            f"edge features {args.edge_feat_dim})"
+        ),
         "",
         "| appends | appenders | batch edges | durable edges/s | p50 ms | p99 ms | max ms | log MB |",
         "|---|---|---|---|---|---|---|---|",
@@ -196,15 +234,18 @@ def _table(args: argparse.Namespace, app: dict, samp: list[dict]) -> str:
         ),
         "",
         (
-            f"| sampling (fanout {args.fanout}, {args.roots:,} roots) | store, {samp[0]['blocks_pending']} blocks pending roots/s "
+            f"| sampling (fanout {args.fanout}, {args.roots:,} roots) "
+            f"| store, {samp[0]['blocks_pending']} blocks pending roots/s "
             "| store compacted roots/s "
             "| NumPy roots/s | store / NumPy | identical |"
         ),
         "|---|---|---|---|---|---|",
     ]
     for r in samp:
-        lines.append(f"| {r['strategy']} | {r['store_blocks_roots_per_s']:,.0f} | {r['store_compacted_roots_per_s']:,.0f} "
-                     f"| {r['numpy_roots_per_s']:,.0f} | {r['store_vs_numpy']:.1f}x | {r['identical']} |")  # fmt: skip
+        lines.append(
+            f"| {r['strategy']} | {r['store_blocks_roots_per_s']:,.0f} | {r['store_compacted_roots_per_s']:,.0f} "
+            f"| {r['numpy_roots_per_s']:,.0f} | {r['store_vs_numpy']:.1f}x | {r['identical']} |"
+        )
     lines += ["", f"NumPy baseline: `{samp[0]['baseline']}` (vectorized, same data, same run).", ""]
     return "\n".join(lines)
 
@@ -229,7 +270,9 @@ def run(args: argparse.Namespace) -> int:
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=100_000, help="nodes of the synthetic graph (default 100,000)")
     p.add_argument("--edges", type=int, default=2_000_000, help="base (ingest-time) edges (default 2,000,000)")
-    p.add_argument("--batches", type=int, default=150, help="append batches (default 150: below the compaction threshold)")
+    p.add_argument(
+        "--batches", type=int, default=150, help="append batches (default 150: below the compaction threshold)"
+    )
     p.add_argument("--batch-edges", type=int, default=10_000, help="edges per append batch (default 10,000)")
     p.add_argument("--appenders", type=int, default=1, help="threads appending at once (default 1: one client)")
     p.add_argument("--edge-feat-dim", type=int, default=0, help="edge-feature columns (default 0)")
@@ -237,14 +280,22 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fanout", type=int, default=10, help="neighbours per root (default 10)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds; the fastest is reported (default 5)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workdir", type=Path, default=None, help="where the graph and the append log live (default: the temp dir)")
-    p.add_argument("--out", type=Path, default=Path("bench/results/temporal.json"), help="JSON output (markdown next to it)")
+    p.add_argument(
+        "--workdir", type=Path, default=None, help="where the graph and the append log live (default: the temp dir)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("bench/results/temporal.json"), help="JSON output (markdown next to it)"
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """``graphfeed bench temporal``."""
-    p = sub.add_parser("temporal", help="durable appends/s and temporal sampling vs NumPy (in process)", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "temporal",
+        help="durable appends/s and temporal sampling vs NumPy (in process)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_arguments(p)
     p.set_defaults(func=run)
 

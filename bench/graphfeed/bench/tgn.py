@@ -33,24 +33,32 @@ def _one(dataset: str, events_n: int, epochs: int, partitions: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="gf-tgn-") as work:
         remote, remote_s = run_streaming(events, cfg, Path(work), partitions, report=lambda _line: None)
     return {
-        "dataset": dataset, "events": events.num_events, "epochs": epochs, "graph_stores": partitions,
+        "dataset": dataset,
+        "events": events.num_events,
+        "epochs": epochs,
+        "graph_stores": partitions,
         "in_process": {"test_ap": local.test_ap, "test_mrr": local.test_mrr, "seconds": local_s},
         "graphfeed": {"test_ap": remote.test_ap, "test_mrr": remote.test_mrr, "seconds": remote_s},
         "ap_difference_points": 100 * (remote.test_ap - local.test_ap),
-    }  # fmt: skip
+    }
 
 
 def _table(rows: list[dict], command: str) -> str:
     lines = [
-        f"`{command}`", "",
-        "| dataset | events | in-process test AP / MRR | through graphfeed test AP / MRR | AP difference (points) | time in-process / gf |",
+        f"`{command}`",
+        "",
+        (
+            "| dataset | events | in-process test AP / MRR | through graphfeed test AP / MRR | AP difference (points) "
+            "| time in-process / gf |"
+        ),
         "|---|---:|---:|---:|---:|---:|",
-    ]  # fmt: skip
+    ]
     for r in rows:
         a, b = r["in_process"], r["graphfeed"]
         lines.append(
-            f"| {r['dataset']} | {r['events']:,} | {a['test_ap']:.4f} / {a['test_mrr']:.4f} | {b['test_ap']:.4f} / {b['test_mrr']:.4f} "
-            f"| {r['ap_difference_points']:+.2f} | {a['seconds']:.0f} s / {b['seconds']:.0f} s |"
+            f"| {r['dataset']} | {r['events']:,} | {a['test_ap']:.4f} / {a['test_mrr']:.4f} "
+            f"| {b['test_ap']:.4f} / {b['test_mrr']:.4f} | {r['ap_difference_points']:+.2f} "
+            f"| {a['seconds']:.0f} s / {b['seconds']:.0f} s |"
         )
     return "\n".join(lines) + "\n"
 
@@ -60,16 +68,26 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     rows = [_one(d, n, args.epochs, args.graph_stores) for d, n in zip(args.dataset, args.events)]
-    command = "graphfeed bench tgn " + " ".join(f"--dataset {d} --events {n}" for d, n in zip(args.dataset, args.events))
+    command = "graphfeed bench tgn " + " ".join(
+        f"--dataset {d} --events {n}" for d, n in zip(args.dataset, args.events)
+    )
     write(args.out, {"command": command, "rows": rows}, _table(rows, command))
     return 0 if all(abs(r["ap_difference_points"]) <= 1.0 for r in rows) else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tgn", help="TGN through graphfeed (durable appends, temporal sampling) vs in process: AP/MRR",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--dataset", action="append", choices=("collegemsg", "lastfm"), help="repeat; default collegemsg and lastfm")
-    p.add_argument("--events", type=int, action="append", help="events per dataset (0: all); default all CollegeMsg, 60000 LastFM")
+    p = sub.add_parser(
+        "tgn",
+        help="TGN through graphfeed (durable appends, temporal sampling) vs in process: AP/MRR",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--dataset", action="append", choices=("collegemsg", "lastfm"), help="repeat; default collegemsg and lastfm"
+    )
+    p.add_argument(
+        "--events", type=int, action="append", help="events per dataset (0: all); default all CollegeMsg, 60000 LastFM"
+    )
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--graph-stores", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench/results/tgn.json"))

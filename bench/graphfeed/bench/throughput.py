@@ -59,31 +59,55 @@ class Run:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("throughput", help="minibatches/s of graphfeed vs in-process DGL", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "throughput",
+        help="minibatches/s of graphfeed vs in-process DGL",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="small", help="synthetic preset (tiny, small, medium, large; default small)")
     p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
     p.add_argument("--steps", type=int, default=30, help="minibatches per run (default 30)")
     p.add_argument("--repeats", type=int, default=3, help="runs per system; the median is reported (default 3)")
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
-    p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)")
+    p.add_argument(
+        "--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)"
+    )
     p.add_argument("--cache-policy", default="none", help="loader cache policy (default none)")
     p.add_argument("--cache-bytes", type=int, default=0, help="loader cache bytes (default 0)")
     p.add_argument("--inflight", type=int, default=4, help="sampler calls outstanding in gf_sampler (default 4)")
-    p.add_argument("--transport", choices=("shm", "grpc"), default="shm",
-                   help="shm: bulk tensors through /dev/shm between same-host processes (gRPC carries references); "
-                        "grpc: everything inline on the wire (default shm)")  # fmt: skip
-    p.add_argument("--link", default="",
-                   help='graph-stores in their own network namespace behind a veth pair shaped to this tc rate each way '
-                        '("10gbit", "25gbit"; "unlimited": unshaped), as on other machines; needs root')  # fmt: skip
-    p.add_argument("--distdgl", action="store_true",
-                   help="also DistDGL (dgl.distributed: 2 METIS partitions, 2 servers, 1 trainer, each emulated machine "
-                        "in its own mount namespace; needs root, unshare, nsenter, ss)")  # fmt: skip
-    p.add_argument("--dgl-threads", type=int, default=0,
-                   help="torch/OMP threads of this process (DGL and the trainers' side; DistDGL's trainer gets the same); "
-                        "default: torch's own")  # fmt: skip
-    p.add_argument("--feature-wire-dtype", choices=("", "float16", "bfloat16"), default="",
-                   help="gf_e2e's and gf_embedded's job: features travel in this type (default \"\": the stored one)")  # fmt: skip
+    p.add_argument(
+        "--transport",
+        choices=("shm", "grpc"),
+        default="shm",
+        help="shm: bulk tensors through /dev/shm between same-host processes (gRPC carries references); "
+        "grpc: everything inline on the wire (default shm)",
+    )
+    p.add_argument(
+        "--link",
+        default="",
+        help="graph-stores in their own network namespace behind a veth pair shaped to this tc rate each way "
+        '("10gbit", "25gbit"; "unlimited": unshaped), as on other machines; needs root',
+    )
+    p.add_argument(
+        "--distdgl",
+        action="store_true",
+        help="also DistDGL (dgl.distributed: 2 METIS partitions, 2 servers, 1 trainer, each emulated machine "
+        "in its own mount namespace; needs root, unshare, nsenter, ss)",
+    )
+    p.add_argument(
+        "--dgl-threads",
+        type=int,
+        default=0,
+        help="torch/OMP threads of this process (DGL and the trainers' side; DistDGL's trainer gets the same); "
+        "default: torch's own",
+    )
+    p.add_argument(
+        "--feature-wire-dtype",
+        choices=("", "float16", "bfloat16"),
+        default="",
+        help="gf_e2e's and gf_embedded's job: features travel in this type (default \"\": the stored one)",
+    )
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/throughput-<preset>.json)")
     p.set_defaults(func=run)
 
@@ -117,7 +141,9 @@ def load_global(root: Path):  # noqa: ANN201
     # int64 ids: DGL's default idtype (partitions may store int32), as a DGL user's graph has.
     indices = np.concatenate([r.indices for r in readers]).astype(np.int64, copy=False)
     eids = np.concatenate([r.edge_ids for r in readers]).astype(np.int64, copy=False)
-    g = dgl.graph(("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))), num_nodes=m.num_nodes)
+    g = dgl.graph(
+        ("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))), num_nodes=m.num_nodes
+    )
     feat = torch.from_numpy(np.concatenate([r.node_data("feat") for r in readers]))
     train = torch.from_numpy(np.concatenate([r.split("train") for r in readers]))
     for r in readers:
@@ -143,8 +169,11 @@ class Meter:
 
     def _bytes(self) -> dict[str, float]:
         """Byte counters of every server, keyed "<process> <Method> <wire|shm>"."""
-        kinds = {"graphfeed_rpc_response_bytes_total": "wire", "graphfeed_rpc_request_bytes_total": "wire",
-                 "graphfeed_rpc_response_shm_bytes_total": "shm"}  # fmt: skip
+        kinds = {
+            "graphfeed_rpc_response_bytes_total": "wire",
+            "graphfeed_rpc_request_bytes_total": "wire",
+            "graphfeed_rpc_response_shm_bytes_total": "shm",
+        }
         out: dict[str, float] = {}
         for proc, url in self.metrics_urls:
             for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():  # noqa: S310 - loopback
@@ -214,7 +243,9 @@ def _dgl_runner(g, feat, train, fanouts, batch_size, gather: bool):  # noqa: ANN
     return _steady(lambda _epoch: loader, (lambda input_nodes: feat[input_nodes]) if gather else None)
 
 
-def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batch_size: int, inflight: int, shm_dir: str | None):  # noqa: ANN202
+def _gf_sampler_runner(
+    address: str, train: np.ndarray, fanouts: list[int], batch_size: int, inflight: int, shm_dir: str | None
+) -> Callable[[int], int]:
     """Blocks delivered into this process, ``inflight`` sampler calls outstanding (as the
     loader's look-ahead keeps them), taken in step order."""
     from concurrent.futures import ThreadPoolExecutor
@@ -230,12 +261,16 @@ def _gf_sampler_runner(address: str, train: np.ndarray, fanouts: list[int], batc
         perm = np.random.default_rng(epoch[0]).permutation(train)
         seeds = lambda s: perm[s * batch_size : (s + 1) * batch_size]  # noqa: E731
         # step -> its call; a step's entry is dropped once taken, releasing its blocks
-        calls = {s: pool.submit(client.sample, seeds(s), fanouts, False, 0, epoch[0], s) for s in range(min(inflight, steps))}
+        calls = {
+            s: pool.submit(client.sample, seeds(s), fanouts, False, 0, epoch[0], s) for s in range(min(inflight, steps))
+        }
         edges = 0
         for step in range(steps):
             sb = calls.pop(step).result()
             if step + inflight < steps:
-                calls[step + inflight] = pool.submit(client.sample, seeds(step + inflight), fanouts, False, 0, epoch[0], step + inflight)
+                calls[step + inflight] = pool.submit(
+                    client.sample, seeds(step + inflight), fanouts, False, 0, epoch[0], step + inflight
+                )
             edges += sb.num_sampled_edges
         return edges
 
@@ -246,14 +281,27 @@ def _gf_e2e_runner(address: str, fanouts: list[int], batch_size: int, shm_dir: s
     from graphfeed.trainer import RemoteDataLoader
 
     loader = RemoteDataLoader(
-        address, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench", shm_dir=shm_dir,
+        address,
+        "train",
+        fanouts=fanouts,
+        batch_size=batch_size,
+        shuffle=True,
+        job_id="bench",
+        shm_dir=shm_dir,
         feature_wire_dtype=wire_dtype,
-    )  # fmt: skip
+    )
     return _steady(partial(_epoch_of, loader))
 
 
-def _gf_embedded_runner(cluster, fanouts: list[int], batch_size: int, shm_dir: str | None, cache_policy: str,  # noqa: ANN001, ANN202
-                        cache_bytes: int, wire_dtype: str = ""):  # fmt: skip
+def _gf_embedded_runner(
+    cluster,  # noqa: ANN001
+    fanouts: list[int],
+    batch_size: int,
+    shm_dir: str | None,
+    cache_policy: str,
+    cache_bytes: int,
+    wire_dtype: str = "",
+) -> Callable[[int], int]:
     """Minibatches from a loader in this process (the trainer's): features graph-stores -> here."""
     from graphfeed.graph_store.client import RemotePartitionSet
     from graphfeed.loader.core import Loader
@@ -263,8 +311,15 @@ def _gf_embedded_runner(cluster, fanouts: list[int], batch_size: int, shm_dir: s
     partitions = RemotePartitionSet([s.address for s in cluster.graph_stores], shm_dir=shm_dir or None)
     sampler = SamplerClient(cluster.sampler.address, shm_dir=shm_dir or None)
     core = Loader(partitions, sampler, cache_policy=cache_policy, cache_bytes=cache_bytes)
-    loader = EmbeddedDataLoader(core, "train", fanouts=fanouts, batch_size=batch_size, shuffle=True, job_id="bench-embedded",
-                                feature_wire_dtype=wire_dtype)  # fmt: skip
+    loader = EmbeddedDataLoader(
+        core,
+        "train",
+        fanouts=fanouts,
+        batch_size=batch_size,
+        shuffle=True,
+        job_id="bench-embedded",
+        feature_wire_dtype=wire_dtype,
+    )
     return _steady(partial(_epoch_of, loader))
 
 
@@ -312,22 +367,31 @@ def run(args: argparse.Namespace) -> int:
     shm_dir = "/dev/shm" if args.transport == "shm" else ""
     with contextlib.ExitStack() as stack:
         # DistDGL's processes first: forking once this process has gRPC channels aborts the child
-        distdgl = _distdgl_runner(stack, root, args.workdir.resolve(), (g, feat, train), fanouts, bs) if args.distdgl else None
+        distdgl = (
+            _distdgl_runner(stack, root, args.workdir.resolve(), (g, feat, train), fanouts, bs)
+            if args.distdgl
+            else None
+        )
         placement = LOOPBACK
         if args.link:  # the graph-stores on "another machine": a namespace behind a shaped veth
             from graphfeed.bench.links import ShapedLink
 
             placement = stack.enter_context(ShapedLink(None if args.link == "unlimited" else args.link)).placement()
-        cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir, store_placement=placement)
+        cluster = LocalCluster.start(
+            root, args.workdir.resolve() / "logs", loader_args, shm_dir=shm_dir, store_placement=placement
+        )
         stack.callback(cluster.stop)
         assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
         runners: dict[str, Callable[[int], int | Run]] = {
             "dgl_sample": _dgl_runner(g, feat, train, fanouts, bs, gather=False),
             "dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True),
-            "gf_sampler": _gf_sampler_runner(cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, shm_dir),
+            "gf_sampler": _gf_sampler_runner(
+                cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, shm_dir
+            ),
             "gf_e2e": _gf_e2e_runner(cluster.loader.address, fanouts, bs, shm_dir, args.feature_wire_dtype),
-            "gf_embedded": _gf_embedded_runner(cluster, fanouts, bs, shm_dir, args.cache_policy, args.cache_bytes,
-                                               args.feature_wire_dtype),
+            "gf_embedded": _gf_embedded_runner(
+                cluster, fanouts, bs, shm_dir, args.cache_policy, args.cache_bytes, args.feature_wire_dtype
+            ),
         }
         if distdgl is not None:
             runners["distdgl"] = distdgl
@@ -348,12 +412,18 @@ def _alternate(runners: dict[str, Callable[[int], int | Run]], meter: Meter, ste
             started = meter.start()
             got = fn(steps)
             # a system that measures itself (DistDGL: its own processes) returns its Run
-            runs.append(Run(**{**asdict(got), "system": name}) if isinstance(got, Run) else meter.stop(name, started, steps, got))
+            runs.append(
+                Run(**{**asdict(got), "system": name})
+                if isinstance(got, Run)
+                else meter.stop(name, started, steps, got)
+            )
             log.info("repeat %d %-18s %6.2f minibatches/s", r, name, runs[-1].minibatches_per_s)
     return runs
 
 
-def _distdgl_runner(stack: contextlib.ExitStack, root: Path, workdir: Path, data: tuple, fanouts: list[int], batch_size: int):  # noqa: ANN202
+def _distdgl_runner(
+    stack: contextlib.ExitStack, root: Path, workdir: Path, data: tuple, fanouts: list[int], batch_size: int
+) -> Callable[[int], Run]:
     """DistDGL (2 servers, 1 trainer, each emulated machine in its own mount namespace) on the
     same graph: ``run(steps) -> Run`` measured by its own processes."""
     import torch
@@ -361,11 +431,15 @@ def _distdgl_runner(stack: contextlib.ExitStack, root: Path, workdir: Path, data
     from graphfeed.bench.distdgl import DistDGLSystem, ensure_partitions
 
     config = ensure_partitions(root, workdir, lambda _root: data)
-    system = stack.enter_context(DistDGLSystem(config, workdir / "logs", fanouts, batch_size, trainer_threads=torch.get_num_threads()))
+    system = stack.enter_context(
+        DistDGLSystem(config, workdir / "logs", fanouts, batch_size, trainer_threads=torch.get_num_threads())
+    )
     return lambda steps: Run("distdgl", **asdict(system.run(steps)))
 
 
-def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespace, systems_order: list[str] | None = None) -> dict:
+def summarize(
+    runs: list[Run], limits: dict[str, float], args: argparse.Namespace, systems_order: list[str] | None = None
+) -> dict:
     """Medians and per-minibatch bytes and CPU per system (``systems_order``: default SYSTEMS)."""
     systems: dict[str, dict[str, Any]] = {}
     for name in systems_order or SYSTEMS:
@@ -385,7 +459,9 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
             "bytes_per_minibatch_by_rpc": {k: sum(r.traffic.get(k, 0) for r in rs) / mb for k in routes},
             "cpu_seconds_per_minibatch": {k: sum(r.cpu_seconds.get(k, 0.0) for r in rs) / mb for k in procs},
         }
-    ratio = lambda a, b: systems[a]["minibatches_per_s"] / systems[b]["minibatches_per_s"] if a in systems and b in systems else None  # noqa: E731
+    ratio = lambda a, b: (  # noqa: E731
+        systems[a]["minibatches_per_s"] / systems[b]["minibatches_per_s"] if a in systems and b in systems else None
+    )
     return {
         "command": "graphfeed bench throughput " + " ".join(sys.argv[3:]),
         "preset": args.preset,
@@ -399,17 +475,26 @@ def summarize(runs: list[Run], limits: dict[str, float], args: argparse.Namespac
         "sample_ratio_vs_dgl": ratio("gf_sampler", "dgl_sample"),
         "e2e_ratio_vs_dgl": ratio("gf_e2e", "dgl_sample_gather"),
         "embedded_ratio_vs_dgl": ratio("gf_embedded", "dgl_sample_gather"),
-        **({"e2e_ratio_vs_distdgl": ratio("gf_e2e", "distdgl"), "embedded_ratio_vs_distdgl": ratio("gf_embedded", "distdgl"),
-            "distdgl_ratio_vs_dgl": ratio("distdgl", "dgl_sample_gather")} if "distdgl" in systems else {}),
+        **(
+            {
+                "e2e_ratio_vs_distdgl": ratio("gf_e2e", "distdgl"),
+                "embedded_ratio_vs_distdgl": ratio("gf_embedded", "distdgl"),
+                "distdgl_ratio_vs_dgl": ratio("distdgl", "dgl_sample_gather"),
+            }
+            if "distdgl" in systems
+            else {}
+        ),
         "machine": limits,
     }
 
 
 def markdown(result: dict) -> str:
     lines = [
-        (f"preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
-         f"batch {result['batch_size']}, fanouts {result['fanouts']}, "
-         f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"),
+        (
+            f"preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
+            f"batch {result['batch_size']}, fanouts {result['fanouts']}, "
+            f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system (median)"
+        ),
         "",
         "| system | minibatches/s | sampled edges/s | wire MB/minibatch | CPU s/minibatch (by process) |",
         "|---|---:|---:|---:|---|",
@@ -423,10 +508,13 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines += [
         "",
-        (f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, **e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}** "
-         f"(two hops), **embedded_ratio_vs_dgl = {result['embedded_ratio_vs_dgl']:.2f}** (one hop); "
-         f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
-         f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"),
+        (
+            f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, "
+            f"**e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}** (two hops), "
+            f"**embedded_ratio_vs_dgl = {result['embedded_ratio_vs_dgl']:.2f}** (one hop); "
+            f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
+            f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"
+        ),
     ]
     if "distdgl_ratio_vs_dgl" in result:
         lines.append(

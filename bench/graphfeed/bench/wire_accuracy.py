@@ -29,8 +29,12 @@ STORED = "stored"  # the command line's name for "" (the stored dtype)
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``wire-accuracy`` to ``graphfeed bench``."""
-    p = sub.add_parser("wire-accuracy", help="accuracy cost of a float16/bfloat16 feature wire", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "wire-accuracy",
+        help="accuracy cost of a float16/bfloat16 feature wire",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     p.set_defaults(func=run)
 
@@ -39,13 +43,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="large", help="synthetic preset (tiny, small, medium, large; default large)")
     p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
     p.add_argument("--epochs", type=int, default=3, help="training epochs per run (default 3)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="job seeds; the mean is reported (default 0 1 2)")
+    p.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="job seeds; the mean is reported (default 0 1 2)"
+    )
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
-    p.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="DGL order, input layer first (default 10 10)")
-    p.add_argument("--eval-fanouts", type=int, nargs="+", default=[10, 10], help="fanouts when evaluating (default 10 10)")
-    p.add_argument("--wire-dtypes", nargs="+", choices=(STORED, "float16", "bfloat16"), default=[STORED, "float16", "bfloat16"],
-                   help="feature wire dtypes to train with (default: all three)")  # fmt: skip
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/wire-accuracy-<preset>.json)")
+    p.add_argument(
+        "--fanouts", type=int, nargs="+", default=[10, 10], help="DGL order, input layer first (default 10 10)"
+    )
+    p.add_argument(
+        "--eval-fanouts", type=int, nargs="+", default=[10, 10], help="fanouts when evaluating (default 10 10)"
+    )
+    p.add_argument(
+        "--wire-dtypes",
+        nargs="+",
+        choices=(STORED, "float16", "bfloat16"),
+        default=[STORED, "float16", "bfloat16"],
+        help="feature wire dtypes to train with (default: all three)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="JSON path (default bench/results/wire-accuracy-<preset>.json)"
+    )
 
 
 def train_once(address: str, args: argparse.Namespace, seed: int, wire: str) -> tuple[float, float]:
@@ -53,10 +70,16 @@ def train_once(address: str, args: argparse.Namespace, seed: int, wire: str) -> 
     from graphfeed.trainer.train import TrainConfig, Trainer
 
     cfg = TrainConfig(
-        loader_address=address, epochs=args.epochs, batch_size=args.batch_size, fanouts=list(args.fanouts),
-        eval_fanouts=list(args.eval_fanouts), seed=seed, job_id=f"wire-{wire}-{seed}", shm_dir="",
+        loader_address=address,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        fanouts=list(args.fanouts),
+        eval_fanouts=list(args.eval_fanouts),
+        seed=seed,
+        job_id=f"wire-{wire}-{seed}",
+        shm_dir="",
         feature_wire_dtype="" if wire == STORED else wire,
-    )  # fmt: skip
+    )
     trainer = Trainer(cfg)
     try:
         t0 = time.perf_counter()
@@ -107,8 +130,8 @@ def summarize(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace)
 
 def markdown(result: dict[str, Any]) -> str:
     head = (
-        f"preset `{result['preset']}`, {result['epochs']} epochs, batch {result['batch_size']}, fanouts {result['fanouts']} "
-        f"(eval {result['eval_fanouts']}); test accuracy per feature wire dtype"
+        f"preset `{result['preset']}`, {result['epochs']} epochs, batch {result['batch_size']}, "
+        f"fanouts {result['fanouts']} (eval {result['eval_fanouts']}); test accuracy per feature wire dtype"
     )
     lines = [
         head,
@@ -124,8 +147,11 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphfeed.bench.wire_accuracy", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m graphfeed.bench.wire_accuracy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     return run(parser.parse_args(argv))

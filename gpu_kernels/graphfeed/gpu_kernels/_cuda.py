@@ -16,7 +16,7 @@ DISABLE_ENV = "GRAPHFEED_GPU"
 
 @functools.lru_cache(maxsize=1)
 def _probe() -> str:
-    """"" when CuPy can run a kernel on device 0, else why not (cached for the process)."""
+    """ "" when CuPy can run a kernel on device 0, else why not (cached for the process)."""
     try:
         import cupy  # noqa: PLC0415 - lazy by design: no CuPy import on machines without CUDA
 

@@ -25,7 +25,11 @@ import numpy as np
 
 from graphfeed.gpu_kernels.kernels import KERNEL_DIR, Backend
 
-_SCALARS = {np.dtype(np.int64): ctypes.c_longlong, np.dtype(np.int32): ctypes.c_int, np.dtype(np.uint64): ctypes.c_ulonglong}
+_SCALARS = {
+    np.dtype(np.int64): ctypes.c_longlong,
+    np.dtype(np.int32): ctypes.c_int,
+    np.dtype(np.uint64): ctypes.c_ulonglong,
+}
 
 
 def compiler() -> str | None:
@@ -46,8 +50,19 @@ def _library() -> ctypes.CDLL:
     lib = Path(tempfile.gettempdir()) / f"graphfeed-kernel-emu-{digest}.so"
     if not lib.exists():
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", f"-I{KERNEL_DIR}", f"-I{KERNEL_DIR / 'emu'}",
-               str(KERNEL_DIR / "emu" / "harness.cpp"), "-o", str(tmp)]  # fmt: skip
+        cmd = [
+            cxx,
+            "-std=c++20",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            f"-I{KERNEL_DIR}",
+            f"-I{KERNEL_DIR / 'emu'}",
+            str(KERNEL_DIR / "emu" / "harness.cpp"),
+            "-o",
+            str(tmp),
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode:
             raise RuntimeError(f"building the kernel emulator failed:\n{res.stderr}")

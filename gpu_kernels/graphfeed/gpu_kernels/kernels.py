@@ -27,7 +27,12 @@ from graphfeed.gpu_kernels.reference import SMALL_FANOUT, check_temporal_args
 
 KERNEL_DIR = Path(__file__).resolve().parent
 # kernel name prefix -> source file
-SOURCES = {"gather_rows": "gather.cu", "cache_gather": "cache_lookup.cu", "sample_uniform": "sample.cu", "temporal": "temporal.cu"}
+SOURCES = {
+    "gather_rows": "gather.cu",
+    "cache_gather": "cache_lookup.cu",
+    "sample_uniform": "sample.cu",
+    "temporal": "temporal.cu",
+}
 _INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.MULTILINE)
 _UNITS = (16, 8, 4, 2, 1)  # bytes per load, widest first
 
@@ -151,7 +156,9 @@ def _check_ids(be: Backend, ids: Any, num_rows: int | None, what: str = "ids") -
     return ids
 
 
-def gather_rows(table: Any, ids: Any, *, out: Any = None, check_ids: bool = True, backend: Backend | None = None) -> Any:
+def gather_rows(
+    table: Any, ids: Any, *, out: Any = None, check_ids: bool = True, backend: Backend | None = None
+) -> Any:
     """``table[ids]`` by a warp per row; ``table`` may be pinned mapped host memory (zero-copy).
 
     Args:
@@ -225,10 +232,16 @@ def cache_gather(
     u = _unit(row_bytes, pointers)
     null = np.uint64(0)
     args = (
-        ids, np.int64(n), np.int64(row_bytes // u), gpu_slot_of, gpu_rows if gpu_rows.size else null,
+        ids,
+        np.int64(n),
+        np.int64(row_bytes // u),
+        gpu_slot_of,
+        gpu_rows if gpu_rows.size else null,
         null if host_slot_of is None else host_slot_of,
-        null if host_rows is None or not host_rows.size else host_rows, out, where,
-    )  # fmt: skip
+        null if host_rows is None or not host_rows.size else host_rows,
+        out,
+        where,
+    )
     be.launch(f"cache_gather_u{u}", be.grid(n), args)
     return out, where
 
@@ -278,9 +291,20 @@ def sample_csr(
     small = k <= SMALL_FANOUT
     tmp = src[:0] if small else xp.empty(total, dtype=xp.int32)
     args = (
-        indptr, indices, edge_ids, rows, np.int64(n), offsets, np.int64(k), np.int32(bool(replace)),
-        np.uint64(int(seed) % 2**64), np.int32(small), src, eids, tmp if tmp.size else np.uint64(0),
-    )  # fmt: skip
+        indptr,
+        indices,
+        edge_ids,
+        rows,
+        np.int64(n),
+        offsets,
+        np.int64(k),
+        np.int32(bool(replace)),
+        np.uint64(int(seed) % 2**64),
+        np.int32(small),
+        src,
+        eids,
+        tmp if tmp.size else np.uint64(0),
+    )
     be.launch("sample_uniform", be.grid(n), args)
     if small:
         return offsets, src, eids
@@ -350,9 +374,22 @@ def sample_temporal(
     small = not uniform or k <= SMALL_FANOUT  # "recent" copies a range: never the host-sorted path
     tmp = out[0][:0] if small else xp.empty(total, dtype=xp.int32)
     args = (
-        indptr, nbr, ts, eid, rows, before, np.int64(n), offsets, np.int64(k), np.int32(not uniform),
-        np.uint64(int(seed)), np.int64(first_position), np.int32(small), *out, tmp if tmp.size else np.uint64(0),
-    )  # fmt: skip
+        indptr,
+        nbr,
+        ts,
+        eid,
+        rows,
+        before,
+        np.int64(n),
+        offsets,
+        np.int64(k),
+        np.int32(not uniform),
+        np.uint64(int(seed)),
+        np.int64(first_position),
+        np.int32(small),
+        *out,
+        tmp if tmp.size else np.uint64(0),
+    )
     be.launch("temporal_sample", be.grid(n), args)
     if small:
         return offsets, *out

@@ -50,7 +50,9 @@ class MappedHostArray:
         # .host keeps buf alive (through the memoryview), buf keeps this owner (and the allocation) alive.
         # ctypes instances take attributes (they have a __dict__); typeshed does not declare that.
         buf.owner = self  # type: ignore[attr-defined]
-        self.host = np.frombuffer(memoryview(buf), dtype=self.dtype, count=self.nbytes // self.dtype.itemsize).reshape(self.shape)
+        self.host = np.frombuffer(memoryview(buf), dtype=self.dtype, count=self.nbytes // self.dtype.itemsize).reshape(
+            self.shape
+        )
         dev_ptr = rt.pointerGetAttributes(ptr).devicePointer  # == ptr under UVA; asked, not assumed
         mem = cp.cuda.UnownedMemory(dev_ptr, max(self.nbytes, 1), self, rt.getDevice())
         self.device = cp.ndarray(self.shape, self.dtype, cp.cuda.MemoryPointer(mem, 0))

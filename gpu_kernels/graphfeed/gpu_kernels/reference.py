@@ -256,7 +256,9 @@ def _check_temporal_csr(indptr: ArrayLike, nbr: ArrayLike, ts: ArrayLike, eid: A
         raise ValueError("indptr must have at least one entry")
     lengths = {len(a) for a in arrays[1:]}
     if len(lengths) != 1 or lengths.pop() < arrays[0][-1]:
-        raise ValueError(f"nbr, ts and eid must have one length >= indptr[-1] = {arrays[0][-1]}, got {[len(a) for a in arrays[1:]]}")
+        raise ValueError(
+            f"nbr, ts and eid must have one length >= indptr[-1] = {arrays[0][-1]}, got {[len(a) for a in arrays[1:]]}"
+        )
     return arrays
 
 

@@ -70,7 +70,9 @@ def to_proto(
     return msg
 
 
-def from_proto(msg: tensor_pb2.SampledBlocks, segments: SegmentReader | None = None, bulk: Bulk | None = None) -> SampledBlocks:
+def from_proto(
+    msg: tensor_pb2.SampledBlocks, segments: SegmentReader | None = None, bulk: Bulk | None = None
+) -> SampledBlocks:
     """Decodes (zero-copy; ``segments`` and ``bulk`` as :func:`~graphfeed.common.codec.decode`)
     and checks the invariants a trainer relies on."""
     blocks = [

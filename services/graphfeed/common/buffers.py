@@ -22,7 +22,12 @@ class _Lease:
 
     def __init__(self, memory: np.ndarray, nbytes: int) -> None:
         self._memory = memory
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (memory.ctypes.data, False), "version": 3}
+        self.__array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (memory.ctypes.data, False),
+            "version": 3,
+        }
 
 
 class BufferPool:

@@ -22,7 +22,9 @@ def _codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
     ptr = cgutils.get_item_pointer2(context, builder, ary.data, shape, strides, aryty.layout, index)
     i8p = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8"
+    )
     # read, high temporal locality, data cache; a hint only: never faults, even out of bounds
     builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
     return context.get_dummy_value()

@@ -113,7 +113,10 @@ def dtype_from_proto(value: int) -> np.dtype:
 
 
 def encode(
-    array: np.ndarray, out: tensor_pb2.Tensor | None = None, arena: Arena | None = None, layout: BulkLayout | None = None
+    array: np.ndarray,
+    out: tensor_pb2.Tensor | None = None,
+    arena: Arena | None = None,
+    layout: BulkLayout | None = None,
 ) -> tensor_pb2.Tensor:
     """Encodes an array (any supported dtype, any shape, empty included).
 
@@ -189,8 +192,7 @@ def decode(
     data = msg.data  # every access copies the bytes out of the message: read it once
     if count * dtype.itemsize != len(data):
         raise InvalidArgument(
-            f"{what}: shape {shape} of {np.dtype(dtype).name} needs {count * dtype.itemsize} "
-            f"bytes, got {len(data)}"
+            f"{what}: shape {shape} of {np.dtype(dtype).name} needs {count * dtype.itemsize} bytes, got {len(data)}"
         )
     return np.frombuffer(data, dtype=dtype, count=count).reshape(shape)
 
@@ -206,14 +208,19 @@ def _checked_shape(msg: tensor_pb2.Tensor, what: str, dtype: np.dtype) -> tuple[
     # numpy refuses a shape whose non-zero extents overflow, even when another one is 0.
     span = math.prod(d for d in shape if d) * dtype.itemsize
     if span > _MAX_BYTES:
-        raise InvalidArgument(f"{what}: shape {shape} of {dtype.name} spans {span} bytes, more than the limit of {_MAX_BYTES}")
+        raise InvalidArgument(
+            f"{what}: shape {shape} of {dtype.name} spans {span} bytes, more than the limit of {_MAX_BYTES}"
+        )
     return shape
 
 
 def decode_ids(
-    msg: tensor_pb2.Tensor, what: str = "ids", allow_empty: bool = False, segments: SegmentReader | None = None,
+    msg: tensor_pb2.Tensor,
+    what: str = "ids",
+    allow_empty: bool = False,
+    segments: SegmentReader | None = None,
     bulk: Bulk | None = None,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Decodes a 1-D int64 id tensor, the common case for requests.
 
     Raises:

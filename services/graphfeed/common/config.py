@@ -28,26 +28,34 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid", strict=False)
 
     host: str = Field(default="127.0.0.1", description="Address the gRPC server binds to.")
-    port: int = Field(default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one (printed in the READY line).")
+    port: int = Field(
+        default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one (printed in the READY line)."
+    )
     metrics_host: str = Field(default="127.0.0.1", description="Address of the Prometheus /metrics endpoint.")
-    metrics_port: int = Field(default=0, ge=-1, le=65535, description="Prometheus port; 0 picks a free one, -1 disables it.")
+    metrics_port: int = Field(
+        default=0, ge=-1, le=65535, description="Prometheus port; 0 picks a free one, -1 disables it."
+    )
     health_port: int = Field(
-        default=0, ge=-1, le=65535,
+        default=0,
+        ge=-1,
+        le=65535,
         description="Port of a second gRPC server that answers only grpc.health.v1 (its own threads, so probes are "
         "answered while every handler streams); 0 picks a free one (printed in the READY line), -1 disables it. "
         'Health name "" is SERVING once the peers answer; "graphfeed.liveness" while the process runs.',
-    )  # fmt: skip
+    )
     max_workers: int = Field(default=16, ge=1, description="gRPC handler threads.")
     max_connection_age_s: float = Field(
-        default=60.0, ge=0,
+        default=60.0,
+        ge=0,
         description="Seconds after which a client connection is asked to close (GOAWAY), so long-lived clients "
         "re-resolve dns:/// targets and spread over new replicas; 0 never.",
-    )  # fmt: skip
+    )
     max_connection_age_grace_s: float = Field(
-        default=0.0, ge=0,
+        default=0.0,
+        ge=0,
         description="Seconds calls still running on such a connection get before it is cut; 0 no limit "
         "(a minibatch stream is never cut).",
-    )  # fmt: skip
+    )
     grace_s: float = Field(default=5.0, ge=0, description="Seconds in-flight calls get to finish on SIGTERM.")
     log_level: str = Field(default="INFO", description="Python logging level.")
     shm_dir: str = Field(
@@ -56,30 +64,41 @@ class ServiceSettings(BaseSettings):
         "(this server's responses, and what its own clients offer); empty disables.",
     )
     shm_client_quota_mb: float = Field(
-        default=0, ge=0,
+        default=0,
+        ge=0,
         description="Shared-memory bytes (MiB) one client may hold unclaimed before its responses go inline "
         "instead; 0: a quarter of shm_dir's size. Some room (1/16, at most 64 MiB) is always kept free.",
-    )  # fmt: skip
+    )
 
     @property
     def shm_client_quota_bytes(self) -> int:
         return int(self.shm_client_quota_mb * (1 << 20))
 
-
-    tls_cert: str = Field(default="", description="PEM certificate: TLS on the gRPC port (the health port stays plaintext for probes).")
+    tls_cert: str = Field(
+        default="", description="PEM certificate: TLS on the gRPC port (the health port stays plaintext for probes)."
+    )
     tls_key: str = Field(default="", description="PEM private key of tls_cert.")
-    tls_client_ca: str = Field(default="", description="CA that signs client certificates: mutual TLS (clients without one are refused).")
-    auth_tokens_file: str = Field(default="", description="Accepted bearer tokens, one per line, re-read on change; empty: none needed.")
+    tls_client_ca: str = Field(
+        default="", description="CA that signs client certificates: mutual TLS (clients without one are refused)."
+    )
+    auth_tokens_file: str = Field(
+        default="", description="Accepted bearer tokens, one per line, re-read on change; empty: none needed."
+    )
     allowed_identities: list[str] = Field(
-        default_factory=list, description="Client certificate CNs/SANs allowed to call (with tls_client_ca); empty: any the CA signed."
+        default_factory=list,
+        description="Client certificate CNs/SANs allowed to call (with tls_client_ca); empty: any the CA signed.",
     )
     tls_ca: str = Field(default="", description="CA this process's clients verify servers with: TLS to its peers.")
     tls_client_cert: str = Field(default="", description="PEM certificate this process's clients present (mutual TLS).")
     tls_client_key: str = Field(default="", description="PEM private key of tls_client_cert.")
-    token_file: str = Field(default="", description="File whose first line is the bearer token this process's clients send.")
+    token_file: str = Field(
+        default="", description="File whose first line is the bearer token this process's clients send."
+    )
 
     def server_security(self) -> ServerSecurity:
-        return ServerSecurity.of(self.tls_cert, self.tls_key, self.tls_client_ca, self.auth_tokens_file, self.allowed_identities)
+        return ServerSecurity.of(
+            self.tls_cert, self.tls_key, self.tls_client_ca, self.auth_tokens_file, self.allowed_identities
+        )
 
     def client_security(self) -> ClientSecurity:
         return ClientSecurity.of(self.tls_ca, self.tls_client_cert, self.tls_client_key, self.token_file)
@@ -93,10 +112,11 @@ class PeerServiceSettings(ServiceSettings):
         default=10.0, gt=0, description="Longest wait between two tries to reach the peers at start-up, in seconds."
     )
     peer_check_interval_s: float = Field(
-        default=10.0, gt=0,
+        default=10.0,
+        gt=0,
         description="Seconds between checks that the peers still serve the graph version this server started with "
         "(a changed version: NOT_SERVING while it reconnects).",
-    )  # fmt: skip
+    )
 
 
 def _flag(name: str) -> str:
@@ -144,7 +164,9 @@ def add_settings_argument(
     parser.add_argument(flag, metavar=flag.lstrip("-").replace("-", "_").upper(), **kw)
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettings], *, skip: typing.Collection[str] = ()) -> None:
+def add_settings_arguments(
+    parser: argparse.ArgumentParser, cls: type[BaseSettings], *, skip: typing.Collection[str] = ()
+) -> None:
     """Adds one flag per settings field, in field order, but those in ``skip`` (see :func:`add_settings_argument`)."""
     for name in cls.model_fields:
         if name not in skip:

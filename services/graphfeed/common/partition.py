@@ -12,7 +12,8 @@ no id map is needed at serving time. ``orig_ids.npy`` keeps each node's id in th
     <root>/part-00000/indices.npy     int32 [E_p]        gid of each in-neighbor (edge source)
     <root>/part-00000/edge_ids.npy    int32 [E_p]        global edge id
     <root>/part-00000/edge_ts.npy     int64 [E_p]        edge timestamp (only when the input had ts)
-    <root>/part-00000/edge_feat.npy   float32 [E_p, D]   edge features, aligned with indices (only when the input had them)
+    <root>/part-00000/edge_feat.npy   float32 [E_p, D]   edge features, aligned with indices (only when the input
+                                                         had them)
     <root>/part-00000/orig_ids.npy    int64 [n_owned]    input id of each owned node
     <root>/part-00000/halo.npy        int64 [H]          sorted unique non-owned gids in indices
     <root>/part-00000/db/             RocksDB: node data in row chunks, splits
@@ -101,7 +102,8 @@ class GraphManifest:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise FailedPrecondition(
-                f"partition layout version {version} is not supported (this build reads {SCHEMA_VERSION}); re-run ingest"
+                f"partition layout version {version} is not supported "
+                f"(this build reads {SCHEMA_VERSION}); re-run ingest"
             )
         d["node_offsets"] = tuple(d["node_offsets"])
         d["splits"] = tuple(d["splits"])
@@ -163,7 +165,9 @@ def write_flat_node_data(part_dir: Path, name: str, chunks: Iterable[bytes | mem
     file is synced and renamed into place, so a reader never sees a partial table."""
     path = flat_node_data_path(part_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name_tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # unique: concurrent exports do not collide
+    fd, name_tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}."
+    )  # unique: concurrent exports do not collide
     tmp = Path(name_tmp)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -223,7 +227,9 @@ def write_graph_manifest(root: Path, manifest: GraphManifest) -> None:
 
 def _check_edge_feat(path: Path, feat: np.ndarray, num_edges: int) -> None:
     if feat.dtype != np.float32 or feat.ndim != 2 or len(feat) != num_edges:
-        raise FailedPrecondition(f"{path}: edge_feat.npy is {feat.dtype} {feat.shape}; expected float32 [{num_edges}, D]")
+        raise FailedPrecondition(
+            f"{path}: edge_feat.npy is {feat.dtype} {feat.shape}; expected float32 [{num_edges}, D]"
+        )
 
 
 class PartitionReader:
@@ -237,7 +243,9 @@ class PartitionReader:
         self.manifest = GraphManifest.load(self.path)
         raw = json.loads((self.path / MANIFEST).read_text())
         if "partition_id" not in raw:
-            raise FailedPrecondition(f"{self.path} is a graph root, not a partition directory (use {self.path}/part-00000)")
+            raise FailedPrecondition(
+                f"{self.path} is a graph root, not a partition directory (use {self.path}/part-00000)"
+            )
         self.partition_id: int = int(raw["partition_id"])
         m = self.manifest
         self.start = int(m.node_offsets[self.partition_id])
@@ -253,12 +261,15 @@ class PartitionReader:
         ef = self.path / "edge_feat.npy"  # absent in partitions written before edge features
         self.edge_feat: np.ndarray | None = np.load(ef, mmap_mode="r") if ef.exists() else None
         if len(self.indptr) != self.num_owned + 1:
-            raise FailedPrecondition(f"{self.path}: indptr has {len(self.indptr)} entries for {self.num_owned} owned nodes")
+            raise FailedPrecondition(
+                f"{self.path}: indptr has {len(self.indptr)} entries for {self.num_owned} owned nodes"
+            )
         for name in ("indices", "edge_ids"):
             arr = getattr(self, name)
             if arr.dtype not in (np.int32, np.int64) or len(arr) != int(self.indptr[-1]):
                 raise FailedPrecondition(
-                    f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; expected int32/int64 [{int(self.indptr[-1])}]"
+                    f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; "
+                    f"expected int32/int64 [{int(self.indptr[-1])}]"
                 )
         if self.edge_feat is not None:
             _check_edge_feat(self.path, self.edge_feat, len(self.indices))
@@ -282,7 +293,11 @@ class PartitionReader:
         for c, value in enumerate(values):
             if value is None:
                 raise FailedPrecondition(f"{self.path}: node data {name!r} chunk {c} missing from RocksDB")
-            rows = np.frombuffer(value, dtype=dtype).reshape(-1, *flat.shape[1:]) if flat.ndim > 1 else np.frombuffer(value, dtype=dtype)
+            rows = (
+                np.frombuffer(value, dtype=dtype).reshape(-1, *flat.shape[1:])
+                if flat.ndim > 1
+                else np.frombuffer(value, dtype=dtype)
+            )
             start = c * spec.rows_per_chunk
             flat[start : start + len(rows)] = rows
         return out

@@ -64,7 +64,9 @@ def _copy(table: np.ndarray, rows: np.ndarray, out: np.ndarray, positions: np.nd
         raise ValueError("table and out must be C-contiguous")
     if len(rows) and out.nbytes:
         t, o = _word_pair(table, out)
-        _copy_words(t, np.asarray(rows, dtype=np.int64), o, np.asarray(positions, dtype=np.int64), max(1, _LINE // t.itemsize))
+        _copy_words(
+            t, np.asarray(rows, dtype=np.int64), o, np.asarray(positions, dtype=np.int64), max(1, _LINE // t.itemsize)
+        )
 
 
 def take_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -88,7 +90,10 @@ def _main() -> None:  # pragma: no cover - the measurement quoted in the module 
     rows = rng.integers(0, len(table), 111_000)
     out = np.empty((len(rows), 128), np.float32)
     take_rows(table, rows[:10], out[:10])
-    for name, fn in (("numpy", lambda: np.take(table, rows, axis=0, out=out)), ("take_rows", lambda: take_rows(table, rows, out))):
+    for name, fn in (
+        ("numpy", lambda: np.take(table, rows, axis=0, out=out)),
+        ("take_rows", lambda: take_rows(table, rows, out)),
+    ):
         best = min(_timed(fn, time.perf_counter) for _ in range(7))
         print(f"{name:10s} {best * 1e3:6.1f} ms  {out.nbytes / best / 1e9:.2f} GB/s")
 

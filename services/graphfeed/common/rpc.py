@@ -65,7 +65,11 @@ def retry_service_config(service: ServiceDescriptor, idempotent: Iterable[str]) 
         KeyError: a name that is not a method of ``service`` (a typo would silently not retry).
     """
     names = [{"service": service.full_name, "method": service.methods_by_name[m].name} for m in idempotent]
-    policy = {"maxAttempts": RETRY_MAX_ATTEMPTS, **_RETRY_BACKOFF, "retryableStatusCodes": [c.name for c in RETRYABLE_CODES]}
+    policy = {
+        "maxAttempts": RETRY_MAX_ATTEMPTS,
+        **_RETRY_BACKOFF,
+        "retryableStatusCodes": [c.name for c in RETRYABLE_CODES],
+    }
     # round_robin: a target that resolves to several replicas (dns:/// of a headless Service,
     # ipv4:a:p,b:p) spreads calls over all of them; with one address it is pick_first.
     lb: list[dict[str, dict]] = [{"round_robin": {}}]
@@ -73,7 +77,10 @@ def retry_service_config(service: ServiceDescriptor, idempotent: Iterable[str]) 
 
 
 def client_channel(
-    address: str, service: ServiceDescriptor, idempotent: Iterable[str], max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    address: str,
+    service: ServiceDescriptor,
+    idempotent: Iterable[str],
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> grpc.Channel:
     """An insecure channel to ``address`` for clients of ``service``; its ``idempotent`` methods
     are retried as :func:`retry_service_config` says, every other method is never retried.
@@ -362,7 +369,9 @@ def start_service_server(
         )
         try:
             if settings.health_port != -1:
-                running.health_server, running.health_port = serve_health(running.health, settings.host, settings.health_port)
+                running.health_server, running.health_port = serve_health(
+                    running.health, settings.host, settings.health_port
+                )
             if settings.metrics_port != -1:
                 running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
                 running.metrics_host = settings.metrics_host

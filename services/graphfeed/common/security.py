@@ -43,7 +43,9 @@ def _read(path: Path | str, what: str) -> bytes:
         raise FailedPrecondition(f"cannot read the {what} {path}: {e.strerror}") from None
 
 
-def server_credentials(cert: Path | str, key: Path | str, client_ca: Path | str | None = None) -> grpc.ServerCredentials:
+def server_credentials(
+    cert: Path | str, key: Path | str, client_ca: Path | str | None = None
+) -> grpc.ServerCredentials:
     """TLS credentials of a server (PEM files); with ``client_ca``, clients must present a
     certificate signed by it (mutual TLS)."""
     return grpc.ssl_server_credentials(
@@ -213,8 +215,12 @@ class ClientSecurity:
     @classmethod
     def of(cls, ca: str = "", cert: str = "", key: str = "", token_file: str = "") -> ClientSecurity:
         """From settings strings ("" = unset)."""
-        return cls(Path(ca) if ca else None, Path(cert) if cert else None, Path(key) if key else None,
-                   read_token(token_file) if token_file else None)  # fmt: skip
+        return cls(
+            Path(ca) if ca else None,
+            Path(cert) if cert else None,
+            Path(key) if key else None,
+            read_token(token_file) if token_file else None,
+        )
 
     def channel(self, address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:
         """A channel to ``address``: TLS or plaintext as configured, with the token attached."""
@@ -251,8 +257,9 @@ class ServerSecurity:
     auth: Authenticator = field(default_factory=Authenticator)
 
     @classmethod
-    def of(cls, cert: str = "", key: str = "", client_ca: str = "", tokens_file: str = "",
-           identities: Iterable[str] = ()) -> ServerSecurity:  # fmt: skip
+    def of(
+        cls, cert: str = "", key: str = "", client_ca: str = "", tokens_file: str = "", identities: Iterable[str] = ()
+    ) -> ServerSecurity:
         """From settings strings ("" = unset)."""
         if bool(cert) != bool(key):
             raise FailedPrecondition("tls_cert and tls_key go together")
@@ -260,7 +267,9 @@ class ServerSecurity:
         if allowed and not client_ca:
             raise FailedPrecondition("allowed identities need mutual TLS (tls_client_ca)")
         auth = Authenticator(TokenFile(tokens_file) if tokens_file else None, allowed or None)
-        return cls(Path(cert) if cert else None, Path(key) if key else None, Path(client_ca) if client_ca else None, auth)
+        return cls(
+            Path(cert) if cert else None, Path(key) if key else None, Path(client_ca) if client_ca else None, auth
+        )
 
     def interceptors(self) -> list[grpc.ServerInterceptor]:
         """Goes after the service interceptor (refusals mapped and counted like other errors)."""

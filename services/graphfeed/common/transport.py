@@ -63,9 +63,14 @@ class ServerTransport:
     """
 
     def __init__(
-        self, shm_dir: str | Path | None, service: str = "", metrics: CollectorRegistry | None = None, ttl_s: float = 300.0,
-        pool_files: int = 16, client_quota_bytes: int = 0,
-    ) -> None:  # fmt: skip
+        self,
+        shm_dir: str | Path | None,
+        service: str = "",
+        metrics: CollectorRegistry | None = None,
+        ttl_s: float = 300.0,
+        pool_files: int = 16,
+        client_quota_bytes: int = 0,
+    ) -> None:
         self.shm_dir = Path(shm_dir) if shm_dir else None
         self.pool_files = pool_files
         self.service = service
@@ -296,7 +301,9 @@ class Response:
     def __enter__(self) -> Response:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         """Writes the put arrays' segment (unless the response failed), unmaps, counts."""
         try:
             if self._arena is not None and exc_type is None:

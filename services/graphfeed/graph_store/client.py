@@ -29,8 +29,15 @@ if TYPE_CHECKING:
 # Reads, safe to send twice: retried on UNAVAILABLE (see graphfeed.common.rpc.client_channel).
 # AppendEdges is idempotent per batch id but not retried here: its batches may exceed gRPC's
 # retry buffer; graphfeed.graph_store.temporal_client retries it with the same batch id.
-IDEMPOTENT_METHODS = ("GetPartitionInfo", "SampleNeighbors", "GetNodeData", "GetDegrees", "GetSplit", "SampleTemporal",
-                      "GetTemporalInfo")  # fmt: skip
+IDEMPOTENT_METHODS = (
+    "GetPartitionInfo",
+    "SampleNeighbors",
+    "GetNodeData",
+    "GetDegrees",
+    "GetSplit",
+    "SampleTemporal",
+    "GetTemporalInfo",
+)
 
 
 def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
@@ -70,14 +77,22 @@ class GraphStoreClient:
         self._stub = pb_grpc.GraphStoreServiceStub(self._channel)
         # the answers with tensors, read as bulk-framed messages (graphfeed.common.bulk)
         name = pb.DESCRIPTOR.services_by_name["GraphStoreService"].full_name
-        self._sample = bulk.unary_unary(self._channel, name, "SampleNeighbors", pb.SampleNeighborsRequest, pb.SampleNeighborsResponse)
-        self._node_data = bulk.unary_stream(self._channel, name, "GetNodeData", pb.GetNodeDataRequest, pb.GetNodeDataResponse)
-        self._temporal = bulk.unary_unary(self._channel, name, "SampleTemporal", pb.SampleTemporalRequest, pb.SampleTemporalResponse)
+        self._sample = bulk.unary_unary(
+            self._channel, name, "SampleNeighbors", pb.SampleNeighborsRequest, pb.SampleNeighborsResponse
+        )
+        self._node_data = bulk.unary_stream(
+            self._channel, name, "GetNodeData", pb.GetNodeDataRequest, pb.GetNodeDataResponse
+        )
+        self._temporal = bulk.unary_unary(
+            self._channel, name, "SampleTemporal", pb.SampleTemporalRequest, pb.SampleTemporalResponse
+        )
 
     def info(self) -> PartitionInfo:
         """What the graph-store says about itself; waits (within the deadline) for it to come up."""
         try:
-            resp = self._stub.GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=self.timeout_s, wait_for_ready=True)
+            resp = self._stub.GetPartitionInfo(
+                pb.GetPartitionInfoRequest(), timeout=self.timeout_s, wait_for_ready=True
+            )
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         return info_from_proto(resp)
@@ -105,7 +120,9 @@ class GraphStoreClient:
     def sample_neighbors_future(
         self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
-        req = pb.SampleNeighborsRequest(fanout=fanout, replace=replace, rng_seed=rng_seed, first_position=first_position)
+        req = pb.SampleNeighborsRequest(
+            fanout=fanout, replace=replace, rng_seed=rng_seed, first_position=first_position
+        )
         codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
         raw = self._unary_future(self._sample, req)
 
@@ -119,7 +136,9 @@ class GraphStoreClient:
 
         return _then(raw, decoded)
 
-    def sample_neighbors(self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0) -> SampledNeighbors:
+    def sample_neighbors(
+        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+    ) -> SampledNeighbors:
         return self.sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position).result()
 
     def get_node_data(self, name: str, ids: np.ndarray) -> np.ndarray:
@@ -146,8 +165,10 @@ class GraphStoreClient:
             rows = codec.decode(r.message.rows, name, seg, r.bulk)
             start, n = int(r.message.start), len(rows)
             if rows.shape[1:] != out.shape[1:] or rows.dtype != out.dtype or not 0 <= start <= len(ids) - n:
-                raise DataLoss(f"graph-store {self.address}: {name} chunk at {start} of {rows.shape} {rows.dtype} "
-                               f"does not fit {len(ids)} rows of {out.shape[1:]} {out.dtype}")  # fmt: skip
+                raise DataLoss(
+                    f"graph-store {self.address}: {name} chunk at {start} of {rows.shape} {rows.dtype} "
+                    f"does not fit {len(ids)} rows of {out.shape[1:]} {out.dtype}"
+                )
             out[positions[start : start + n]] = rows
             got, nbytes = got + n, nbytes + rows.nbytes
         if got != len(ids):
@@ -168,7 +189,9 @@ class GraphStoreClient:
         codec.encode(np.asarray(target.positions, dtype=np.int64), req.target.positions)
         return sum(int(r.message.rows_written) for r in self._node_data_call(req))
 
-    def _node_data_call(self, req: pb.GetNodeDataRequest, stream: bool = False) -> Iterable[Received[pb.GetNodeDataResponse]]:
+    def _node_data_call(
+        self, req: pb.GetNodeDataRequest, stream: bool = False
+    ) -> Iterable[Received[pb.GetNodeDataResponse]]:
         """The messages of one GetNodeData call (with this client's shared-memory offer): all
         of them, or with ``stream`` one by one as they arrive (cancelled if not read to the end)."""
         call = self._node_data(req, timeout=self.timeout_s, metadata=self._transport.metadata)
@@ -191,8 +214,15 @@ class GraphStoreClient:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         return codec.decode(resp.ids)
 
-    def append_edges_future(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
-                            efeat: np.ndarray | None = None, timeout_s: float | None = None) -> Future[AppendAck]:  # fmt: skip
+    def append_edges_future(
+        self,
+        batch_id: str,
+        src: np.ndarray,
+        dst: np.ndarray,
+        t: np.ndarray,
+        efeat: np.ndarray | None = None,
+        timeout_s: float | None = None,
+    ) -> Future[AppendAck]:
         """Starts one AppendEdges call (not retried: see :mod:`graphfeed.graph_store.temporal_client`).
 
         Args:
@@ -206,32 +236,59 @@ class GraphStoreClient:
         if efeat is not None:
             codec.encode(np.asarray(efeat, dtype=np.float32), req.edge_feat)
         raw = self._unary_future(self._stub.AppendEdges, req, timeout_s)
-        return _then(raw, lambda r: AppendAck(int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq)))
+        return _then(
+            raw, lambda r: AppendAck(int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq))
+        )
 
-    def append_edges(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> AppendAck:
+    def append_edges(
+        self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
+    ) -> AppendAck:
         """Appends one batch (durable when this returns); see :meth:`append_edges_future`."""
         return self.append_edges_future(batch_id, src, dst, t, efeat).result()
 
-    def sample_temporal_future(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
-                               first_position: int = 0, with_features: bool = True) -> Future[TemporalSample]:  # fmt: skip
+    def sample_temporal_future(
+        self,
+        nodes: np.ndarray,
+        times: np.ndarray,
+        fanout: int,
+        strategy: str = "recent",
+        seed: int = 0,
+        first_position: int = 0,
+        with_features: bool = True,
+    ) -> Future[TemporalSample]:
         """Starts one SampleTemporal call: each root's in-edges strictly before its time
         (``TEMPORAL_SPEC``); the arguments are those of :meth:`TemporalStore.sample`."""
         enum = {"recent": pb.TEMPORAL_STRATEGY_RECENT, "uniform": pb.TEMPORAL_STRATEGY_UNIFORM}.get(strategy, 0)
-        req = pb.SampleTemporalRequest(fanout=fanout, strategy=enum, rng_seed=seed, first_position=first_position,  # type: ignore[arg-type]
-                                       with_features=with_features)  # fmt: skip
+        req = pb.SampleTemporalRequest(
+            fanout=fanout,
+            strategy=enum,  # type: ignore[arg-type]
+            rng_seed=seed,
+            first_position=first_position,
+            with_features=with_features,
+        )
         codec.encode(np.asarray(nodes, dtype=np.int64), req.nodes)
         codec.encode(np.asarray(times, dtype=np.int64), req.times)
 
         def decoded(rec: Received[pb.SampleTemporalResponse]) -> TemporalSample:
             r, seg = rec.message, self._transport.reader()
-            offsets, nbr, ts, eid = (codec.decode(getattr(r, f), f, seg, rec.bulk) for f in ("offsets", "nbr", "ts", "eid"))
+            offsets, nbr, ts, eid = (
+                codec.decode(getattr(r, f), f, seg, rec.bulk) for f in ("offsets", "nbr", "ts", "eid")
+            )
             efeat = codec.decode(r.edge_feat, "edge_feat", seg, rec.bulk) if r.HasField("edge_feat") else None
             return TemporalSample(offsets, nbr, ts, eid, efeat)
 
         return _then(self._unary_future(self._temporal, req), decoded)
 
-    def sample_temporal(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
-                        first_position: int = 0, with_features: bool = True) -> TemporalSample:  # fmt: skip
+    def sample_temporal(
+        self,
+        nodes: np.ndarray,
+        times: np.ndarray,
+        fanout: int,
+        strategy: str = "recent",
+        seed: int = 0,
+        first_position: int = 0,
+        with_features: bool = True,
+    ) -> TemporalSample:
         """One SampleTemporal call; see :meth:`sample_temporal_future`."""
         return self.sample_temporal_future(nodes, times, fanout, strategy, seed, first_position, with_features).result()
 
@@ -242,8 +299,16 @@ class GraphStoreClient:
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         min_t, max_t = (int(r.min_t), int(r.max_t)) if r.has_edges else (None, None)
-        return TemporalInfo(int(r.num_edges), int(r.num_appended), int(r.num_rows), int(r.num_blocks), min_t, max_t,
-                            int(r.edge_feat_dim), int(r.seq))  # fmt: skip
+        return TemporalInfo(
+            int(r.num_edges),
+            int(r.num_appended),
+            int(r.num_rows),
+            int(r.num_blocks),
+            min_t,
+            max_t,
+            int(r.edge_feat_dim),
+            int(r.seq),
+        )
 
     def close(self) -> None:
         self._channel.close()
@@ -316,7 +381,9 @@ class RemotePartitionSet(_PartitionSetBase):
         shm_dir: shared-memory directory offered to same-host graph-stores ("" or None: never).
     """
 
-    def __init__(self, addresses: Sequence[str], timeout_s: float = 30.0, max_parallel: int = 8, shm_dir: str | None = None) -> None:
+    def __init__(
+        self, addresses: Sequence[str], timeout_s: float = 30.0, max_parallel: int = 8, shm_dir: str | None = None
+    ) -> None:
         addresses = expand_addresses(addresses, timeout_s)
         clients = [GraphStoreClient(a, timeout_s, shm_dir) for a in addresses]
         infos = [c.info() for c in clients]
@@ -324,7 +391,9 @@ class RemotePartitionSet(_PartitionSetBase):
         by_id = {i.partition_id: c for i, c in zip(infos, clients)}
         if sorted(by_id) != list(range(n)) or len(clients) != n:
             got = sorted(i.partition_id for i in infos)
-            raise FailedPrecondition(f"need one graph-store per partition 0..{n - 1}, got partitions {got} at {list(addresses)}")
+            raise FailedPrecondition(
+                f"need one graph-store per partition 0..{n - 1}, got partitions {got} at {list(addresses)}"
+            )
         for i in infos:
             if i.dataset != infos[0].dataset or not np.array_equal(i.node_offsets, infos[0].node_offsets):
                 raise FailedPrecondition(f"graph-stores serve different graphs: {i.dataset!r} vs {infos[0].dataset!r}")
@@ -340,7 +409,9 @@ class RemotePartitionSet(_PartitionSetBase):
     def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return self._pool.submit(self.clients[p].get_node_data, name, ids)
 
-    def read_node_data_into(self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> Future[int]:
+    def read_node_data_into(
+        self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray
+    ) -> Future[int]:
         """See :class:`~graphfeed.graph_store.types.ReadsNodeDataInto`."""
         return self._pool.submit(self.clients[p].read_node_data_into, name, ids, out, positions)
 

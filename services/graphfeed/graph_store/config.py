@@ -19,21 +19,28 @@ class GraphStoreSettings(ServiceSettings):
     max_ids_per_request: int = Field(
         default=4_000_000, ge=1, description="Most seeds or ids accepted in one request (RESOURCE_EXHAUSTED beyond)."
     )
-    max_fanout: int = Field(default=1000, ge=0, description="Largest fanout accepted by SampleNeighbors besides -1 (all).")
+    max_fanout: int = Field(
+        default=1000, ge=0, description="Largest fanout accepted by SampleNeighbors besides -1 (all)."
+    )
     chunk_bytes: int = Field(
-        default=4 << 20, ge=1, description="Most bytes of rows per GetNodeData response message (at least one row is sent)."
+        default=4 << 20,
+        ge=1,
+        description="Most bytes of rows per GetNodeData response message (at least one row is sent).",
     )
     memory_budget: ByteSize = Field(
         default=ByteSize(0),
         description="Bytes of node data kept in memory (e.g. 134217728 or 128MiB); the rows of the highest in-degree "
-        "nodes stay in memory, the others are read from a flat copy on disk on demand. 0 keeps all node data in memory.",
+        "nodes stay in memory, the others are read from a flat copy on disk on demand. "
+        "0 keeps all node data in memory.",
     )
     direct_io: bool = Field(
         default=False,
         description="With a memory budget, read rows from disk with O_DIRECT, bypassing the page cache "
         "(which a pod's memory limit would otherwise be charged for).",
     )
-    io_threads: int = Field(default=8, ge=1, description="With a memory budget, threads reading rows from disk (several reads in flight).")
+    io_threads: int = Field(
+        default=8, ge=1, description="With a memory budget, threads reading rows from disk (several reads in flight)."
+    )
     append_dir: str = Field(
         default="",
         description="Directory of the durable edge-append log (RocksDB), e.g. <part_dir>/appends: AppendEdges takes "
@@ -50,7 +57,8 @@ class GraphStoreSettings(ServiceSettings):
     temporal_compact_min_edges: int = Field(
         default=1_000_000,
         ge=1,
-        description="Also compact once the pending batches hold more than max(this, base edges) edges (amortized O(1) per appended edge).",
+        description="Also compact once the pending batches hold more than max(this, base edges) edges "
+        "(amortized O(1) per appended edge).",
     )
     temporal_snapshot_min_edges: int = Field(
         default=1_000_000,
@@ -62,8 +70,11 @@ class GraphStoreSettings(ServiceSettings):
 
     def temporal_limits(self) -> dict[str, int]:
         """The :class:`~graphfeed.graph_store.temporal.TemporalStore` settings, by its keyword names."""
-        return {"max_blocks": self.temporal_max_blocks, "compact_min_edges": self.temporal_compact_min_edges,
-                "snapshot_min_edges": self.temporal_snapshot_min_edges}  # fmt: skip
+        return {
+            "max_blocks": self.temporal_max_blocks,
+            "compact_min_edges": self.temporal_compact_min_edges,
+            "snapshot_min_edges": self.temporal_snapshot_min_edges,
+        }
 
     def append_path(self) -> Path | None:
         """Where the append log lives, or None when appends are disabled."""

@@ -157,7 +157,9 @@ class FlatRows:
         first = np.searchsorted(inverse[by_row], np.arange(len(uniq) + 1))
         pieces = _pieces(read_len, self._piece)
         target = out.reshape(len(out), -1).view(np.uint8)
-        args = [(int(a), int(b), uniq, read_off, read_len, read_of, by_row, first, target, positions) for a, b in pieces]
+        args = [
+            (int(a), int(b), uniq, read_off, read_len, read_of, by_row, first, target, positions) for a, b in pieces
+        ]
         if self._pool is None:
             for a in args:
                 self._read_piece(*a)
@@ -167,9 +169,18 @@ class FlatRows:
         return ReadCount(int(read_len.sum()), len(read_len))
 
     def _read_piece(
-        self, a: int, b: int, uniq: np.ndarray, read_off: np.ndarray, read_len: np.ndarray, read_of: np.ndarray,
-        by_row: np.ndarray, first: np.ndarray, target: np.ndarray, positions: np.ndarray,
-    ) -> None:  # fmt: skip
+        self,
+        a: int,
+        b: int,
+        uniq: np.ndarray,
+        read_off: np.ndarray,
+        read_len: np.ndarray,
+        read_of: np.ndarray,
+        by_row: np.ndarray,
+        first: np.ndarray,
+        target: np.ndarray,
+        positions: np.ndarray,
+    ) -> None:
         """Reads ``read_off[a:b]`` into this thread's buffer, then copies their rows to ``target``."""
         buf = self._buffer()
         at = np.zeros(b - a + 1, np.int64)
@@ -194,7 +205,9 @@ class FlatRows:
         """This thread's read buffer, shared by every table it reads (one per thread, not per table)."""
         buf: np.ndarray | None = getattr(_THREAD, "buf", None)
         if buf is None or len(buf) < self._piece + self._max_read:
-            buf = np.frombuffer(mmap.mmap(-1, self._piece + self._max_read), np.uint8)  # page-aligned, as O_DIRECT wants
+            buf = np.frombuffer(
+                mmap.mmap(-1, self._piece + self._max_read), np.uint8
+            )  # page-aligned, as O_DIRECT wants
             _THREAD.buf = buf
         return buf
 

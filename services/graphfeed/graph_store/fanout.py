@@ -105,9 +105,12 @@ def _answer(partition: int, fut: Future[T] | None) -> T:
 
 
 def _start(
-    partitions: PartitionSet, ids: np.ndarray, call: Callable[[Chunk], Future[T] | None], max_ids_per_request: int,
+    partitions: PartitionSet,
+    ids: np.ndarray,
+    call: Callable[[Chunk], Future[T] | None],
+    max_ids_per_request: int,
     pending: Pending[T],
-) -> None:  # fmt: skip
+) -> None:
     """Appends one started request per chunk to ``pending``; cancels them all if one fails to start."""
     if max_ids_per_request < 1:
         raise ValueError(f"max_ids_per_request must be >= 1, got {max_ids_per_request}")

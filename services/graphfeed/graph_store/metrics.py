@@ -45,24 +45,33 @@ class GraphStoreMetrics:
                 "graphfeed_graph_store_sampled_edges_total", "Edges returned by SampleNeighbors.", registry=registry
             ),
             node_data_rows=Counter(
-                "graphfeed_graph_store_node_data_rows_total", "Node-data rows served, by tensor name.", ("name",),
+                "graphfeed_graph_store_node_data_rows_total",
+                "Node-data rows served, by tensor name.",
+                ("name",),
                 registry=registry,
             ),
             node_data_bytes=Counter(
-                "graphfeed_graph_store_node_data_bytes_total", "Node-data bytes served (raw rows), by tensor name.",
-                ("name",), registry=registry,
+                "graphfeed_graph_store_node_data_bytes_total",
+                "Node-data bytes served (raw rows), by tensor name.",
+                ("name",),
+                registry=registry,
             ),
             sampling_latency=Histogram(
-                "graphfeed_graph_store_sampling_latency_seconds", "Time spent in one SampleNeighbors core call.",
-                buckets=SAMPLING_LATENCY_BUCKETS, registry=registry,
+                "graphfeed_graph_store_sampling_latency_seconds",
+                "Time spent in one SampleNeighbors core call.",
+                buckets=SAMPLING_LATENCY_BUCKETS,
+                registry=registry,
             ),
             rocksdb_bytes=Gauge(
-                "graphfeed_graph_store_rocksdb_bytes", "Size on disk of the partition's RocksDB directory at start.",
+                "graphfeed_graph_store_rocksdb_bytes",
+                "Size on disk of the partition's RocksDB directory at start.",
                 registry=registry,
             ),
             partition_info=Gauge(
-                "graphfeed_graph_store_partition_info", "Always 1; the label says which partition this server serves.",
-                ("partition",), registry=registry,
+                "graphfeed_graph_store_partition_info",
+                "Always 1; the label says which partition this server serves.",
+                ("partition",),
+                registry=registry,
             ),
         )
 
@@ -88,11 +97,14 @@ class RowTierCollector(Collector):
         rows.add_metric(("disk",), s.rows_disk)
         yield rows
         yield CounterMetricFamily(
-            "graphfeed_graph_store_disk_read_bytes", "Bytes read from node-data files on disk (whole blocks with O_DIRECT).",
+            "graphfeed_graph_store_disk_read_bytes",
+            "Bytes read from node-data files on disk (whole blocks with O_DIRECT).",
             value=s.disk_bytes,
         )
         yield CounterMetricFamily(
-            "graphfeed_graph_store_disk_reads", "Reads (preads) of node-data files; adjacent rows share one.", value=s.disk_reads
+            "graphfeed_graph_store_disk_reads",
+            "Reads (preads) of node-data files; adjacent rows share one.",
+            value=s.disk_reads,
         )
 
 
@@ -109,7 +121,13 @@ class MeteredGraphStore:
         return self.store.info()
 
     def sample_neighbors(
-        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, alloc: Alloc | None = None, first_position: int = 0
+        self,
+        seeds: np.ndarray,
+        fanout: int,
+        replace: bool,
+        rng_seed: int,
+        alloc: Alloc | None = None,
+        first_position: int = 0,
     ) -> SampledNeighbors:
         """:meth:`GraphStore.sample_neighbors`, timed, its edges counted."""
         with self._m.sampling_latency.time():
@@ -179,15 +197,24 @@ class TemporalMetrics:
             return Histogram(f"graphfeed_graph_store_{name}", doc, buckets=buckets, registry=registry)
 
         return cls(
-            appended_edges=counter("appended_edges_total", "Edges appended by AppendEdges (durable; retries not counted)."),
-            append_batches=counter("append_batches_total", "AppendEdges batches, by outcome (applied, duplicate).", ("outcome",)),
-            append_bytes=counter("append_bytes_total", "Edge bytes appended (src, dst, t as int64, features as float32)."),
+            appended_edges=counter(
+                "appended_edges_total", "Edges appended by AppendEdges (durable; retries not counted)."
+            ),
+            append_batches=counter(
+                "append_batches_total", "AppendEdges batches, by outcome (applied, duplicate).", ("outcome",)
+            ),
+            append_bytes=counter(
+                "append_bytes_total", "Edge bytes appended (src, dst, t as int64, features as float32)."
+            ),
             append_latency=histogram(
-                "append_latency_seconds", "Time in one AppendEdges core call: validate, log fsync, publish.", APPEND_LATENCY_BUCKETS
+                "append_latency_seconds",
+                "Time in one AppendEdges core call: validate, log fsync, publish.",
+                APPEND_LATENCY_BUCKETS,
             ),
             append_visible=histogram(
                 "append_visible_seconds",
-                "Time from an AppendEdges request's arrival until its edges are visible to sampling (before the ack; applied batches).",
+                "Time from an AppendEdges request's arrival until its edges are visible to sampling "
+                "(before the ack; applied batches).",
                 APPEND_LATENCY_BUCKETS,
             ),
             temporal_edges=Gauge(
@@ -220,12 +247,14 @@ class MeteredTemporal:
         """The temporal graph; FailedPrecondition when the partition has none."""
         if self._store.temporal is None:
             raise FailedPrecondition(
-                f"partition {self._store.partition_id} has no temporal graph (no edge timestamps at ingest and appends disabled)"
+                f"partition {self._store.partition_id} has no temporal graph "
+                "(no edge timestamps at ingest and appends disabled)"
             )
         return self._store.temporal
 
-    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None,
-               arrived: float) -> AppendAck:  # fmt: skip
+    def append(
+        self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None, arrived: float
+    ) -> AppendAck:
         """:meth:`TemporalStore.append`, timed; ``arrived`` is the request's ``time.perf_counter()``."""
         temporal = self.temporal
         t0 = time.perf_counter()
@@ -241,8 +270,16 @@ class MeteredTemporal:
             self._m.temporal_edges.labels(self._partition).set(temporal.info().num_edges)
         return ack
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str, seed: int, first_position: int,
-               with_features: bool) -> TemporalSample:  # fmt: skip
+    def sample(
+        self,
+        nodes: np.ndarray,
+        times: np.ndarray,
+        fanout: int,
+        strategy: str,
+        seed: int,
+        first_position: int,
+        with_features: bool,
+    ) -> TemporalSample:
         """:meth:`TemporalStore.sample`, timed, its roots and edges counted."""
         temporal = self.temporal
         with self._m.temporal_latency.time():

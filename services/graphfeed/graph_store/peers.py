@@ -25,7 +25,9 @@ def partition_info(address: str, timeout_s: float) -> PartitionInfo:
     it at once when it refuses the connection, or after ``timeout_s`` when it does not answer."""
     with security.channel(address) as channel:
         try:
-            resp = pb_grpc.GraphStoreServiceStub(channel).GetPartitionInfo(pb.GetPartitionInfoRequest(), timeout=timeout_s)
+            resp = pb_grpc.GraphStoreServiceStub(channel).GetPartitionInfo(
+                pb.GetPartitionInfoRequest(), timeout=timeout_s
+            )
         except grpc.RpcError as err:
             detail = f"{err.code().name} {err.details()}" if isinstance(err, grpc.Call) else str(err)
             raise PeerNotReady(f"graph-store {address}", detail) from None

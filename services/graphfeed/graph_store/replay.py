@@ -81,8 +81,15 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def replay(client: TemporalClient, edges: Edges, *, rate: float, batch_size: int, undirected: bool = False,
-           report: Callable[[str], None] = _say) -> ReplayStats:  # fmt: skip
+def replay(
+    client: TemporalClient,
+    edges: Edges,
+    *,
+    rate: float,
+    batch_size: int,
+    undirected: bool = False,
+    report: Callable[[str], None] = _say,
+) -> ReplayStats:
     """Sends ``edges`` in order, ``batch_size`` per append, paced to ``rate`` edges/s (0: as
     fast as acks come back); ``report`` gets one line per second of acknowledged edges/s."""
     n, per_edge = len(edges.src), 2 if undirected else 1
@@ -112,7 +119,8 @@ def summary(stats: ReplayStats) -> str:
     """One line: totals, rate, latency percentiles."""
     p50, p99 = (float(np.percentile(stats.latency_s, q) * 1e3) if len(stats.latency_s) else 0.0 for q in (50, 99))
     return (
-        f"appended {stats.edges:,} edges in {stats.batches:,} batches in {stats.wall_s:.2f} s: {stats.edges_per_s:,.0f} edges/s; "
+        f"appended {stats.edges:,} edges in {stats.batches:,} batches in {stats.wall_s:.2f} s: "
+        f"{stats.edges_per_s:,.0f} edges/s; "
         f"batch latency p50 {p50:.2f} ms, p99 {p99:.2f} ms; {stats.retries} retried sends"
     )
 
@@ -122,7 +130,9 @@ def run(args: argparse.Namespace) -> int:
     edges = read_edge_csv(args.csv) if args.csv is not None else load_source(args.source)
     if args.sort:
         order = np.argsort(edges.t, kind="stable")
-        edges = Edges(edges.src[order], edges.dst[order], edges.t[order], None if edges.feat is None else edges.feat[order])
+        edges = Edges(
+            edges.src[order], edges.dst[order], edges.t[order], None if edges.feat is None else edges.feat[order]
+        )
     client = TemporalClient(args.graph_stores, client_id=args.client_id, timeout_s=args.timeout_s)
     try:
         stats = replay(client, edges, rate=args.rate, batch_size=args.batch_size, undirected=args.undirected)
@@ -134,17 +144,29 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``graphfeed append``."""
-    p = sub.add_parser("append", help="replay timestamped edges into running graph-stores at a given rate", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--graph-stores", nargs="+", required=True, metavar="HOST:PORT", help="every graph-store of the graph")
+    p = sub.add_parser(
+        "append",
+        help="replay timestamped edges into running graph-stores at a given rate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--graph-stores", nargs="+", required=True, metavar="HOST:PORT", help="every graph-store of the graph"
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--csv", type=Path, help="edge CSV: src,dst,t[,features...] (an optional header line)")
     if importlib.util.find_spec(SOURCES_MODULE) is not None:
         src.add_argument("--source", choices=["collegemsg"], help="a temporal dataset from the installed loaders")
-    p.add_argument("--rate", type=float, default=0.0, help="input edges/s (--undirected sends each twice); 0: unpaced (default 0)")
+    p.add_argument(
+        "--rate", type=float, default=0.0, help="input edges/s (--undirected sends each twice); 0: unpaced (default 0)"
+    )
     p.add_argument("--batch-size", type=int, default=10_000, help="edges per append (default 10,000)")
     p.add_argument("--undirected", action="store_true", help="also append dst -> src for every edge")
-    p.add_argument("--sort", action="store_true", help="sort the edges by time first (appends must not go back in time per node)")
-    p.add_argument("--client-id", default=None, help="batch-id prefix; a rerun with the same id is acknowledged as duplicates")
+    p.add_argument(
+        "--sort", action="store_true", help="sort the edges by time first (appends must not go back in time per node)"
+    )
+    p.add_argument(
+        "--client-id", default=None, help="batch-id prefix; a rerun with the same id is acknowledged as duplicates"
+    )
     p.add_argument("--timeout-s", type=float, default=30.0, help="deadline of one append call (default 30)")
     p.set_defaults(func=run, source=None)

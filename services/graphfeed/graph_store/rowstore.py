@@ -59,7 +59,9 @@ class _Counters:
     def add(self, memory: int, disk: int = 0, nbytes: int = 0, reads: int = 0) -> None:
         with self._lock:
             s = self._stats
-            self._stats = RowStats(s.rows_memory + memory, s.rows_disk + disk, s.disk_bytes + nbytes, s.disk_reads + reads)
+            self._stats = RowStats(
+                s.rows_memory + memory, s.rows_disk + disk, s.disk_bytes + nbytes, s.disk_reads + reads
+            )
 
     def snapshot(self) -> RowStats:
         return self._stats
@@ -91,9 +93,15 @@ class RowSource:
         Raises:
             InvalidArgument: ``out`` does not take this table's rows.
         """
-        if out.dtype != self.dtype or out.shape[1:] != self.row_shape or not out.flags.c_contiguous or not out.flags.writeable:
+        if (
+            out.dtype != self.dtype
+            or out.shape[1:] != self.row_shape
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
             raise InvalidArgument(
-                f"target must be writable C-contiguous [n, {list(self.row_shape)}] {self.dtype}, got {list(out.shape)} {out.dtype}"
+                f"target must be writable C-contiguous [n, {list(self.row_shape)}] {self.dtype}, "
+                f"got {list(out.shape)} {out.dtype}"
             )
         if positions is None and len(out) < len(rows):
             raise InvalidArgument(f"target has {len(out)} rows for {len(rows)} ids")
@@ -165,7 +173,12 @@ class RowSources:
 
     @classmethod
     def open(
-        cls, reader: PartitionReader, hotness: np.ndarray, memory_budget: int = 0, direct_io: bool = False, io_threads: int = 8
+        cls,
+        reader: PartitionReader,
+        hotness: np.ndarray,
+        memory_budget: int = 0,
+        direct_io: bool = False,
+        io_threads: int = 8,
     ) -> RowSources:
         """Opens the node data of ``reader``'s partition (its RocksDB handle must be open).
 
@@ -183,7 +196,11 @@ class RowSources:
         counters = _Counters()
         m, n = reader.manifest, reader.num_owned
         per_row = sum(spec.row_bytes for spec in m.node_data.values())
-        keep = n if memory_budget <= 0 or per_row == 0 else int(np.clip((memory_budget - _SLOT_BYTES * n) // per_row, 0, n))
+        keep = (
+            n
+            if memory_budget <= 0 or per_row == 0
+            else int(np.clip((memory_budget - _SLOT_BYTES * n) // per_row, 0, n))
+        )
         if keep == n:
             return cls({name: InMemoryRows(reader.node_data(name), counters) for name in m.node_data}, counters, None)
         hot_rows = np.sort(np.argsort(-np.asarray(hotness, dtype=np.int64), kind="stable")[:keep])
@@ -197,7 +214,9 @@ class RowSources:
                     sources[name] = InMemoryRows(np.empty((n, *spec.row_shape), np.dtype(spec.dtype)), counters)
                     continue
                 disk = _flat_rows(reader, name, direct_io, pool)
-                sources[name] = BudgetedRows(_read_hot(disk, hot_rows, spec.row_shape, np.dtype(spec.dtype)), slot, disk, counters)
+                sources[name] = BudgetedRows(
+                    _read_hot(disk, hot_rows, spec.row_shape, np.dtype(spec.dtype)), slot, disk, counters
+                )
         except BaseException:
             for s in sources.values():
                 s.close()
@@ -269,5 +288,7 @@ def _flat_rows(reader: PartitionReader, name: str, direct_io: bool, pool: Thread
         try:
             write_flat_node_data(reader.path, name, reader.node_data_chunks(name))
         except OSError as e:
-            raise FailedPrecondition(f"cannot write {path} ({e}); run `graphfeed ingest` again or mount the partition writable") from e
+            raise FailedPrecondition(
+                f"cannot write {path} ({e}); run `graphfeed ingest` again or mount the partition writable"
+            ) from e
     return FlatRows(path, reader.num_owned, spec.row_bytes, direct=direct_io, pool=pool)

@@ -210,6 +210,17 @@ def sample_csr(
     if total:
         # A seed >= 2**63 does not fit numba's int64 argument: pass its two's-complement twin.
         s = int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)
-        _sample(indptr, np.asarray(indices), np.asarray(edge_ids), rows, int(fanout), bool(replace), s, int(first_position),
-                offsets, src, eids)  # fmt: skip
+        _sample(
+            indptr,
+            np.asarray(indices),
+            np.asarray(edge_ids),
+            rows,
+            int(fanout),
+            bool(replace),
+            s,
+            int(first_position),
+            offsets,
+            src,
+            eids,
+        )
     return offsets, src, eids

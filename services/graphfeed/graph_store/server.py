@@ -53,7 +53,9 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     registry.register(RowTierCollector(store.row_stats))
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
     metrics.partition_info.labels(str(store.partition_id)).set(1)
-    transport = ServerTransport(settings.shm_dir, "GraphStoreService", registry, client_quota_bytes=settings.shm_client_quota_bytes)
+    transport = ServerTransport(
+        settings.shm_dir, "GraphStoreService", registry, client_quota_bytes=settings.shm_client_quota_bytes
+    )
     servicer = GraphStoreServicer(store, metrics, transport, TemporalMetrics.create(registry))
     running = start_service_server(
         settings,

@@ -118,9 +118,16 @@ def temporal_info_to_proto(info: TemporalInfo) -> pb.GetTemporalInfoResponse:
     """The GetTemporalInfo answer for ``info``."""
     has = info.min_t is not None and info.max_t is not None
     return pb.GetTemporalInfoResponse(
-        num_edges=info.num_edges, num_appended=info.num_appended, num_rows=info.num_rows, num_blocks=info.num_blocks,
-        has_edges=has, min_t=info.min_t or 0, max_t=info.max_t or 0, edge_feat_dim=info.edge_feat_dim, seq=info.seq,
-    )  # fmt: skip
+        num_edges=info.num_edges,
+        num_appended=info.num_appended,
+        num_rows=info.num_rows,
+        num_blocks=info.num_blocks,
+        has_edges=has,
+        min_t=info.min_t or 0,
+        max_t=info.max_t or 0,
+        edge_feat_dim=info.edge_feat_dim,
+        seq=info.seq,
+    )
 
 
 class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
@@ -130,18 +137,27 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
     domain metrics are recorded around the core calls (:class:`MeteredGraphStore`).
     """
 
-    def __init__(self, store: GraphStore, metrics: GraphStoreMetrics, transport: ServerTransport | None = None,
-                 temporal_metrics: TemporalMetrics | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: GraphStore,
+        metrics: GraphStoreMetrics,
+        transport: ServerTransport | None = None,
+        temporal_metrics: TemporalMetrics | None = None,
+    ) -> None:
         self._store = MeteredGraphStore(store, metrics)
         self._temporal = MeteredTemporal(store, temporal_metrics or TemporalMetrics.create(CollectorRegistry()))
         self._max_ids = store.max_ids_per_request
         self._info = info_to_proto(store)
         self._transport = transport or ServerTransport(None)
 
-    def GetPartitionInfo(self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext) -> pb.GetPartitionInfoResponse:
+    def GetPartitionInfo(
+        self, request: pb.GetPartitionInfoRequest, context: grpc.ServicerContext
+    ) -> pb.GetPartitionInfoResponse:
         return self._info
 
-    def SampleNeighbors(self, request: pb.SampleNeighborsRequest, context: grpc.ServicerContext) -> pb.SampleNeighborsResponse | Outgoing:
+    def SampleNeighbors(
+        self, request: pb.SampleNeighborsRequest, context: grpc.ServicerContext
+    ) -> pb.SampleNeighborsResponse | Outgoing:
         seeds = codec.decode_ids(request.seeds, "seeds")
         resp = pb.SampleNeighborsResponse()
         with self._transport.response(context, "SampleNeighbors") as r:
@@ -179,14 +195,18 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
     def AppendEdges(self, request: pb.AppendEdgesRequest, context: grpc.ServicerContext) -> pb.AppendEdgesResponse:
         arrived = time.perf_counter()
         limit = self._temporal.temporal.max_append_edges
-        src, dst, t = (codec.decode_ids(bounded(getattr(request, f), limit, f), f, allow_empty=True) for f in ("src", "dst", "t"))
+        src, dst, t = (
+            codec.decode_ids(bounded(getattr(request, f), limit, f), f, allow_empty=True) for f in ("src", "dst", "t")
+        )
         feat = decode_feat(bounded(request.edge_feat, limit, "edge_feat")) if request.HasField("edge_feat") else None
         ack = self._temporal.append(request.batch_id, src, dst, t, feat, arrived)
         return pb.AppendEdgesResponse(
             first_eid=ack.first_eid, num_edges=ack.num_edges, duplicate=ack.duplicate, visible_seq=ack.visible_seq
         )
 
-    def SampleTemporal(self, request: pb.SampleTemporalRequest, context: grpc.ServicerContext) -> pb.SampleTemporalResponse | Outgoing:
+    def SampleTemporal(
+        self, request: pb.SampleTemporalRequest, context: grpc.ServicerContext
+    ) -> pb.SampleTemporalResponse | Outgoing:
         strategy = decode_strategy(request.strategy)
         nodes = codec.decode_ids(bounded(request.nodes, self._max_ids, "nodes"), "nodes", allow_empty=True)
         times = codec.decode_ids(bounded(request.times, self._max_ids, "times"), "times", allow_empty=True)
@@ -195,11 +215,18 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         )
         resp = pb.SampleTemporalResponse()
         with self._transport.response(context, "SampleTemporal") as r:
-            for array, field in ((out.offsets, resp.offsets), (out.nbr, resp.nbr), (out.ts, resp.ts), (out.eid, resp.eid)):
+            for array, field in (
+                (out.offsets, resp.offsets),
+                (out.nbr, resp.nbr),
+                (out.ts, resp.ts),
+                (out.eid, resp.eid),
+            ):
                 r.encode(array, field)
             if out.efeat is not None:
                 r.encode(out.efeat, resp.edge_feat)
         return r.framed(resp)
 
-    def GetTemporalInfo(self, request: pb.GetTemporalInfoRequest, context: grpc.ServicerContext) -> pb.GetTemporalInfoResponse:
+    def GetTemporalInfo(
+        self, request: pb.GetTemporalInfoRequest, context: grpc.ServicerContext
+    ) -> pb.GetTemporalInfoResponse:
         return temporal_info_to_proto(self._temporal.info())

@@ -23,7 +23,6 @@ from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeig
 log = logging.getLogger(__name__)
 
 
-
 def _load_splits(reader: PartitionReader) -> dict[str, np.ndarray]:
     """Every split of the partition, read from RocksDB into memory (they are small)."""
     splits: dict[str, np.ndarray] = {}
@@ -129,7 +128,12 @@ class GraphStore:
         self._info = _partition_info(reader)
         log.info(
             "partition %d of %r: gids [%d, %d), %d in-edges, node data %s",
-            self.partition_id, reader.manifest.dataset, self.start, self.stop, len(reader.indices), self._tables.names,
+            self.partition_id,
+            reader.manifest.dataset,
+            self.start,
+            self.stop,
+            len(reader.indices),
+            self._tables.names,
         )
 
     @classmethod
@@ -161,7 +165,8 @@ class GraphStore:
             raise InvalidArgument(f"{what} must not be empty")
         if arr.size > self.max_ids_per_request:
             raise ResourceExhausted(
-                f"{what}: {arr.size} ids in one request exceed the limit of {self.max_ids_per_request}; split the request"
+                f"{what}: {arr.size} ids in one request exceed the limit of {self.max_ids_per_request}; "
+                "split the request"
             )
         gids = arr.astype(np.int64, copy=False)
         bad = (gids < self.start) | (gids >= self.stop)
@@ -197,7 +202,13 @@ class GraphStore:
     # -- public API -----------------------------------------------------------------------
 
     def sample_neighbors(
-        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, alloc: Alloc | None = None, first_position: int = 0
+        self,
+        seeds: np.ndarray,
+        fanout: int,
+        replace: bool,
+        rng_seed: int,
+        alloc: Alloc | None = None,
+        first_position: int = 0,
     ) -> SampledNeighbors:
         """Samples in-neighbors of owned seeds (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
 
@@ -260,9 +271,13 @@ class GraphStore:
         rows = self._owned_rows(ids, "ids", allow_empty=True)
         positions = np.asarray(positions)
         if out.dtype != table.dtype or out.shape[1:] != table.row_shape or not out.flags.c_contiguous:
-            raise InvalidArgument(f"target must be [n, {list(table.row_shape)}] {table.dtype}, got {list(out.shape)} {out.dtype}")
+            raise InvalidArgument(
+                f"target must be [n, {list(table.row_shape)}] {table.dtype}, got {list(out.shape)} {out.dtype}"
+            )
         if positions.shape != rows.shape or positions.dtype != np.int64:
-            raise InvalidArgument(f"positions must be int64 [{len(rows)}], got {positions.dtype} {list(positions.shape)}")
+            raise InvalidArgument(
+                f"positions must be int64 [{len(rows)}], got {positions.dtype} {list(positions.shape)}"
+            )
         if len(positions) and (positions.min() < 0 or positions.max() >= len(out)):
             raise InvalidArgument(f"positions must be in [0, {len(out)}), got [{positions.min()}, {positions.max()}]")
         table.gather(rows, out, positions.astype(np.int64, copy=False))

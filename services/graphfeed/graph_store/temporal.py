@@ -79,12 +79,30 @@ class TemporalStore:
         snapshot_min_edges: see above (default 0: no snapshots, the log keeps every batch).
     """
 
-    def __init__(self, base: ti.Csr, layout: ti.Layout, append_log: TemporalLog | None, *, max_append_edges: int = 1_000_000,
-                 max_ids_per_request: int = 4_000_000, max_fanout: int = 1000, max_blocks: int = 256,
-                 compact_min_edges: int = 1_000_000, snapshot_min_edges: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base: ti.Csr,
+        layout: ti.Layout,
+        append_log: TemporalLog | None,
+        *,
+        max_append_edges: int = 1_000_000,
+        max_ids_per_request: int = 4_000_000,
+        max_fanout: int = 1000,
+        max_blocks: int = 256,
+        compact_min_edges: int = 1_000_000,
+        snapshot_min_edges: int = 0,
+    ) -> None:
         self.layout = layout
-        self.max_append_edges, self.max_ids_per_request, self.max_fanout = max_append_edges, max_ids_per_request, max_fanout
-        self.max_blocks, self.compact_min_edges, self.snapshot_min_edges = max_blocks, compact_min_edges, snapshot_min_edges
+        self.max_append_edges, self.max_ids_per_request, self.max_fanout = (
+            max_append_edges,
+            max_ids_per_request,
+            max_fanout,
+        )
+        self.max_blocks, self.compact_min_edges, self.snapshot_min_edges = (
+            max_blocks,
+            compact_min_edges,
+            snapshot_min_edges,
+        )
         self._log = append_log
         self._lock = threading.Lock()  # orders appends: staging, the log's WAL, the blocks
         self._publish_lock = threading.Lock()
@@ -98,18 +116,34 @@ class TemporalStore:
         ts = np.asarray(base.ts)
         empty = np.empty(0, dtype=np.int64)
         self._latest = ti.Snapshot(
-            base=base, arena=ti.empty_arena(base.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0,
-            num_rows=layout.stop - layout.start, new_gids=empty, new_rows=empty, seq=0, num_appended=0,
-            min_t=int(ts.min()) if len(ts) else None, max_t=int(ts.max()) if len(ts) else None,
-        )  # fmt: skip
+            base=base,
+            arena=ti.empty_arena(base.feat.shape[1]),
+            n_entries=0,
+            n_blocks=0,
+            n_arena_edges=0,
+            num_rows=layout.stop - layout.start,
+            new_gids=empty,
+            new_rows=empty,
+            seq=0,
+            num_appended=0,
+            min_t=int(ts.min()) if len(ts) else None,
+            max_t=int(ts.max()) if len(ts) else None,
+        )
         if append_log is not None:
             self._replay(append_log)
             self._compactor = Compactor(self._cond, self._compact_round, f"temporal-compactor-{layout.partition_id}")
         self._snap = self._latest  # what samples read: only batches whose WAL is synced
 
     @classmethod
-    def open(cls, reader_or_part_dir: PartitionReader | Path | str, log_dir: Path | None, *, num_partitions: int | None = None,
-             partition_id: int | None = None, **limits: int) -> TemporalStore:  # fmt: skip
+    def open(
+        cls,
+        reader_or_part_dir: PartitionReader | Path | str,
+        log_dir: Path | None,
+        *,
+        num_partitions: int | None = None,
+        partition_id: int | None = None,
+        **limits: int,
+    ) -> TemporalStore:
         """Opens the temporal graph of a partition.
 
         Args:
@@ -131,9 +165,13 @@ class TemporalStore:
         try:
             m = reader.manifest
             layout = ti.Layout(reader.partition_id, m.num_partitions, m.num_nodes, reader.start, reader.stop)
-            if (num_partitions, partition_id) != (None, None) and (num_partitions, partition_id) != (m.num_partitions, reader.partition_id):
+            if (num_partitions, partition_id) != (None, None) and (num_partitions, partition_id) != (
+                m.num_partitions,
+                reader.partition_id,
+            ):
                 raise FailedPrecondition(
-                    f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, not {partition_id} of {num_partitions}"
+                    f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, "
+                    f"not {partition_id} of {num_partitions}"
                 )
             ts = reader.edge_ts if reader.edge_ts is not None else np.zeros(len(reader.indices), dtype=np.int64)
             base = ti.time_sorted_base(
@@ -143,13 +181,19 @@ class TemporalStore:
             if owned:
                 reader.close()
         dim = base.feat.shape[1]
-        layout_record = {"partition_id": layout.partition_id, "num_partitions": layout.num_partitions, "edge_feat_dim": dim}
+        layout_record = {
+            "partition_id": layout.partition_id,
+            "num_partitions": layout.num_partitions,
+            "edge_feat_dim": dim,
+        }
         append_log = None if log_dir is None else TemporalLog(Path(log_dir), layout_record)
         return cls(base, layout, append_log, **limits)
 
     # -- appends -------------------------------------------------------------------------
 
-    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> AppendAck:
+    def append(
+        self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
+    ) -> AppendAck:
         """Appends a batch of edges ``src -> dst`` at times ``t``; durable before it returns.
 
         Args:
@@ -166,7 +210,9 @@ class TemporalStore:
             FailedPrecondition: a dst not owned here; the id reused with other content; no log.
         """
         self._writable_log()
-        src, dst, t, feat = ti.check_batch(self.layout, self.edge_feat_dim, self.max_append_edges, batch_id, src, dst, t, efeat)
+        src, dst, t, feat = ti.check_batch(
+            self.layout, self.edge_feat_dim, self.max_append_edges, batch_id, src, dst, t, efeat
+        )
         digest = content_digest(src, dst, t, feat)
         with self._lock:
             self._check_open()
@@ -190,7 +236,9 @@ class TemporalStore:
                 self._cond.notify_all()
         return AppendAck(done.first_eid, done.num_edges, not fresh, done.visible_seq)
 
-    def _stage(self, batch_id: str, digest: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray) -> LoggedAck:
+    def _stage(
+        self, batch_id: str, digest: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray
+    ) -> LoggedAck:
         """Sorts, checks and writes one batch to the WAL (not yet synced) and to the blocks (lock held)."""
         order = np.lexsort((t, dst))  # stable: equal (dst, t) keep arrival order
         src, dst, t, feat = src[order], dst[order], t[order], feat[order]
@@ -217,14 +265,24 @@ class TemporalStore:
                 raise FailedPrecondition(self._broken) from exc
         with self._publish_lock:
             now = self._snap
-            if target.seq > now.seq or (target.seq == now.seq and target.n_blocks < now.n_blocks):  # newer, or compacted
+            if target.seq > now.seq or (
+                target.seq == now.seq and target.n_blocks < now.n_blocks
+            ):  # newer, or compacted
                 self._snap = target
 
     def _eid(self, seq: int) -> int:
         return (1 << 62) | (self.layout.partition_id << 40) | seq
 
-    def _apply(self, snap: ti.Snapshot, rows: np.ndarray, new_gids: np.ndarray, new_rows: np.ndarray, src: np.ndarray,
-               t: np.ndarray, feat: np.ndarray) -> None:  # fmt: skip
+    def _apply(
+        self,
+        snap: ti.Snapshot,
+        rows: np.ndarray,
+        new_gids: np.ndarray,
+        new_rows: np.ndarray,
+        src: np.ndarray,
+        t: np.ndarray,
+        feat: np.ndarray,
+    ) -> None:
         """Adds one sorted batch as a block to the latest (unpublished) snapshot (lock held)."""
         n = len(src)
         eid = self._eid(snap.num_appended) + np.arange(n, dtype=np.int64)
@@ -233,11 +291,19 @@ class TemporalStore:
         lo = [x for x in (snap.min_t, int(t[0:n].min()) if n else None) if x is not None]
         hi = [x for x in (snap.max_t, int(t[0:n].max()) if n else None) if x is not None]
         self._latest = replace(
-            snap, arena=arena, n_entries=snap.n_entries + m, n_blocks=snap.n_blocks + (1 if n else 0),
-            n_arena_edges=snap.n_arena_edges + n, num_rows=max(snap.num_rows, int(new_rows.max()) + 1 if len(new_rows) else 0),
-            new_gids=new_gids, new_rows=new_rows, seq=snap.seq + 1, num_appended=snap.num_appended + n,
-            min_t=min(lo) if lo else None, max_t=max(hi) if hi else None,
-        )  # fmt: skip
+            snap,
+            arena=arena,
+            n_entries=snap.n_entries + m,
+            n_blocks=snap.n_blocks + (1 if n else 0),
+            n_arena_edges=snap.n_arena_edges + n,
+            num_rows=max(snap.num_rows, int(new_rows.max()) + 1 if len(new_rows) else 0),
+            new_gids=new_gids,
+            new_rows=new_rows,
+            seq=snap.seq + 1,
+            num_appended=snap.num_appended + n,
+            min_t=min(lo) if lo else None,
+            max_t=max(hi) if hi else None,
+        )
         if self._over(self._latest, 1):
             if self._compactor is None:
                 self._latest = ti.compact(self._latest)  # replay at open: nobody waits for an ack
@@ -246,7 +312,9 @@ class TemporalStore:
 
     def _over(self, s: ti.Snapshot, factor: int) -> bool:
         """``factor`` times the compaction threshold is reached (1: compact now; 4: appends wait)."""
-        return s.n_blocks >= factor * self.max_blocks or s.n_arena_edges >= factor * max(self.compact_min_edges, len(s.base.ts))
+        return s.n_blocks >= factor * self.max_blocks or s.n_arena_edges >= factor * max(
+            self.compact_min_edges, len(s.base.ts)
+        )
 
     def _backlogged(self) -> bool:
         c = self._compactor
@@ -268,12 +336,21 @@ class TemporalStore:
             if self._over(merged, 1) and self._compactor is not None:
                 self._compactor.wake()
         self._sync_and_publish(merged)  # after it, every batch of merged (so of compacted) is durable
-        due = max(self.snapshot_min_edges, self._snapshot_at // 4)  # a snapshot writes every appended edge: amortized O(1)
+        due = max(
+            self.snapshot_min_edges, self._snapshot_at // 4
+        )  # a snapshot writes every appended edge: amortized O(1)
         if self.snapshot_min_edges and self._log is not None and compacted.num_appended - self._snapshot_at >= due:
-            path = temporal_snapshot.persist(self._log.path / "snapshots", compacted, self._log.layout, self._log.drop_batches)
+            path = temporal_snapshot.persist(
+                self._log.path / "snapshots", compacted, self._log.layout, self._log.drop_batches
+            )
             self._snapshot_at = compacted.num_appended
-            log.info("partition %d: snapshot %s (%d edges); the log keeps the batches after %d",
-                     self.layout.partition_id, path, compacted.num_edges, compacted.seq)  # fmt: skip
+            log.info(
+                "partition %d: snapshot %s (%d edges); the log keeps the batches after %d",
+                self.layout.partition_id,
+                path,
+                compacted.num_edges,
+                compacted.seq,
+            )
 
     def _replay(self, append_log: TemporalLog) -> None:
         """Loads the newest snapshot, then applies the later logged batches in order (checked when acknowledged)."""
@@ -281,7 +358,9 @@ class TemporalStore:
         if loaded is not None:
             snap, path = loaded
             if snap.seq > append_log.seq():
-                raise FailedPrecondition(f"snapshot {path} holds batch {snap.seq} but the log ends at {append_log.seq()}; damaged")
+                raise FailedPrecondition(
+                    f"snapshot {path} holds batch {snap.seq} but the log ends at {append_log.seq()}; damaged"
+                )
             self._latest, self._snapshot_at = snap, snap.num_appended
             temporal_snapshot.remove_others(path.parent, keep=path)  # leftovers of a crash
         count = 0
@@ -289,11 +368,18 @@ class TemporalStore:
             self._replay_one(batch)
             count += 1
         if self._latest.seq != append_log.seq():  # e.g. a damaged snapshot that covered every batch left
-            raise FailedPrecondition(f"append log: {append_log.seq()} batches were acknowledged, {self._latest.seq} found; "
-                                     "the log is damaged")  # fmt: skip
+            raise FailedPrecondition(
+                f"append log: {append_log.seq()} batches were acknowledged, {self._latest.seq} found; "
+                "the log is damaged"
+            )
         if count:
-            log.info("partition %d: replayed %d appended batches (%d edges) from %s",
-                     self.layout.partition_id, count, self._latest.num_appended, append_log.path)  # fmt: skip
+            log.info(
+                "partition %d: replayed %d appended batches (%d edges) from %s",
+                self.layout.partition_id,
+                count,
+                self._latest.num_appended,
+                append_log.path,
+            )
 
     def _replay_one(self, batch: LoggedBatch) -> None:
         snap = self._latest
@@ -304,8 +390,16 @@ class TemporalStore:
 
     # -- sampling --------------------------------------------------------------------------
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
-               first_position: int = 0, with_features: bool = True) -> TemporalSample:  # fmt: skip
+    def sample(
+        self,
+        nodes: np.ndarray,
+        times: np.ndarray,
+        fanout: int,
+        strategy: str = "recent",
+        seed: int = 0,
+        first_position: int = 0,
+        with_features: bool = True,
+    ) -> TemporalSample:
         """Samples each root's in-neighbours strictly before its time (``TEMPORAL_SPEC``).
 
         Args:
@@ -328,19 +422,30 @@ class TemporalStore:
         if not isinstance(fanout, (int, np.integer)) or not -1 <= fanout <= self.max_fanout:
             raise InvalidArgument(f"fanout must be -1 (all) or in [0, {self.max_fanout}], got {fanout!r}")
         if not 0 <= int(seed) < 1 << 64 or not 0 <= int(first_position) < 1 << 63:
-            raise InvalidArgument(f"seed must be in [0, 2**64) and first_position in [0, 2**63), got {seed}, {first_position}")
+            raise InvalidArgument(
+                f"seed must be in [0, 2**64) and first_position in [0, 2**63), got {seed}, {first_position}"
+            )
         gids, times = ti.int_array(nodes, "nodes"), ti.int_array(times, "times")
         if len(gids) != len(times):
             raise InvalidArgument(f"nodes and times must have the same length, got {len(gids)} and {len(times)}")
         if len(gids) > self.max_ids_per_request:
-            raise ResourceExhausted(f"{len(gids)} roots exceed the limit of {self.max_ids_per_request}; split the request")
+            raise ResourceExhausted(
+                f"{len(gids)} roots exceed the limit of {self.max_ids_per_request}; split the request"
+            )
         if len(gids) and gids.min() < 0:
             raise InvalidArgument(f"nodes must be ids >= 0, got {int(gids.min())}")
         ti.check_owned(self.layout, gids, "nodes")
         snap = self._snap  # one read: the whole call sees this snapshot
         want = with_features and self.edge_feat_dim > 0
         offsets, nbr, ts, eid, pos = sample_snapshot(
-            snap, ti.rows_of(snap, self.layout, gids), times, int(fanout), strategy == "recent", int(seed), int(first_position), want
+            snap,
+            ti.rows_of(snap, self.layout, gids),
+            times,
+            int(fanout),
+            strategy == "recent",
+            int(seed),
+            int(first_position),
+            want,
         )
         return TemporalSample(offsets, nbr, ts, eid, gather_features(snap, pos) if pos is not None else None)
 
@@ -355,8 +460,18 @@ class TemporalStore:
         """Sizes and sequence numbers (of the current snapshot)."""
         s = self._snap
         log_bytes = self._log.bytes_written if self._log is not None else 0
-        return TemporalInfo(s.num_edges, s.num_appended, s.num_rows, s.n_blocks, s.min_t, s.max_t, self.edge_feat_dim, s.seq, log_bytes,
-                            self._compactions)  # fmt: skip
+        return TemporalInfo(
+            s.num_edges,
+            s.num_appended,
+            s.num_rows,
+            s.n_blocks,
+            s.min_t,
+            s.max_t,
+            self.edge_feat_dim,
+            s.seq,
+            log_bytes,
+            self._compactions,
+        )
 
     def compact(self) -> None:
         """Merges the pending blocks into the base CSR now (samples are unchanged by it)."""
@@ -382,7 +497,9 @@ class TemporalStore:
     def _writable_log(self) -> TemporalLog:
         self._check_open()
         if self._log is None:
-            raise FailedPrecondition(f"partition {self.layout.partition_id} serves no appends (no append log configured)")
+            raise FailedPrecondition(
+                f"partition {self.layout.partition_id} serves no appends (no append log configured)"
+            )
         return self._log
 
     def _check_open(self) -> None:

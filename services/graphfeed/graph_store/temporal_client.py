@@ -97,22 +97,36 @@ class TemporalClient:
         shm_dir: shared-memory directory offered to same-host graph-stores ("" or None: never).
     """
 
-    def __init__(self, addresses: Sequence[str], *, client_id: str | None = None, timeout_s: float = 30.0,
-                 retry_deadline_s: float = 120.0, max_backoff_s: float = 2.0, max_ids_per_request: int = 1_000_000,
-                 shm_dir: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        *,
+        client_id: str | None = None,
+        timeout_s: float = 30.0,
+        retry_deadline_s: float = 120.0,
+        max_backoff_s: float = 2.0,
+        max_ids_per_request: int = 1_000_000,
+        shm_dir: str | None = None,
+    ) -> None:
         addresses = expand_addresses(addresses, timeout_s)  # one graph-store-{p}... template is fine too
         clients = [GraphStoreClient(a, timeout_s, shm_dir) for a in addresses]
         infos = [c.info() for c in clients]
         n = infos[0].num_partitions
         by_id = {i.partition_id: c for i, c in zip(infos, clients)}
         if sorted(by_id) != list(range(n)) or len(clients) != n:
-            raise FailedPrecondition(f"need one graph-store per partition 0..{n - 1}, got {sorted(by_id)} at {list(addresses)}")
+            raise FailedPrecondition(
+                f"need one graph-store per partition 0..{n - 1}, got {sorted(by_id)} at {list(addresses)}"
+            )
         if any(not np.array_equal(i.node_offsets, infos[0].node_offsets) for i in infos):
             raise FailedPrecondition(f"graph-stores at {list(addresses)} serve different graphs")
         self.clients = [by_id[p] for p in range(n)]
         self.node_offsets = infos[0].node_offsets
         self.client_id = client_id or uuid.uuid4().hex[:12]
-        self.retry_deadline_s, self.max_backoff_s, self.max_ids_per_request = retry_deadline_s, max_backoff_s, max_ids_per_request
+        self.retry_deadline_s, self.max_backoff_s, self.max_ids_per_request = (
+            retry_deadline_s,
+            max_backoff_s,
+            max_ids_per_request,
+        )
         self.retries = 0  # append attempts sent again (all partitions, all calls)
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -128,8 +142,15 @@ class TemporalClient:
 
     # -- appends -----------------------------------------------------------------------------
 
-    def append(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None,
-               undirected: bool = False, batch_id: str | None = None) -> dict[int, AppendAck]:  # fmt: skip
+    def append(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        t: np.ndarray,
+        efeat: np.ndarray | None = None,
+        undirected: bool = False,
+        batch_id: str | None = None,
+    ) -> dict[int, AppendAck]:
         """Appends edges ``src -> dst`` at times ``t``; returns once every owner has made its
         share durable (and visible to sampling).
 
@@ -150,7 +171,9 @@ class TemporalClient:
         """
         src, dst, t = (int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t")))
         if not len(src) == len(dst) == len(t) or (efeat is not None and len(efeat) != len(src)):
-            raise InvalidArgument(f"src, dst, t and efeat must have the same length, got {len(src)}, {len(dst)}, {len(t)}")
+            raise InvalidArgument(
+                f"src, dst, t and efeat must have the same length, got {len(src)}, {len(dst)}, {len(t)}"
+            )
         if len(src) and min(src.min(), dst.min()) < 0:
             raise InvalidArgument("node ids must be >= 0")
         if undirected:
@@ -160,14 +183,17 @@ class TemporalClient:
             base = batch_id or f"{self.client_id}-{next(self._seq)}"
         shares = group(self.owners(dst), self.num_partitions)
         futures = {
-            p: self._pool.submit(self._append_one, p, f"{base}-{p}", src[pos], dst[pos], t[pos], None if efeat is None else efeat[pos])
+            p: self._pool.submit(
+                self._append_one, p, f"{base}-{p}", src[pos], dst[pos], t[pos], None if efeat is None else efeat[pos]
+            )
             for p, pos in enumerate(shares)
             if len(pos)
-        }  # fmt: skip
+        }
         return {p: f.result() for p, f in futures.items()}
 
-    def _append_one(self, p: int, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
-                    efeat: np.ndarray | None) -> AppendAck:  # fmt: skip
+    def _append_one(
+        self, p: int, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None
+    ) -> AppendAck:
         """One partition's batch, sent again with the same id while the store is unreachable."""
         deadline = time.monotonic() + self.retry_deadline_s
         for attempt in itertools.count():
@@ -180,14 +206,26 @@ class TemporalClient:
                 with self._lock:
                     self.retries += 1
                 if attempt == 0:
-                    log.info("append %s to partition %d: %s; retrying with the same batch id", batch_id, p, type(exc).__name__)
+                    log.info(
+                        "append %s to partition %d: %s; retrying with the same batch id",
+                        batch_id,
+                        p,
+                        type(exc).__name__,
+                    )
                 time.sleep(min(self.max_backoff_s, 0.05 * 2**attempt, left))  # backoff, not synchronisation
         raise AssertionError("unreachable")  # pragma: no cover - the loop only returns or raises
 
     # -- sampling ----------------------------------------------------------------------------
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanouts: Sequence[int], strategy: str = "recent", seed: int = 0,
-               with_features: bool = True) -> list[TemporalSample]:  # fmt: skip
+    def sample(
+        self,
+        nodes: np.ndarray,
+        times: np.ndarray,
+        fanouts: Sequence[int],
+        strategy: str = "recent",
+        seed: int = 0,
+        with_features: bool = True,
+    ) -> list[TemporalSample]:
         """Samples ``len(fanouts)`` hops of temporal neighbours around ``(nodes, times)``.
 
         Hop 0's roots are the arguments; hop ``h + 1``'s roots are hop ``h``'s sampled ``nbr``
@@ -217,8 +255,9 @@ class TemporalClient:
             roots, root_t = s.nbr, s.ts
         return hops
 
-    def _sample_hop(self, roots: np.ndarray, times: np.ndarray, fanout: int, strategy: str, seed: int,
-                    with_features: bool) -> TemporalSample:  # fmt: skip
+    def _sample_hop(
+        self, roots: np.ndarray, times: np.ndarray, fanout: int, strategy: str, seed: int, with_features: bool
+    ) -> TemporalSample:
         """One hop: every partition's requests started, then merged back into root order."""
         pending: Pending[TemporalSample] = Pending(len(roots), [])
         try:
@@ -272,14 +311,28 @@ class TemporalStoreView:
     def __init__(self, client: TemporalClient) -> None:
         self.client = client
 
-    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> AppendAck:
+    def append(
+        self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
+    ) -> AppendAck:
         """Appends through the owners; the ack sums theirs (``duplicate`` when every owner says so)."""
         acks = list(self.client.append(src, dst, t, efeat, batch_id=batch_id).values())
         first = min((a.first_eid for a in acks), default=0)
-        return AppendAck(first, sum(a.num_edges for a in acks), bool(acks) and all(a.duplicate for a in acks),
-                         max((a.visible_seq for a in acks), default=0))  # fmt: skip
+        return AppendAck(
+            first,
+            sum(a.num_edges for a in acks),
+            bool(acks) and all(a.duplicate for a in acks),
+            max((a.visible_seq for a in acks), default=0),
+        )
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", seed: int = 0,
-               first_position: int = 0, with_features: bool = True) -> TemporalSample:  # fmt: skip
+    def sample(
+        self,
+        nodes: np.ndarray,
+        times: np.ndarray,
+        fanout: int,
+        strategy: str = "recent",
+        seed: int = 0,
+        first_position: int = 0,
+        with_features: bool = True,
+    ) -> TemporalSample:
         """One hop through the owners (``first_position`` is not used: see :meth:`TemporalClient.sample`)."""
         return self.client.sample(nodes, times, [fanout], strategy, seed, with_features)[0]

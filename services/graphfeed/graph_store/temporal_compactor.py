@@ -52,7 +52,9 @@ class Compactor:
             self._cond.notify_all()
         self._thread.join(timeout_s)
         if self._thread.is_alive():
-            log.warning("%s: a compaction round still runs after %.0f s; leaving it behind", self._thread.name, timeout_s)
+            log.warning(
+                "%s: a compaction round still runs after %.0f s; leaving it behind", self._thread.name, timeout_s
+            )
 
     def _loop(self) -> None:
         while True:

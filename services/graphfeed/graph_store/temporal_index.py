@@ -122,8 +122,9 @@ def empty_arena(dim: int) -> ArenaView:
     return ArenaView(z, z, z, np.empty((0, dim), np.float32), z, z, z, z, z, z, z)
 
 
-def add_block(snap: Snapshot, rows: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray,
-              feat: np.ndarray) -> ArenaView:  # fmt: skip
+def add_block(
+    snap: Snapshot, rows: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray, feat: np.ndarray
+) -> ArenaView:
     """Writes one block (edges sorted by ``(rows, ts)``) past ``snap``'s counts; returns the new view.
 
     Only the writer calls this (under its lock); ``snap`` must be the latest snapshot.
@@ -135,7 +136,9 @@ def add_block(snap: Snapshot, rows: np.ndarray, nbr: np.ndarray, ts: np.ndarray,
     ends = np.r_[starts[1:], n]
     e_row = rows[starts]
     grow = {name: _grown(getattr(a, name), n0, n0 + n) for name in ("nbr", "ts", "eid", "feat")}
-    ent = {name: _grown(getattr(a, name), k0, k0 + m) for name in ("e_lo", "e_hi", "e_prev", "e_cum", "e_row", "e_first")}
+    ent = {
+        name: _grown(getattr(a, name), k0, k0 + m) for name in ("e_lo", "e_hi", "e_prev", "e_cum", "e_row", "e_first")
+    }
     head = _grown(a.head, len(a.head), int(e_row.max()) + 1 if m else 0, fill=-1)
     grow["nbr"][n0 : n0 + n] = nbr
     grow["ts"][n0 : n0 + n] = ts
@@ -175,8 +178,9 @@ def last_times(snap: Snapshot, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def time_sorted_base(indptr: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray,
-                     feat: np.ndarray | None) -> Csr:  # fmt: skip
+def time_sorted_base(
+    indptr: np.ndarray, nbr: np.ndarray, ts: np.ndarray, eid: np.ndarray, feat: np.ndarray | None
+) -> Csr:
     """The base CSR of a partition: each row sorted by ``(ts, position)``.
 
     Arrays already in that order are used as they are (memory-mapped, no copy).
@@ -229,7 +233,9 @@ def carry_over(compacted: Snapshot, taken: Snapshot, latest: Snapshot) -> Snapsh
     """
     a, k0, n0 = latest.arena, taken.n_entries, taken.n_arena_edges
     n_new = latest.n_arena_edges - n0
-    fresh = replace(latest, base=compacted.base, arena=empty_arena(a.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0)
+    fresh = replace(
+        latest, base=compacted.base, arena=empty_arena(a.feat.shape[1]), n_entries=0, n_blocks=0, n_arena_edges=0
+    )
     if not n_new:
         return fresh
     rows = np.repeat(a.e_row[k0 : latest.n_entries], a.e_hi[k0 : latest.n_entries] - a.e_lo[k0 : latest.n_entries])
@@ -287,8 +293,16 @@ def feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
-def check_batch(lay: Layout, dim: int, max_edges: int, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
-                efeat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def check_batch(
+    lay: Layout,
+    dim: int,
+    max_edges: int,
+    batch_id: str,
+    src: np.ndarray,
+    dst: np.ndarray,
+    t: np.ndarray,
+    efeat: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """An append's ``(src, dst, t, efeat)`` as int64 / float32 arrays, checked (see ``TemporalStore.append``)."""
     if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
         raise InvalidArgument(f"batch_id must be a non-empty string of at most 256 characters, got {batch_id!r}")
@@ -327,8 +341,9 @@ def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:
     bad = np.where(old, (gids < lay.start) | (gids >= lay.stop), gids % lay.num_partitions != lay.partition_id)
     if bad.any():
         raise FailedPrecondition(
-            f"{what} {name_ids(gids[bad])} not owned by partition {lay.partition_id} of {lay.num_partitions}, which owns "
-            f"[{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} with id % {lay.num_partitions} == {lay.partition_id}"
+            f"{what} {name_ids(gids[bad])} not owned by partition {lay.partition_id} of {lay.num_partitions}, "
+            f"which owns [{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} "
+            f"with id % {lay.num_partitions} == {lay.partition_id}"
         )
 
 

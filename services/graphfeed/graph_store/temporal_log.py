@@ -128,15 +128,30 @@ class TemporalLog:
         """Fsyncs the WAL (GIL released): every batch written before the call is durable after it."""
         self._db.flush_wal(True)
 
-    def write(self, batch_id: str, ack: LoggedAck, first_edge_seq: int, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
-              efeat: np.ndarray) -> None:  # fmt: skip
+    def write(
+        self,
+        batch_id: str,
+        ack: LoggedAck,
+        first_edge_seq: int,
+        src: np.ndarray,
+        dst: np.ndarray,
+        t: np.ndarray,
+        efeat: np.ndarray,
+    ) -> None:
         """Writes one batch, its ack and the new seq atomically into the WAL; durable after :meth:`sync`."""
         n, dim = len(src), efeat.shape[1]
         header = np.array([n, dim, first_edge_seq], dtype=np.int64)
-        value = b"".join(np.ascontiguousarray(a).tobytes() for a in (header, src, dst, t, efeat.astype(np.float32, copy=False)))
+        value = b"".join(
+            np.ascontiguousarray(a).tobytes() for a in (header, src, dst, t, efeat.astype(np.float32, copy=False))
+        )
         wb = WriteBatch(raw_mode=True)
         wb.put(_BATCH + ack.visible_seq.to_bytes(8, "big"), value)
-        record = {"digest": ack.digest, "first_eid": ack.first_eid, "num_edges": ack.num_edges, "visible_seq": ack.visible_seq}
+        record = {
+            "digest": ack.digest,
+            "first_eid": ack.first_eid,
+            "num_edges": ack.num_edges,
+            "visible_seq": ack.visible_seq,
+        }
         wb.put(_ID + batch_id.encode(), json.dumps(record).encode())
         wb.put(_SEQ, ack.visible_seq.to_bytes(8, "big"))
         self._db.write(wb, self._wal_only)

@@ -44,7 +44,7 @@ _AHEAD = 8  # roots prefetched ahead (their indptr entry twice as far), as in sa
 
 
 @_jit
-def _bisect_left(a, x, lo, hi):  # noqa: ANN001, ANN202
+def _bisect_left(a, x, lo, hi):
     """First position in ``a[lo:hi]`` (ascending) whose value is ``>= x``."""
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -56,7 +56,7 @@ def _bisect_left(a, x, lo, hi):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _prefetch_root(b_indptr, b_ts, head, rows, i, n):  # noqa: ANN001, ANN202
+def _prefetch_root(b_indptr, b_ts, head, rows, i, n):
     """Puts the cache lines root ``i + _AHEAD`` will read (and the indptr entry of ``i + 2 * _AHEAD``) in flight."""
     nb = len(b_indptr) - 1
     if i + 2 * _AHEAD < n and rows[i + 2 * _AHEAD] < nb:
@@ -74,7 +74,7 @@ def _prefetch_root(b_indptr, b_ts, head, rows, i, n):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _prefetch_rows(b_indptr, b_nbr, b_ts, b_eid, rows, n_arr, k_arr, offsets, j, j2):  # noqa: ANN001, ANN202
+def _prefetch_rows(b_indptr, b_nbr, b_ts, b_eid, rows, n_arr, k_arr, offsets, j, j2):
     """Puts in flight the base lines root ``j`` will copy (its newest ``c_j`` edges) and the indptr entry of ``j2``."""
     nb = len(b_indptr) - 1
     if j2 < len(rows) and rows[j2] < nb:
@@ -90,7 +90,24 @@ def _prefetch_rows(b_indptr, b_nbr, b_ts, b_eid, rows, n_arr, k_arr, offsets, j,
 
 
 @_jit
-def _locate(b_indptr, b_ts, a_ts, e_lo, e_hi, e_prev, e_cum, e_first, head, n_entries, rows, times, fanout, offsets, n_out, k_out):  # noqa: ANN001, ANN202
+def _locate(
+    b_indptr,
+    b_ts,
+    a_ts,
+    e_lo,
+    e_hi,
+    e_prev,
+    e_cum,
+    e_first,
+    head,
+    n_entries,
+    rows,
+    times,
+    fanout,
+    offsets,
+    n_out,
+    k_out,
+):
     """Pass 1: ``n_i``, the newest entry holding a position ``< n_i`` (or -1: base) and offsets."""
     nb = len(b_indptr) - 1
     nh = len(head)
@@ -124,7 +141,7 @@ def _locate(b_indptr, b_ts, a_ts, e_lo, e_hi, e_prev, e_cum, e_first, head, n_en
 
 
 @_jit
-def _choose(key, deg, k, buf, lo):  # noqa: ANN001, ANN202
+def _choose(key, deg, k, buf, lo):
     """``sample_csr``'s draws without replacement (``deg > k``) into ``buf[lo:lo+k]``, sorted."""
     if k <= SMALL_FANOUT:
         for s in range(k):  # Floyd
@@ -147,8 +164,31 @@ def _choose(key, deg, k, buf, lo):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _fill(b_indptr, b_nbr, b_ts, b_eid, a_nbr, a_ts, a_eid, e_lo, e_hi, e_prev, e_cum, rows, n_arr, k_arr,  # noqa: ANN001, ANN202
-          recent, seed, base, offsets, want_pos, o_nbr, o_ts, o_eid, o_pos):  # noqa: ANN001  # fmt: skip
+def _fill(
+    b_indptr,
+    b_nbr,
+    b_ts,
+    b_eid,
+    a_nbr,
+    a_ts,
+    a_eid,
+    e_lo,
+    e_hi,
+    e_prev,
+    e_cum,
+    rows,
+    n_arr,
+    k_arr,
+    recent,
+    seed,
+    base,
+    offsets,
+    want_pos,
+    o_nbr,
+    o_ts,
+    o_eid,
+    o_pos,
+):
     """Pass 2: logical positions (recent or drawn) mapped to base / arena positions."""
     useed = np.uint64(seed)
     nb = len(b_indptr) - 1
@@ -229,15 +269,54 @@ def sample_snapshot(
     offsets = np.zeros(n + 1, dtype=np.int64)
     n_arr = np.empty(n, dtype=np.int64)
     k_arr = np.empty(n, dtype=np.int64)
-    _locate(b.indptr, b.ts, a.ts, a.e_lo, a.e_hi, a.e_prev, a.e_cum, a.e_first, a.head, snap.n_entries, rows, times, int(fanout),
-            offsets, n_arr, k_arr)  # fmt: skip
+    _locate(
+        b.indptr,
+        b.ts,
+        a.ts,
+        a.e_lo,
+        a.e_hi,
+        a.e_prev,
+        a.e_cum,
+        a.e_first,
+        a.head,
+        snap.n_entries,
+        rows,
+        times,
+        int(fanout),
+        offsets,
+        n_arr,
+        k_arr,
+    )
     total = int(offsets[-1])
     nbr, ts, eid = (np.empty(total, dtype=np.int64) for _ in range(3))
     pos = np.empty(total if want_pos else 0, dtype=np.int64)
     if total:
         s = int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)  # numba takes int64: two's complement
-        _fill(b.indptr, b.nbr, b.ts, b.eid, a.nbr, a.ts, a.eid, a.e_lo, a.e_hi, a.e_prev, a.e_cum, rows, n_arr, k_arr,
-              bool(recent), s, int(first_position), offsets, bool(want_pos), nbr, ts, eid, pos)  # fmt: skip
+        _fill(
+            b.indptr,
+            b.nbr,
+            b.ts,
+            b.eid,
+            a.nbr,
+            a.ts,
+            a.eid,
+            a.e_lo,
+            a.e_hi,
+            a.e_prev,
+            a.e_cum,
+            rows,
+            n_arr,
+            k_arr,
+            bool(recent),
+            s,
+            int(first_position),
+            offsets,
+            bool(want_pos),
+            nbr,
+            ts,
+            eid,
+            pos,
+        )
     return offsets, nbr, ts, eid, (pos if want_pos else None)
 
 
@@ -271,10 +350,14 @@ def sample_temporal(
     if strategy not in ("recent", "uniform"):
         raise ValueError(f"strategy must be 'recent' or 'uniform', got {strategy!r}")
     indptr = np.asarray(indptr, dtype=np.int64)
-    base = Csr(indptr, np.asarray(nbr), np.asarray(ts, dtype=np.int64), np.asarray(eid), np.empty((len(ts), 0), np.float32))
+    base = Csr(
+        indptr, np.asarray(nbr), np.asarray(ts, dtype=np.int64), np.asarray(eid), np.empty((len(ts), 0), np.float32)
+    )
     arena = empty_arena(0)
     arena = dataclasses.replace(arena, head=np.full(len(indptr) - 1, -1, dtype=np.int64))
     z = np.empty(0, dtype=np.int64)
     snap = Snapshot(base, arena, 0, 0, 0, len(indptr) - 1, z, z, 0, 0, None, None)
-    offsets, s_nbr, s_ts, s_eid, _ = sample_snapshot(snap, rows, times, fanout, strategy == "recent", seed, first_position)
+    offsets, s_nbr, s_ts, s_eid, _ = sample_snapshot(
+        snap, rows, times, fanout, strategy == "recent", seed, first_position
+    )
     return offsets, s_nbr, s_ts, s_eid

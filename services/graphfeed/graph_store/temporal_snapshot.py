@@ -80,7 +80,9 @@ def _write_durably(path: Path, data: bytes) -> None:
 def _encode(name: str, arr: np.ndarray) -> tuple[bytes, dict]:
     """An array's file content (zlib, level 1: fast) and its manifest entry."""
     a = np.ascontiguousarray(arr)
-    raw = np.diff(a, prepend=a.dtype.type(0)) if name in _DELTA and len(a) else a  # int64 wraps: cumsum undoes it exactly
+    raw = (
+        np.diff(a, prepend=a.dtype.type(0)) if name in _DELTA and len(a) else a
+    )  # int64 wraps: cumsum undoes it exactly
     data = zlib.compress(np.ascontiguousarray(raw).tobytes(), 1)
     return data, {"dtype": a.dtype.str, "shape": list(a.shape), "digest": _digest(data)}
 
@@ -112,16 +114,34 @@ def persist(directory: Path, snap: ti.Snapshot, layout: dict[str, int], drop_log
     tmp.mkdir()
     b = snap.base
     pos = np.flatnonzero(np.asarray(b.eid) & _APPENDED)
-    row_ids, row_counts = np.unique(np.searchsorted(b.indptr, pos, side="right") - 1, return_counts=True)  # pos ascending: rows too
-    arrays = dict(row_ids=row_ids, row_counts=row_counts, nbr=b.nbr[pos], ts=b.ts[pos], eid=b.eid[pos], feat=b.feat[pos],
-                  new_gids=snap.new_gids, new_rows=snap.new_rows)  # fmt: skip
+    row_ids, row_counts = np.unique(
+        np.searchsorted(b.indptr, pos, side="right") - 1, return_counts=True
+    )  # pos ascending: rows too
+    arrays = dict(
+        row_ids=row_ids,
+        row_counts=row_counts,
+        nbr=b.nbr[pos],
+        ts=b.ts[pos],
+        eid=b.eid[pos],
+        feat=b.feat[pos],
+        new_gids=snap.new_gids,
+        new_rows=snap.new_rows,
+    )
     entries = {}
     for name in _ARRAYS:  # zlib releases the GIL: appends and samples go on meanwhile
         data, entries[name] = _encode(name, arrays[name])
         _write_durably(tmp / f"{name}.z", data)
     _step("files")
-    manifest = {"seq": snap.seq, "num_appended": snap.num_appended, "ingest_edges": len(b.ts) - len(pos), "num_rows": snap.num_rows,
-                "min_t": snap.min_t, "max_t": snap.max_t, "layout": layout, "arrays": entries}  # fmt: skip
+    manifest = {
+        "seq": snap.seq,
+        "num_appended": snap.num_appended,
+        "ingest_edges": len(b.ts) - len(pos),
+        "num_rows": snap.num_rows,
+        "min_t": snap.min_t,
+        "max_t": snap.max_t,
+        "layout": layout,
+        "arrays": entries,
+    }
     _write_durably(tmp / "manifest.json", json.dumps(manifest, sort_keys=True).encode())
     _fsync_dir(tmp)
     _step("manifest")
@@ -173,8 +193,17 @@ def _restore(ingest: ti.Snapshot, manifest: dict, arr: dict[str, np.ndarray]) ->
     n, m = len(rows), len(arr["row_ids"])
     arena = ti.add_block(ingest, rows, arr["nbr"], arr["ts"], arr["eid"], arr["feat"]) if n else ingest.arena
     snap = replace(
-        ingest, arena=arena, n_entries=m, n_blocks=1 if n else 0, n_arena_edges=n, num_rows=manifest["num_rows"],
-        new_gids=arr["new_gids"], new_rows=arr["new_rows"], seq=manifest["seq"], num_appended=manifest["num_appended"],
-        min_t=manifest["min_t"], max_t=manifest["max_t"],
-    )  # fmt: skip
+        ingest,
+        arena=arena,
+        n_entries=m,
+        n_blocks=1 if n else 0,
+        n_arena_edges=n,
+        num_rows=manifest["num_rows"],
+        new_gids=arr["new_gids"],
+        new_rows=arr["new_rows"],
+        seq=manifest["seq"],
+        num_appended=manifest["num_appended"],
+        min_t=manifest["min_t"],
+        max_t=manifest["max_t"],
+    )
     return ti.compact(snap) if n else snap

@@ -87,7 +87,9 @@ class ReadsNodeDataInto(Protocol):
     """A partition set that writes received rows straight into the caller's array (the gRPC
     one: each answer message's rows are copied once, from the message to their destination)."""
 
-    def read_node_data_into(self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> Future[int]:
+    def read_node_data_into(
+        self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray
+    ) -> Future[int]:
         """Partition ``p``'s rows of ``ids`` into ``out[positions]``; the future gives the bytes
         received, or raises what the graph-store raised."""
 

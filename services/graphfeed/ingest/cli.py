@@ -40,14 +40,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src = p.add_argument_group("source")
     src.add_argument("--source", required=True, choices=sorted(SOURCES), help="input kind")
     src.add_argument("--path", type=Path, help="input: a directory of .npy files (numpy) or an edge-list file (csv)")
-    src.add_argument("--undirected", action="store_true", help="numpy/csv/collegemsg/lastfm: also add the reverse of every edge")
-    src.add_argument("--labels", type=Path, help="csv: node,label per node (integer classes 0..C-1): a graph to train on")
+    src.add_argument(
+        "--undirected", action="store_true", help="numpy/csv/collegemsg/lastfm: also add the reverse of every edge"
+    )
+    src.add_argument(
+        "--labels", type=Path, help="csv: node,label per node (integer classes 0..C-1): a graph to train on"
+    )
     src.add_argument("--features", type=Path, help="csv: node,x1,x2,... per node (numbers) instead of random features")
     src.add_argument(
-        "--columns", type=lambda text: text.split(","),
+        "--columns",
+        type=lambda text: text.split(","),
         help="csv: the name of every column, e.g. src,dst,ts or src,dst,weight (- skips one; other names are numeric "
         "edge features); needed for more than two columns without a header line",
-    )  # fmt: skip
+    )
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
     presets = ", ".join(f"{k} ({_describe(v)})" for k, v in PRESETS.items())
@@ -58,10 +63,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     syn.add_argument("--num-classes", type=int, help="number of planted communities / labels")
     syn.add_argument("--homophily", type=float, help="fraction of edges inside a community (default 0.8)")
     out = p.add_argument_group("partitioning and output")
-    out.add_argument("--out", type=Path, required=True, help="output directory (graph root with part-NNNNN/ subdirectories)")
-    out.add_argument("--num-partitions", type=int, default=2, help="number of partitions, one graph-store each (default 2)")
-    out.add_argument("--method", choices=METHODS, default="metis", help="metis (few cut edges) or random (default metis)")
-    out.add_argument("--seed", type=int, default=0, help="seed of the random method, the synthetic generator and csv features (default 0)")
+    out.add_argument(
+        "--out", type=Path, required=True, help="output directory (graph root with part-NNNNN/ subdirectories)"
+    )
+    out.add_argument(
+        "--num-partitions", type=int, default=2, help="number of partitions, one graph-store each (default 2)"
+    )
+    out.add_argument(
+        "--method", choices=METHODS, default="metis", help="metis (few cut edges) or random (default metis)"
+    )
+    out.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random method, the synthetic generator and csv features (default 0)",
+    )
     out.add_argument("--force", action="store_true", help="replace an earlier ingest in a non-empty --out")
     out.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     p.set_defaults(func=run)
@@ -78,8 +94,14 @@ def run(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             g = load_source(args.source, **source_kwargs(args))
             t_load = time.perf_counter() - t0
-            print(f"loaded {g.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, node data {_node_data(g)} in {t_load:.1f}s", flush=True)
-            manifest = write_partitioned(g, stage, args.num_partitions, args.method, args.seed, progress=not args.no_progress)
+            print(
+                f"loaded {g.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, "
+                f"node data {_node_data(g)} in {t_load:.1f}s",
+                flush=True,
+            )
+            manifest = write_partitioned(
+                g, stage, args.num_partitions, args.method, args.seed, progress=not args.no_progress
+            )
             del g
         summarize(args.out, manifest, t_load, time.perf_counter() - t0 - t_load)
     except GraphfeedError as e:
@@ -91,18 +113,28 @@ def run(args: argparse.Namespace) -> int:
 def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of the chosen source's loader, checked against the flags given."""
     kind = args.source
-    sizes = {"num_nodes": args.num_nodes, "num_edges": args.num_edges, "feat_dim": args.feat_dim, "num_classes": args.num_classes}
+    sizes = {
+        "num_nodes": args.num_nodes,
+        "num_edges": args.num_edges,
+        "feat_dim": args.feat_dim,
+        "num_classes": args.num_classes,
+    }
     if kind in ("numpy", "csv") and args.path is None:
         raise InvalidArgument(f"--source {kind} needs --path")
     if kind != "synthetic":
-        used = [f"--{k.replace('_', '-')}" for k, v in sizes.items() if v is not None and not (kind == "csv" and k == "feat_dim")]
+        used = [
+            f"--{k.replace('_', '-')}"
+            for k, v in sizes.items()
+            if v is not None and not (kind == "csv" and k == "feat_dim")
+        ]
         used += ["--preset"] if args.preset else []
         used += ["--homophily"] if args.homophily is not None else []
         if used:
             raise InvalidArgument(f"{', '.join(used)} only apply to --source synthetic")
     if kind != "csv" and (args.labels is not None or args.features is not None or args.columns is not None):
         raise InvalidArgument(
-            "--labels, --features and --columns only apply to --source csv (a numpy directory has label.npy and feat.npy)"
+            "--labels, --features and --columns only apply to --source csv "
+            "(a numpy directory has label.npy and feat.npy)"
         )
     if kind == "cora":
         return {"split_seed": args.split_seed}
@@ -112,12 +144,24 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {"path": args.path, "undirected": args.undirected}
     if kind == "csv":
         return {
-            "path": args.path, "num_features": args.feat_dim or 0, "seed": args.seed,
-            "undirected": args.undirected, "split_seed": args.split_seed, "labels": args.labels, "features": args.features,
+            "path": args.path,
+            "num_features": args.feat_dim or 0,
+            "seed": args.seed,
+            "undirected": args.undirected,
+            "split_seed": args.split_seed,
+            "labels": args.labels,
+            "features": args.features,
             "columns": args.columns,
-        }  # fmt: skip
+        }
     extra = {} if args.homophily is None else {"homophily": args.homophily}
-    return {"preset": args.preset, **sizes, **extra, "seed": args.seed, "split_seed": args.split_seed, "progress": not args.no_progress}
+    return {
+        "preset": args.preset,
+        **sizes,
+        **extra,
+        "seed": args.seed,
+        "split_seed": args.split_seed,
+        "progress": not args.no_progress,
+    }
 
 
 def _node_data(g: GraphData) -> str:
@@ -145,8 +189,9 @@ def summarize(out: Path, manifest: GraphManifest, t_load: float, t_write: float)
         finally:
             r.close()
     print(
-        f"total: {manifest.num_nodes:,} nodes, {manifest.num_edges:,} edges, {manifest.num_partitions} {manifest.partition_method} "
-        f"partitions, cut fraction {cut / max(1, manifest.num_edges):.3f}, halo {halo:,} nodes; "
+        f"total: {manifest.num_nodes:,} nodes, {manifest.num_edges:,} edges, "
+        f"{manifest.num_partitions} {manifest.partition_method} partitions, "
+        f"cut fraction {cut / max(1, manifest.num_edges):.3f}, halo {halo:,} nodes; "
         f"load {t_load:.1f}s, partition+write {t_write:.1f}s -> {out}",
         flush=True,
     )

@@ -59,7 +59,9 @@ def load_edge_csv(
     """
     f = Path(path)
     if f.is_dir():
-        raise InvalidArgument(f"csv source: {f} is a directory; give the edge-list file (a directory of .npy files is --source numpy)")
+        raise InvalidArgument(
+            f"csv source: {f} is a directory; give the edge-list file (a directory of .npy files is --source numpy)"
+        )
     if not f.is_file():
         raise NotFound(f"csv source: {f} does not exist")
     cols, feat_names = _read_edge_csv(f, delimiter, columns)
@@ -68,7 +70,12 @@ def load_edge_csv(
     if orig.dtype.kind == "U":  # node names: orig_ids are positions in the sorted names (node_names.npy)
         names, orig = orig, np.arange(len(orig), dtype=np.int64)
     e = len(cols["src"])
-    src, dst, ts, efeat = inverse[:e].astype(np.int64), inverse[e:].astype(np.int64), cols.get("ts"), cols.get("edge_feat")
+    src, dst, ts, efeat = (
+        inverse[:e].astype(np.int64),
+        inverse[e:].astype(np.int64),
+        cols.get("ts"),
+        cols.get("edge_feat"),
+    )
     if undirected:
         src, dst, ts, efeat = symmetrize_edges(src, dst, ts, efeat)
     n = len(orig)
@@ -154,7 +161,9 @@ def _roles(f: Path, fields: list[str], header: bool, columns: Sequence[str] | No
     return names
 
 
-def _read_edge_csv(f: Path, delimiter: str | None, columns: Sequence[str] | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
+def _read_edge_csv(
+    f: Path, delimiter: str | None, columns: Sequence[str] | None = None
+) -> tuple[dict[str, np.ndarray], list[str]]:
     """Columns "src", "dst" (int64, or strings: node names), maybe "ts" (int64) and maybe
     "edge_feat" (float32 [E, k]) of an edge list, and the names of the k edge features."""
     import pyarrow as pa  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
@@ -175,10 +184,16 @@ def _read_edge_csv(f: Path, delimiter: str | None, columns: Sequence[str] | None
     types = {f"f{i}": kinds.get(x, pa.float64()) for i, x in enumerate(roles) if x != "-"}
     read = pacsv.ReadOptions(skip_rows=skip + (1 if has_header else 0), autogenerate_column_names=True)
     try:
-        table = pacsv.read_csv(f, read_options=read, parse_options=pacsv.ParseOptions(delimiter=delim),
-                               convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types)))  # fmt: skip
+        table = pacsv.read_csv(
+            f,
+            read_options=read,
+            parse_options=pacsv.ParseOptions(delimiter=delim),
+            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types)),
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise InvalidArgument(f"{f}: not an edge list with columns {delim.join(roles)} (ts an integer, edge features numbers): {e}") from e
+        raise InvalidArgument(
+            f"{f}: not an edge list with columns {delim.join(roles)} (ts an integer, edge features numbers): {e}"
+        ) from e
     out, feats = {}, []
     for i, key in enumerate(roles):
         if key == "-":
@@ -231,14 +246,20 @@ def node_table(f: Path, keys: np.ndarray, what: str, dtype: type) -> np.ndarray:
     has_header = lines[0][0].lower() in ("node", "id", "node_id", "name", "src")  # a header names the node column
     read = pacsv.ReadOptions(skip_rows=skip + (1 if has_header else 0), autogenerate_column_names=True)
     try:
-        table = pacsv.read_csv(f, read_options=read, parse_options=pacsv.ParseOptions(delimiter=delim),
-                               convert_options=pacsv.ConvertOptions(column_types={"f0": pa.string()}))  # fmt: skip
+        table = pacsv.read_csv(
+            f,
+            read_options=read,
+            parse_options=pacsv.ParseOptions(delimiter=delim),
+            convert_options=pacsv.ConvertOptions(column_types={"f0": pa.string()}),
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise InvalidArgument(f"{f}: not a node,{what} table: {e}") from e
     node = table.column(0).to_numpy(zero_copy_only=False).astype(str)
     at = _positions(f, node, keys)
     if len(np.unique(at)) != len(at) or len(at) != len(keys):
-        raise InvalidArgument(f"{f}: {len(at)} lines for {len(keys)} nodes; give every node of the edge list exactly once")
+        raise InvalidArgument(
+            f"{f}: {len(at)} lines for {len(keys)} nodes; give every node of the edge list exactly once"
+        )
     try:
         values = np.stack([table.column(i).to_numpy(zero_copy_only=False) for i in range(1, table.num_columns)], axis=1)
         out: np.ndarray = np.empty((len(keys), values.shape[1]), dtype=dtype)

@@ -60,7 +60,10 @@ class GraphData:
             raise InvalidArgument(f"{self.name}: {len(self.edge_ts)} timestamps for {len(self.src)} edges")
         if self.edge_feat is not None:
             if self.edge_feat.ndim != 2 or len(self.edge_feat) != len(self.src):
-                raise InvalidArgument(f"{self.name}: edge features of shape {self.edge_feat.shape} for {len(self.src)} edges (need [E, D])")
+                raise InvalidArgument(
+                    f"{self.name}: edge features of shape {self.edge_feat.shape} for {len(self.src)} edges "
+                    "(need [E, D])"
+                )
             check_finite(f"{self.name}: edge features", self.edge_feat)
         if self.orig_ids is not None and len(self.orig_ids) != n:
             raise InvalidArgument(f"{self.name}: {len(self.orig_ids)} original ids for {n} nodes")
@@ -139,8 +142,14 @@ def check_labels(where: str, labels: np.ndarray, n: int) -> int:
             f"0..{used - 1} (np.unique(labels, return_inverse=True)[1])"
         )
     if len(unused):
-        log.warning("%s: %d of the class ids 0..%d have no node (e.g. %s); the model still gets %d outputs",
-                    where, len(unused), num_classes - 1, unused[:5].tolist(), num_classes)  # fmt: skip
+        log.warning(
+            "%s: %d of the class ids 0..%d have no node (e.g. %s); the model still gets %d outputs",
+            where,
+            len(unused),
+            num_classes - 1,
+            unused[:5].tolist(),
+            num_classes,
+        )
     return num_classes
 
 
@@ -156,12 +165,15 @@ def check_splits(splits: dict[str, np.ndarray], n: int, train: str | None) -> No
         ids = np.asarray(ids, dtype=np.int64)
         dup = _first_duplicate(ids)
         if dup is not None:
-            raise InvalidArgument(f"{where}: node ids must be distinct, node {dup} is listed {int((ids == dup).sum())} times")
+            raise InvalidArgument(
+                f"{where}: node ids must be distinct, node {dup} is listed {int((ids == dup).sum())} times"
+            )
         taken = owner[ids] >= 0
         if taken.any():
             v = int(ids[np.flatnonzero(taken)[0]])
             raise InvalidArgument(
-                f"{where}: splits must be disjoint, {int(taken.sum())} node(s) are also in {names[owner[v]]} (e.g. node {v})"
+                f"{where}: splits must be disjoint, {int(taken.sum())} node(s) are also in {names[owner[v]]} "
+                f"(e.g. node {v})"
             )
         owner[ids] = i
 
@@ -209,7 +221,9 @@ def symmetrize_edges(
     return src, dst, ts, None if edge_feat is None else np.concatenate([edge_feat, edge_feat])[pick]
 
 
-def symmetric_positions(src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False) -> np.ndarray:
+def symmetric_positions(
+    src: np.ndarray, dst: np.ndarray, ts: np.ndarray | None = None, drop_self_loops: bool = False
+) -> np.ndarray:
     """The edges :func:`symmetrize` keeps, as positions in ``[edges, reversed edges]`` (length 2E),
     so per-edge data (features) can follow them."""
     both = np.concatenate([np.arange(len(src)), np.arange(len(src))])

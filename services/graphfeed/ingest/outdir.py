@@ -42,7 +42,9 @@ def check_out(out: Path, force: bool) -> None:
     if not force:
         raise InvalidArgument(f"--out {out} is not empty; pass --force to replace an earlier ingest there")
     if os.path.ismount(out):
-        raise InvalidArgument(f"--out {out} is a mount point, which --force cannot replace; ingest into a directory inside it")
+        raise InvalidArgument(
+            f"--out {out} is a mount point, which --force cannot replace; ingest into a directory inside it"
+        )
 
 
 @contextmanager

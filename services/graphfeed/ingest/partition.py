@@ -46,11 +46,17 @@ def assign_partitions(g: GraphData, num_partitions: int, method: str = "metis", 
     if num_partitions < 1:
         raise InvalidArgument(f"num_partitions must be >= 1, got {num_partitions}")
     if num_partitions > g.num_nodes:
-        raise InvalidArgument(f"{num_partitions} partitions of a {g.num_nodes}-node graph: every partition needs a node; use fewer")
+        raise InvalidArgument(
+            f"{num_partitions} partitions of a {g.num_nodes}-node graph: every partition needs a node; use fewer"
+        )
     if num_partitions == 1:
         return np.zeros(g.num_nodes, dtype=np.int64)
     if method == "random":
-        return _nonempty(np.random.default_rng(seed).integers(0, num_partitions, g.num_nodes).astype(np.int64), num_partitions, method)
+        return _nonempty(
+            np.random.default_rng(seed).integers(0, num_partitions, g.num_nodes).astype(np.int64),
+            num_partitions,
+            method,
+        )
     if method != "metis":
         raise InvalidArgument(f"unknown partition method {method!r}; choose from {METHODS}")
     import pymetis  # noqa: PLC0415 - only METIS ingests need it
@@ -61,9 +67,16 @@ def assign_partitions(g: GraphData, num_partitions: int, method: str = "metis", 
     if "train" in g.splits:
         in_train[g.splits["train"]] = 1
     vweights = np.stack([in_train, 1 - in_train], axis=1) if in_train.any() else None  # [n, ncon], row-major
-    log.info("METIS: %d nodes, %d symmetric edges into %d partitions (about a minute per 10M edges)", n, len(adjncy), num_partitions)
+    log.info(
+        "METIS: %d nodes, %d symmetric edges into %d partitions (about a minute per 10M edges)",
+        n,
+        len(adjncy),
+        num_partitions,
+    )
     _cut, parts = pymetis.part_graph(
-        num_partitions, pymetis.CSRAdjacency(xadj, adjncy), vweights=None if vweights is None else vweights.reshape(-1),
+        num_partitions,
+        pymetis.CSRAdjacency(xadj, adjncy),
+        vweights=None if vweights is None else vweights.reshape(-1),
         options=pymetis.Options(seed=seed),
     )
     return _nonempty(np.asarray(parts, dtype=np.int64), num_partitions, method)
@@ -115,8 +128,16 @@ def write_partitioned(
     """
     g.validate()
     t0 = time.perf_counter()
-    part = assign_partitions(g, num_partitions, method, seed) if assignment is None else np.asarray(assignment, np.int64)
-    log.info("assigned %d nodes to %d partitions (%s) in %.1fs", g.num_nodes, num_partitions, method, time.perf_counter() - t0)
+    part = (
+        assign_partitions(g, num_partitions, method, seed) if assignment is None else np.asarray(assignment, np.int64)
+    )
+    log.info(
+        "assigned %d nodes to %d partitions (%s) in %.1fs",
+        g.num_nodes,
+        num_partitions,
+        method,
+        time.perf_counter() - t0,
+    )
 
     order = np.argsort(part, kind="stable")  # new gid i is old node order[i]
     new_of_old = np.empty(g.num_nodes, dtype=np.int64)

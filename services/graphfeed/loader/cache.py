@@ -33,9 +33,19 @@ from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fetc
 from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
 __all__ = [
-    "DEFAULT_MAX_IDS_PER_REQUEST", "POLICIES", "AccessKey", "CacheOptions", "CachePolicy", "CacheTier",
-    "DeviceCachePolicy", "HostTier", "LruCache", "NoCache", "StaticDegreeCache", "TierStats",
-]  # fmt: skip
+    "DEFAULT_MAX_IDS_PER_REQUEST",
+    "POLICIES",
+    "AccessKey",
+    "CacheOptions",
+    "CachePolicy",
+    "CacheTier",
+    "DeviceCachePolicy",
+    "HostTier",
+    "LruCache",
+    "NoCache",
+    "StaticDegreeCache",
+    "TierStats",
+]
 
 AccessKey = tuple[int, int]
 """(stream, step): identifies one future or current minibatch access of one stream."""
@@ -175,7 +185,11 @@ class StaticDegreeCache(CachePolicy):
     def warm_up(self, partitions: PartitionSet, feature_name: str) -> None:
         if not self.tier.capacity_rows:
             return
-        top = np.sort(top_by_degree(in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request), self.tier.capacity_rows))
+        top = np.sort(
+            top_by_degree(
+                in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request), self.tier.capacity_rows
+            )
+        )
         self.tier.insert(top, fetch_rows(partitions, feature_name, top, self.max_ids_per_request)[0])
 
     def admit(self, miss_ids: np.ndarray, rows: Rows) -> None:
@@ -218,7 +232,9 @@ class LruCache(CachePolicy):
         self._last_used[self.tier.insert(ids, kept)] = self._clock
 
 
-def in_degrees(partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> np.ndarray:
+def in_degrees(
+    partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
+) -> np.ndarray:
     """In-degree of every node, from the graph-stores (8 bytes per node over the wire)."""
     all_ids = np.arange(num_nodes, dtype=np.int64)
     return fan_out(partitions, all_ids, partitions.get_degrees, max_ids_per_request).wait((), np.int64)[0]

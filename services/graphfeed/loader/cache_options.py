@@ -29,6 +29,7 @@ def check_policy(name: str) -> None:
     if name not in POLICIES:
         raise InvalidArgument(f"unknown cache policy {name!r}; expected one of {', '.join(POLICIES)}")
 
+
 InitialFill = Literal["degree", "random"]
 
 
@@ -41,16 +42,28 @@ class CacheOptions:
     """
 
     prefetch_fraction: float = Field(
-        default=0.25, ge=0.0, le=1.0, description="massivegnn policy: initial fill, as a fraction of all nodes (capped at the capacity)."
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="massivegnn policy: initial fill, as a fraction of all nodes (capped at the capacity).",
     )
-    period_steps: int = Field(default=32, ge=1, description="massivegnn policy: minibatches between eviction/prefetch rounds.")
+    period_steps: int = Field(
+        default=32, ge=1, description="massivegnn policy: minibatches between eviction/prefetch rounds."
+    )
     alpha: float = Field(
-        default=0.005, gt=0.0, lt=1.0, description="massivegnn policy: per-minibatch score decay of a buffered node that is not hit."
+        default=0.005,
+        gt=0.0,
+        lt=1.0,
+        description="massivegnn policy: per-minibatch score decay of a buffered node that is not hit.",
     )
-    initial_fill: InitialFill = Field(default="degree", description="massivegnn policy: initial nodes by highest in-degree or at random.")
+    initial_fill: InitialFill = Field(
+        default="degree", description="massivegnn policy: initial nodes by highest in-degree or at random."
+    )
     seed: int = Field(default=0, description="massivegnn policy: seed of the random initial fill.")
     lookahead_prefetch_steps: int = Field(
-        default=1, ge=0, description="lookahead policy: prefetch the misses of the sampled steps 2 .. this + 1 ahead (0: off)."
+        default=1,
+        ge=0,
+        description="lookahead policy: prefetch the misses of the sampled steps 2 .. this + 1 ahead (0: off).",
     )
 
     @model_validator(mode="wrap")

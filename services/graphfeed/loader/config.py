@@ -20,6 +20,7 @@ def max_streams(max_workers: int) -> int:
     but :data:`STREAMLESS_WORKERS` of them, or every one in a pool too small to keep any back."""
     return max_workers - STREAMLESS_WORKERS if max_workers > STREAMLESS_WORKERS else max_workers
 
+
 CACHE_OPTION_SETTINGS = {
     "lookahead_prefetch_steps": "lookahead_prefetch_steps",
     "massivegnn_prefetch_fraction": "prefetch_fraction",
@@ -53,7 +54,9 @@ class LoaderSettings(PeerServiceSettings):
         description="Feature cache policy: none, static_degree (PaGraph), lru, massivegnn (score-decay eviction + "
         "periodic prefetch) or lookahead (Belady's rule over the sampled look-ahead window).",
     )
-    cache_bytes: int = Field(default=64 << 20, ge=0, description="Host feature-cache budget per feature name, in bytes.")
+    cache_bytes: int = Field(
+        default=64 << 20, ge=0, description="Host feature-cache budget per feature name, in bytes."
+    )
     gpu_cache_bytes: int = Field(
         default=0,
         ge=0,
@@ -71,18 +74,22 @@ class LoaderSettings(PeerServiceSettings):
     massivegnn_period_steps: int = _option("massivegnn_period_steps")
     massivegnn_alpha: float = _option("massivegnn_alpha")
     massivegnn_initial_fill: InitialFill = _option("massivegnn_initial_fill")
-    max_inflight: int = Field(default=2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond).")
+    max_inflight: int = Field(
+        default=2, ge=1, description="Ready minibatches buffered per stream (backpressure beyond)."
+    )
     max_workers: int = Field(
-        default=64, ge=1,
+        default=64,
+        ge=1,
         description="gRPC handler threads. An open minibatch stream holds one; at most max_workers - "
         f"{STREAMLESS_WORKERS} streams are open at once (all max_workers when it is {STREAMLESS_WORKERS} or "
         "fewer), so that DescribeJob is always answered.",
-    )  # fmt: skip
+    )
     max_streams_per_client: int = Field(
-        default=16, ge=1,
+        default=16,
+        ge=1,
         description="Minibatch streams one client (one process offering shared memory, else one connection) may "
         "hold open; more are refused with RESOURCE_EXHAUSTED.",
-    )  # fmt: skip
+    )
     sample_workers: int = Field(default=2, ge=1, description="Threads issuing sampler calls, shared by all streams.")
     pack_root: str = Field(
         default="",
@@ -91,7 +98,9 @@ class LoaderSettings(PeerServiceSettings):
     )
     pack_read_threads: int = Field(default=4, ge=1, description="Preads in flight per pack read.")
     pack_direct_io: bool = Field(default=False, description="Read packs with O_DIRECT, bypassing the page cache.")
-    rpc_timeout_s: float = Field(default=30.0, gt=0, description="Deadline of each call to a graph-store or the sampler, in seconds.")
+    rpc_timeout_s: float = Field(
+        default=30.0, gt=0, description="Deadline of each call to a graph-store or the sampler, in seconds."
+    )
 
     def cache_options(self) -> CacheOptions:
         """The policy tuning these settings carry."""

@@ -83,7 +83,11 @@ class Loader:
         pack_direct_io: bool = False,
     ) -> None:
         check_policy(cache_policy)
-        for name, value in (("lookahead_steps", lookahead_steps), ("max_inflight", max_inflight), ("sample_workers", sample_workers)):
+        for name, value in (
+            ("lookahead_steps", lookahead_steps),
+            ("max_inflight", max_inflight),
+            ("sample_workers", sample_workers),
+        ):
             if value < 1:
                 raise InvalidArgument(f"{name} must be >= 1, got {value}")
         self.partitions = partitions
@@ -136,7 +140,14 @@ class Loader:
         plan = self._plan(job, 0)
         info = self.partitions.info
         spec = info.node_data[job.feature_name]
-        return JobInfo(plan.num_steps, plan.num_seeds, tuple(spec.row_shape), np.dtype(spec.dtype), info.num_classes, info.num_nodes)
+        return JobInfo(
+            plan.num_steps,
+            plan.num_seeds,
+            tuple(spec.row_shape),
+            np.dtype(spec.dtype),
+            info.num_classes,
+            info.num_nodes,
+        )
 
     def _cache(self, feature_name: str) -> SharedCache:
         with self._lock:
@@ -187,12 +198,27 @@ class Loader:
             if on_device and cache.device_policy is not None:  # device features cross no wire: stored precision
                 job = dataclasses.replace(job, feature_wire_dtype="")
         gatherer = Gatherer(
-            self.partitions, cache, job.feature_name, job.label_name, self.max_ids_per_request, sink, on_device, self._buffers,
+            self.partitions,
+            cache,
+            job.feature_name,
+            job.label_name,
+            self.max_ids_per_request,
+            sink,
+            on_device,
+            self._buffers,
             self._pack_tier(job, epoch),
-        )  # fmt: skip
-        work = StreamWork(self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight))
+        )
+        work = StreamWork(
+            self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight)
+        )
         log.info(
-            "stream job=%s rank=%d/%d epoch=%d steps [%d, %d)", job.job_id, job.rank, job.world_size, epoch, start_step, plan.num_steps
+            "stream job=%s rank=%d/%d epoch=%d steps [%d, %d)",
+            job.job_id,
+            job.rank,
+            job.world_size,
+            epoch,
+            start_step,
+            plan.num_steps,
         )
         stream = MinibatchStream(work, self.on_minibatch)
         self._streams.add(stream)
@@ -202,9 +228,15 @@ class Loader:
         if self.pack_root is None:
             return None
         return open_pack_tier(
-            self.pack_root, self.partitions.info, job, epoch, self.pack_stats,
-            lookahead_steps=self.lookahead_steps, threads=self.pack_read_threads, direct=self.pack_direct_io,
-        )  # fmt: skip
+            self.pack_root,
+            self.partitions.info,
+            job,
+            epoch,
+            self.pack_stats,
+            lookahead_steps=self.lookahead_steps,
+            threads=self.pack_read_threads,
+            direct=self.pack_direct_io,
+        )
 
     def warm_cache(self, feature_name: str) -> None:
         """Fills ``feature_name``'s cache now (as its first stream would at its first
@@ -240,7 +272,8 @@ class Loader:
         return sum(1 for s in list(self._streams) if not s.closed)
 
     def close(self) -> None:
-        """Stops every stream, the sampling pool and background prefetches (partitions and sampler stay open: the caller owns them)."""
+        """Stops every stream, the sampling pool and background prefetches (partitions and sampler
+        stay open: the caller owns them)."""
         for s in list(self._streams):
             s.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

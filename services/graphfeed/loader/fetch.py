@@ -44,16 +44,23 @@ class RowsRequest:
     """
 
     def __init__(
-        self, partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-        out: np.ndarray | None = None, at: np.ndarray | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        partitions: PartitionSet,
+        name: str,
+        ids: np.ndarray,
+        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        out: np.ndarray | None = None,
+        at: np.ndarray | None = None,
+    ) -> None:
         spec = partitions.info.node_data[name]
         self.row_shape, self.dtype = tuple(spec.row_shape), np.dtype(spec.dtype)
         self._out, self._at = out, at
         self._dest: np.ndarray | None = None  # where the owners' answers are written as they arrive
         if isinstance(partitions, ReadsNodeDataInto):
             dest = self._dest = np.empty((len(ids), *self.row_shape), dtype=self.dtype) if out is None else out
-            into = lambda p, chunk, pos: partitions.read_node_data_into(p, name, chunk, dest, pos if at is None else at[pos])  # noqa: E731
+            into = lambda p, chunk, pos: partitions.read_node_data_into(  # noqa: E731
+                p, name, chunk, dest, pos if at is None else at[pos]
+            )
             self._pending = fan_out(partitions, ids, into, max_ids_per_request, with_positions=True)
         else:
             call = lambda p, chunk: partitions.get_node_data(p, name, chunk)  # noqa: E731
@@ -83,9 +90,13 @@ class RowsRequest:
 
 
 def fetch_rows(
-    partitions: PartitionSet, name: str, ids: np.ndarray, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-    out: np.ndarray | None = None, at: np.ndarray | None = None,
-) -> tuple[np.ndarray, dict[int, int]]:  # fmt: skip
+    partitions: PartitionSet,
+    name: str,
+    ids: np.ndarray,
+    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    out: np.ndarray | None = None,
+    at: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[int, int]]:
     """Fetches the rows of node-data ``name`` for ``ids`` from their owners into ``out[at]``
     (default: a new array in ids order) and waits for them: ``(out, bytes received per
     partition)``. See :class:`RowsRequest`."""

@@ -112,7 +112,11 @@ class HostBuffer(FeatureBuffer):
     segment."""
 
     def __init__(
-        self, row_shape: Sequence[int], dtype: np.dtype | type, sink: ShmSink | None = None, pool: BufferPool | None = None
+        self,
+        row_shape: Sequence[int],
+        dtype: np.dtype | type,
+        sink: ShmSink | None = None,
+        pool: BufferPool | None = None,
     ) -> None:
         self._row_shape, self._dtype, self._sink, self._pool = tuple(row_shape), np.dtype(dtype), sink, pool
         empty: np.ndarray = np.empty(0)
@@ -217,7 +221,11 @@ class Gatherer:
         ids = np.asarray(sb.input_nodes, dtype=np.int64)
         buf = self._buffer()
         miss_pos = buf.look_up(self.cache, stream, step, ids)
-        labels_req = RowsRequest(self.partitions, self.label_name, sb.output_nodes, self.max_ids_per_request) if self.label_name else None
+        labels_req = (
+            RowsRequest(self.partitions, self.label_name, sb.output_nodes, self.max_ids_per_request)
+            if self.label_name
+            else None
+        )
         try:  # the labels are in flight while the features are fetched
             rows, at = buf.open()
             packed, got = self._fetch_misses(step, ids[miss_pos], rows, at, buf.segment)
@@ -233,7 +241,9 @@ class Gatherer:
                 policy.admit(ids[miss_pos], buf.missed_rows())
         stats = _stats(len(ids), len(miss_pos), packed, got, got_labels, sample_s, t0)
         seg = buf.segment
-        return Gathered(features, labels, stats, seg.name if seg is not None else None, seg is not None and seg.recycle, buf.refused)
+        return Gathered(
+            features, labels, stats, seg.name if seg is not None else None, seg is not None and seg.recycle, buf.refused
+        )
 
     def _buffer(self) -> FeatureBuffer:
         spec = self.partitions.info.node_data[self.feature_name]
@@ -257,24 +267,40 @@ class Gatherer:
                 miss_ids, at = miss_ids[~found], at[~found]
         return packed, self._fetch_remote(miss_ids, rows, at, segment)
 
-    def _fetch_remote(self, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None) -> dict[int, int]:
+    def _fetch_remote(
+        self, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None
+    ) -> dict[int, int]:
         """Fills ``rows[at]`` with the rows of ``miss_ids`` from their owners; bytes per partition."""
         parts, sink = self.partitions, self.sink
-        if segment is not None and sink is not None and sink.direct and len(miss_ids) and isinstance(parts, ScattersNodeData):
+        if (
+            segment is not None
+            and sink is not None
+            and sink.direct
+            and len(miss_ids)
+            and isinstance(parts, ScattersNodeData)
+        ):
             got = self._scatter(parts, sink, miss_ids, rows, at, segment)
             if got is not None:
                 return got
         return fetch_rows(parts, self.feature_name, miss_ids, self.max_ids_per_request, rows, at)[1]
 
     def _scatter(
-        self, parts: ScattersNodeData, sink: ShmSink, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment
+        self,
+        parts: ScattersNodeData,
+        sink: ShmSink,
+        miss_ids: np.ndarray,
+        rows: np.ndarray,
+        at: np.ndarray,
+        segment: Segment,
     ) -> dict[int, int] | None:
         """Has the owners write ``rows[at]`` into ``segment``; bytes per partition, or None where
         an owner cannot (the caller fetches the rows then)."""
         row_bytes = rows.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
 
         def call(p: int, chunk: np.ndarray, pos: np.ndarray) -> Future | None:
-            return parts.scatter_node_data(p, self.feature_name, chunk, NodeDataTarget(segment.name, 0, len(rows), at[pos]))
+            return parts.scatter_node_data(
+                p, self.feature_name, chunk, NodeDataTarget(segment.name, 0, len(rows), at[pos])
+            )
 
         pending = fan_out(self.partitions, miss_ids, call, self.max_ids_per_request, with_positions=True)
         try:
@@ -292,7 +318,9 @@ class Gatherer:
         return None
 
 
-def _stats(n: int, misses: int, packed: int, got: dict[int, int], got_labels: dict[int, int], sample_s: float, t0: float) -> MinibatchStats:
+def _stats(
+    n: int, misses: int, packed: int, got: dict[int, int], got_labels: dict[int, int], sample_s: float, t0: float
+) -> MinibatchStats:
     by_part = {p: got.get(p, 0) + got_labels.get(p, 0) for p in sorted(set(got) | set(got_labels))}
     return MinibatchStats(
         cache_hits=n - misses,

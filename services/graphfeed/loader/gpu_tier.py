@@ -37,7 +37,15 @@ from graphfeed.gpu_kernels import kernels
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
 from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, AccessKey, CachePolicy, DeviceCachePolicy, Rows, in_degrees, top_by_degree
+from graphfeed.loader.cache import (
+    DEFAULT_MAX_IDS_PER_REQUEST,
+    AccessKey,
+    CachePolicy,
+    DeviceCachePolicy,
+    Rows,
+    in_degrees,
+    top_by_degree,
+)
 from graphfeed.loader.fetch import Prefetcher, fetch_rows
 from graphfeed.loader.tiers import CacheTier, SlotTier
 
@@ -58,8 +66,15 @@ class GpuTier(SlotTier):
 
     name = "gpu"
 
-    def __init__(self, capacity_bytes: int, row_shape: Sequence[int], dtype: np.dtype | type, num_nodes: int,
-                 *, backend: Backend | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        capacity_bytes: int,
+        row_shape: Sequence[int],
+        dtype: np.dtype | type,
+        num_nodes: int,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
         self.backend = backend or cuda_backend()
         xp = self.backend.xp
         self.row_shape = tuple(int(d) for d in row_shape)
@@ -68,7 +83,9 @@ class GpuTier(SlotTier):
         if self.num_nodes >= 2**31:
             raise InvalidArgument(f"the GPU tier's int32 slot table needs < 2**31 nodes, got {self.num_nodes}")
         self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
-        self.capacity_rows = int(min(max(int(capacity_bytes), 0) // self.row_bytes, self.num_nodes)) if self.row_bytes else 0
+        self.capacity_rows = (
+            int(min(max(int(capacity_bytes), 0) // self.row_bytes, self.num_nodes)) if self.row_bytes else 0
+        )
         self.rows = xp.empty((self.capacity_rows, *self.row_shape), dtype=self.dtype)
         self.slot_of = xp.full(self.num_nodes, -1, dtype=xp.int32)
         self._slot_host = np.full(self.num_nodes, -1, dtype=np.int32)
@@ -93,7 +110,9 @@ class GpuTier(SlotTier):
         interface; this tier is filled at warm-up and does not count prefetches)."""
         ids, slots = self._take_slots(ids)
         xp = self.backend.xp
-        self.rows[xp.asarray(slots)] = xp.asarray(np.asarray(rows, dtype=self.dtype).reshape((len(ids), *self.row_shape)))
+        self.rows[xp.asarray(slots)] = xp.asarray(
+            np.asarray(rows, dtype=self.dtype).reshape((len(ids), *self.row_shape))
+        )
         self.slot_of[xp.asarray(ids)] = xp.asarray(slots.astype(np.int32))
         self._slot_host[ids] = slots
         return slots
@@ -121,8 +140,14 @@ class GpuTieredCache(DeviceCachePolicy):
             :meth:`lookup_device` reads host hits zero-copy.
     """
 
-    def __init__(self, inner: CachePolicy, gpu: GpuTier, *, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-                 pin_host: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        inner: CachePolicy,
+        gpu: GpuTier,
+        *,
+        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        pin_host: bool = True,
+    ) -> None:
         super().__init__(inner.tier)
         self.inner, self.gpu, self.backend = inner, gpu, gpu.backend
         self.name = f"gpu+{inner.name}"
@@ -139,7 +164,12 @@ class GpuTieredCache(DeviceCachePolicy):
         hits on the CPU)."""
         tier = self.inner.tier
         rows, slot_of = tier.slab
-        if not len(rows) or slot_of.dtype != np.int32 or slot_of.shape != (self.gpu.num_nodes,) or rows.shape[1:] != self.gpu.row_shape:
+        if (
+            not len(rows)
+            or slot_of.dtype != np.int32
+            or slot_of.shape != (self.gpu.num_nodes,)
+            or rows.shape[1:] != self.gpu.row_shape
+        ):
             return None, None
         host_rows, dev_rows = self.backend.mapped_empty(rows.shape, rows.dtype)
         host_slot_of, dev_slot_of = self.backend.mapped_empty(slot_of.shape, slot_of.dtype)
@@ -210,8 +240,9 @@ class GpuTieredCache(DeviceCachePolicy):
         """
         ids = np.asarray(ids, dtype=np.int64)
         xp, n = self.backend.xp, len(ids)
-        out, where = kernels.cache_gather(ids, self.gpu.slot_of, self.gpu.rows, self._host_rows, self._host_slot_of,
-                                          backend=self.backend)  # fmt: skip
+        out, where = kernels.cache_gather(
+            ids, self.gpu.slot_of, self.gpu.rows, self._host_rows, self._host_slot_of, backend=self.backend
+        )
         where = self.backend.to_host(where)
         n_gpu = int(np.count_nonzero(where == 0))
         self.gpu.hits += n_gpu
@@ -254,7 +285,9 @@ def with_gpu_tier(
         return policy
     if backend is None:
         if not gpu_available():
-            log.warning("gpu_cache_bytes=%d but no usable GPU (%s): host cache only", gpu_cache_bytes, unavailable_reason())
+            log.warning(
+                "gpu_cache_bytes=%d but no usable GPU (%s): host cache only", gpu_cache_bytes, unavailable_reason()
+            )
             return policy
         backend = cuda_backend()
     t = policy.tier

@@ -65,7 +65,8 @@ class JobSpec:
             raise InvalidArgument("feature_name must not be empty")
         if self.feature_wire_dtype not in ("", *FEATURE_WIRE_DTYPES):
             raise InvalidArgument(
-                f"feature_wire_dtype must be '' (the stored dtype), 'float16' or 'bfloat16', got {self.feature_wire_dtype!r}"
+                "feature_wire_dtype must be '' (the stored dtype), 'float16' or 'bfloat16', "
+                f"got {self.feature_wire_dtype!r}"
             )
 
     def _check_fanouts(self) -> None:

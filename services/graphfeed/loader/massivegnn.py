@@ -32,7 +32,15 @@ import numpy as np
 
 from graphfeed.common.seeds import rng
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, AccessKey, CacheOptions, CachePolicy, Rows, in_degrees, top_by_degree
+from graphfeed.loader.cache import (
+    DEFAULT_MAX_IDS_PER_REQUEST,
+    AccessKey,
+    CacheOptions,
+    CachePolicy,
+    Rows,
+    in_degrees,
+    top_by_degree,
+)
 from graphfeed.loader.tiers import HostTier
 
 
@@ -48,7 +56,9 @@ class MassiveGnnCache(CachePolicy):
     name = "massivegnn"
     admits = False  # demand misses never enter (see admit): the loader need not hand their rows over
 
-    def __init__(self, tier: HostTier, options: CacheOptions, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> None:
+    def __init__(
+        self, tier: HostTier, options: CacheOptions, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
+    ) -> None:
         super().__init__(tier)
         self.options = options
         self.max_ids_per_request = max_ids_per_request

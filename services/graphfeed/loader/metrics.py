@@ -37,9 +37,18 @@ _TIER_COUNTERS = (
 
 _PACK_COUNTERS = (
     ("graphfeed_loader_pack_read_bytes", "Bytes read from pack files (packed minibatch features on disk)."),
-    ("graphfeed_loader_pack_fallbacks", "Pack files that failed their checksums or length: their rows came from the graph-stores."),
-    ("graphfeed_loader_pack_refused", "Pack directories refused at stream start (written for another graph, job or epoch)."),
-    ("graphfeed_loader_pack_read_seconds", "Time spent reading and checking pack files (off the minibatch path when read ahead)."),
+    (
+        "graphfeed_loader_pack_fallbacks",
+        "Pack files that failed their checksums or length: their rows came from the graph-stores.",
+    ),
+    (
+        "graphfeed_loader_pack_refused",
+        "Pack directories refused at stream start (written for another graph, job or epoch).",
+    ),
+    (
+        "graphfeed_loader_pack_read_seconds",
+        "Time spent reading and checking pack files (off the minibatch path when read ahead).",
+    ),
 )
 
 
@@ -67,7 +76,9 @@ class _StateCollector:
         src = self.source
         if src is None:
             return iter(self.describe())
-        return self._families(src.cache_stats(), src.queue_depth(), src.open_streams(), getattr(src, "pack_stats", None))
+        return self._families(
+            src.cache_stats(), src.queue_depth(), src.open_streams(), getattr(src, "pack_stats", None)
+        )
 
     @staticmethod
     def _families(tiers: list[TierStats], depth: int, streams: int, packs: PackStats | None = None) -> Iterator[Metric]:
@@ -76,19 +87,27 @@ class _StateCollector:
             for t in tiers:
                 fam.add_metric([t.tier], getattr(t, what))
             yield fam
-        size = GaugeMetricFamily("graphfeed_loader_cache_bytes", "Bytes of feature rows held in the cache, by tier.", labels=["tier"])
+        size = GaugeMetricFamily(
+            "graphfeed_loader_cache_bytes", "Bytes of feature rows held in the cache, by tier.", labels=["tier"]
+        )
         for t in tiers:
             size.add_metric([t.tier], t.nbytes)
         yield size
         cap = GaugeMetricFamily(
-            "graphfeed_loader_cache_capacity_bytes", "Bytes of feature rows the cache can hold, by tier.", labels=["tier"]
+            "graphfeed_loader_cache_capacity_bytes",
+            "Bytes of feature rows the cache can hold, by tier.",
+            labels=["tier"],
         )
         for t in tiers:
             cap.add_metric([t.tier], t.capacity_bytes)
         yield cap
-        yield GaugeMetricFamily("graphfeed_loader_queue_depth", "Ready minibatches waiting for their trainer, all streams.", value=depth)
+        yield GaugeMetricFamily(
+            "graphfeed_loader_queue_depth", "Ready minibatches waiting for their trainer, all streams.", value=depth
+        )
         # The GraphfeedLoaderStreamStalled alert: streams open while no minibatch flows.
-        yield GaugeMetricFamily("graphfeed_loader_open_streams", "StreamMinibatches streams in progress.", value=streams)
+        yield GaugeMetricFamily(
+            "graphfeed_loader_open_streams", "StreamMinibatches streams in progress.", value=streams
+        )
         yield from _pack_families(packs or PackStats())
 
 
@@ -116,26 +135,35 @@ class LoaderMetrics:
         state = _StateCollector()
         registry.register(state)
         return cls(
-            minibatches=Counter("graphfeed_loader_minibatches_total", "Minibatches streamed to trainers.", registry=registry),
+            minibatches=Counter(
+                "graphfeed_loader_minibatches_total", "Minibatches streamed to trainers.", registry=registry
+            ),
             sampled_edges=Counter(
-                "graphfeed_loader_sampled_edges_total", "Edges in the blocks of streamed minibatches.", registry=registry
+                "graphfeed_loader_sampled_edges_total",
+                "Edges in the blocks of streamed minibatches.",
+                registry=registry,
             ),
             sample_latency=Histogram(
-                "graphfeed_loader_sample_latency_seconds", "Sampler round trip of one minibatch.",
-                buckets=LATENCY_BUCKETS, registry=registry,
+                "graphfeed_loader_sample_latency_seconds",
+                "Sampler round trip of one minibatch.",
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
             ),
             gather_latency=Histogram(
-                "graphfeed_loader_gather_latency_seconds", "Cache lookup plus remote fetch of one minibatch's features and labels.",
-                buckets=LATENCY_BUCKETS, registry=registry,
+                "graphfeed_loader_gather_latency_seconds",
+                "Cache lookup plus remote fetch of one minibatch's features and labels.",
+                buckets=LATENCY_BUCKETS,
+                registry=registry,
             ),
             remote_feature_bytes=Counter(
                 "graphfeed_loader_remote_feature_bytes_total",
                 "Node-data bytes (features and labels) received for minibatches, by partition "
                 "(prefetches: graphfeed_loader_prefetch_bytes_total).",
-                ("partition",), registry=registry,
+                ("partition",),
+                registry=registry,
             ),
             _state=state,
-        )  # fmt: skip
+        )
 
     def watch(self, loader: LoaderState) -> None:
         """Exports ``loader``'s cache counters and queue depth from now on."""

@@ -89,9 +89,17 @@ class PackedJob:
     def of(cls, job: JobSpec) -> PackedJob:
         """The fields of ``job`` that packing depends on (not its id, labels or wire dtype)."""
         return cls(
-            job.job_seed, job.split, job.batch_size, tuple(job.fanouts), job.replace, job.shuffle,
-            job.drop_last, job.rank, job.world_size, job.feature_name,
-        )  # fmt: skip
+            job.job_seed,
+            job.split,
+            job.batch_size,
+            tuple(job.fanouts),
+            job.replace,
+            job.shuffle,
+            job.drop_last,
+            job.rank,
+            job.world_size,
+            job.feature_name,
+        )
 
 
 def job_key(job: JobSpec, epoch: int) -> str:
@@ -168,7 +176,9 @@ class PackManifest:
             for name, value in asdict(have).items():
                 asked = getattr(want, name)
                 if (tuple(value) if isinstance(value, list) else value) != asked:
-                    raise PackMismatch(f"the packs were written for another {what}: {name} is {value!r} there, {asked!r} here")
+                    raise PackMismatch(
+                        f"the packs were written for another {what}: {name} is {value!r} there, {asked!r} here"
+                    )
             raise PackMismatch(f"the packs were written for another {what}")
 
     def to_json(self) -> str:

@@ -60,9 +60,14 @@ class PackReader:
     """
 
     def __init__(
-        self, pack_dir: Path, manifest: PackManifest, *, threads: int = 4, direct: bool = False,
+        self,
+        pack_dir: Path,
+        manifest: PackManifest,
+        *,
+        threads: int = 4,
+        direct: bool = False,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.pack_dir = Path(pack_dir)
         self.manifest = manifest
         self.direct = direct

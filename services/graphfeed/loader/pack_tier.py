@@ -94,7 +94,9 @@ class PackTier:
         try:
             return self.reader.read_pack(index)
         except (PackCorrupt, OSError) as exc:
-            log.warning("pack %s of %s is unusable, its steps read the graph-stores: %s", index, self.reader.pack_dir, exc)
+            log.warning(
+                "pack %s of %s is unusable, its steps read the graph-stores: %s", index, self.reader.pack_dir, exc
+            )
             with self.stats.lock:
                 self.stats.fallbacks += 1
             raise PackCorrupt(str(exc)) from exc
@@ -113,13 +115,23 @@ class PackTier:
 
 
 def open_pack_tier(
-    root: Path, info: PartitionInfo, job: JobSpec, epoch: int, stats: PackStats, *, lookahead_steps: int, threads: int, direct: bool
+    root: Path,
+    info: PartitionInfo,
+    job: JobSpec,
+    epoch: int,
+    stats: PackStats,
+    *,
+    lookahead_steps: int,
+    threads: int,
+    direct: bool,
 ) -> PackTier | None:
     """The pack tier of ``job``'s ``epoch`` when ``root`` has usable packs for it; else None
     (none written: silently; refused, e.g. another graph version: with a warning, counted)."""
     pack_dir = Path(root) / job_key(job, epoch)
     if not (pack_dir / MANIFEST).exists():
-        log.info("no packs for job=%s rank=%d epoch=%d under %s: reading the graph-stores", job.job_id, job.rank, epoch, root)
+        log.info(
+            "no packs for job=%s rank=%d epoch=%d under %s: reading the graph-stores", job.job_id, job.rank, epoch, root
+        )
         return None
     try:
         reader = PackReader.open(pack_dir, GraphIdentity.of(info), job, epoch, threads=threads, direct=direct)

@@ -109,9 +109,15 @@ class EpochPlan:
         """The plan of ``job``'s rank for ``epoch`` over the split's gids ``split``: what the
         loader streams and ``graphfeed pack`` packs (one place, so both plan alike)."""
         return cls.build(
-            split, job_seed=job.job_seed, epoch=epoch, rank=job.rank, world_size=job.world_size,
-            batch_size=job.batch_size, shuffle=job.shuffle, drop_last=job.drop_last,
-        )  # fmt: skip
+            split,
+            job_seed=job.job_seed,
+            epoch=epoch,
+            rank=job.rank,
+            world_size=job.world_size,
+            batch_size=job.batch_size,
+            shuffle=job.shuffle,
+            drop_last=job.drop_last,
+        )
 
     @property
     def num_steps(self) -> int:

@@ -27,7 +27,8 @@ def make_cache(
     max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
     options: CacheOptions | None = None,
 ) -> CachePolicy:
-    """A cache of ``policy`` (one of :data:`~graphfeed.loader.cache_options.POLICIES`) over a host tier of ``capacity_bytes``.
+    """A cache of ``policy`` (one of :data:`~graphfeed.loader.cache_options.POLICIES`) over a host
+    tier of ``capacity_bytes``.
 
     Raises:
         InvalidArgument: unknown policy or bad options.

@@ -31,14 +31,18 @@ def close_all(loader: Loader) -> None:
     loader.close()
     sampler = loader.sampler
     if not isinstance(sampler, SamplerClient):
-        raise TypeError(f"close_all() closes a loader built by serve(), over a SamplerClient, not over a {type(sampler).__name__}")
+        raise TypeError(
+            f"close_all() closes a loader built by serve(), over a SamplerClient, not over a {type(sampler).__name__}"
+        )
     sampler.close()
     loader.partitions.close()
 
 
 def _connect(settings: LoaderSettings, metrics: LoaderMetrics) -> Loader:
     """A loader over the graph-stores and the sampler; PeerNotReady while one of them is not SERVING."""
-    partitions = connect_partitions(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir)
+    partitions = connect_partitions(
+        settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir
+    )
     try:
         check_serving(settings.sampler_address, f"sampler {settings.sampler_address}", timeout_s=5.0)
         sampler = SamplerClient(settings.sampler_address, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir)
@@ -47,20 +51,33 @@ def _connect(settings: LoaderSettings, metrics: LoaderMetrics) -> Loader:
         raise
     try:
         loader = Loader(
-            partitions, sampler, cache_policy=settings.cache_policy, cache_bytes=settings.cache_bytes,
-            cache_options=settings.cache_options(), gpu_cache_bytes=settings.gpu_cache_bytes,
-            lookahead_steps=settings.lookahead_steps, max_inflight=settings.max_inflight,
-            sample_workers=settings.sample_workers, on_minibatch=metrics.record_minibatch,
+            partitions,
+            sampler,
+            cache_policy=settings.cache_policy,
+            cache_bytes=settings.cache_bytes,
+            cache_options=settings.cache_options(),
+            gpu_cache_bytes=settings.gpu_cache_bytes,
+            lookahead_steps=settings.lookahead_steps,
+            max_inflight=settings.max_inflight,
+            sample_workers=settings.sample_workers,
+            on_minibatch=metrics.record_minibatch,
             pack_root=Path(settings.pack_root) if settings.pack_root else None,
-            pack_read_threads=settings.pack_read_threads, pack_direct_io=settings.pack_direct_io,
-        )  # fmt: skip
+            pack_read_threads=settings.pack_read_threads,
+            pack_direct_io=settings.pack_direct_io,
+        )
     except BaseException:
         sampler.close()
         partitions.close()
         raise
     metrics.watch(loader)
-    log.info("loader connected: %d partitions (graph version %s), sampler %s, cache %s %d bytes", partitions.num_partitions,
-             partitions.info.graph_version or "(none)", settings.sampler_address, settings.cache_policy, settings.cache_bytes)  # fmt: skip
+    log.info(
+        "loader connected: %d partitions (graph version %s), sampler %s, cache %s %d bytes",
+        partitions.num_partitions,
+        partitions.info.graph_version or "(none)",
+        settings.sampler_address,
+        settings.cache_policy,
+        settings.cache_bytes,
+    )
     return loader
 
 
@@ -69,7 +86,9 @@ def _graph_changed(loader: Loader) -> str | None:
     return graph_changed(partitions) if isinstance(partitions, RemotePartitionSet) else None
 
 
-def start(settings: LoaderSettings, registry: CollectorRegistry | None = None) -> tuple[RunningServer, PeerGate[Loader]]:
+def start(
+    settings: LoaderSettings, registry: CollectorRegistry | None = None
+) -> tuple[RunningServer, PeerGate[Loader]]:
     """Starts the gRPC server (and /metrics unless ``metrics_port == -1``, health unless
     ``health_port == -1``) at once, NOT_SERVING; connects to the graph-stores and the sampler in
     the background (SERVING once every graph-store answers and the sampler is SERVING) and
@@ -81,13 +100,19 @@ def start(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
     """
     registry = CollectorRegistry() if registry is None else registry
     metrics = LoaderMetrics.create(registry)
-    transport = ServerTransport(settings.shm_dir, "LoaderService", registry, client_quota_bytes=settings.shm_client_quota_bytes)
+    transport = ServerTransport(
+        settings.shm_dir, "LoaderService", registry, client_quota_bytes=settings.shm_client_quota_bytes
+    )
     running: RunningServer | None = None
     gate = PeerGate(
-        "loader", lambda: _connect(settings, metrics), on_serving=lambda ok: running.set_serving(ok) if running else None,
-        check=_graph_changed, release=close_all,
-        check_interval_s=settings.peer_check_interval_s, max_backoff_s=settings.peer_backoff_max_s,
-    )  # fmt: skip
+        "loader",
+        lambda: _connect(settings, metrics),
+        on_serving=lambda ok: running.set_serving(ok) if running else None,
+        check=_graph_changed,
+        release=close_all,
+        check_interval_s=settings.peer_check_interval_s,
+        max_backoff_s=settings.peer_backoff_max_s,
+    )
     slots = StreamSlots(max_streams(settings.max_workers), settings.max_streams_per_client)
     servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, transport, slots=slots))
     running = start_service_server(
@@ -99,7 +124,9 @@ def start(settings: LoaderSettings, registry: CollectorRegistry | None = None) -
     )
     running.on_stop.append(gate.close)
     gate.start()
-    log.info("loader listening on %s, waiting for the graph-stores and sampler %s", running.address, settings.sampler_address)
+    log.info(
+        "loader listening on %s, waiting for the graph-stores and sampler %s", running.address, settings.sampler_address
+    )
     return running, gate
 
 

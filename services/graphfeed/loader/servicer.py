@@ -104,10 +104,14 @@ class StreamSlots:
         with self._lock:
             mine, everyone = self._open.get(client, 0), sum(self._open.values())
             if mine >= self.per_client:
-                raise ResourceExhausted(f"this client already has {mine} minibatch streams open (max_streams_per_client)")
+                raise ResourceExhausted(
+                    f"this client already has {mine} minibatch streams open (max_streams_per_client)"
+                )
             if everyone >= self.total:
-                raise ResourceExhausted(f"the loader has {everyone} minibatch streams open, its most: add loader "
-                                        "replicas or raise max_workers")  # fmt: skip
+                raise ResourceExhausted(
+                    f"the loader has {everyone} minibatch streams open, its most: add loader "
+                    "replicas or raise max_workers"
+                )
             self._open[client] = mine + 1
         try:
             yield
@@ -122,9 +126,12 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
     """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core."""
 
     def __init__(
-        self, loader: Loader, transport: ServerTransport | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        self,
+        loader: Loader,
+        transport: ServerTransport | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         slots: StreamSlots | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._loader = loader
         self._transport = transport or ServerTransport(None)
         self._chunk_bytes = chunk_bytes  # bulk bytes per stream message without shared memory
@@ -133,8 +140,13 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
     def DescribeJob(self, request: pb.DescribeJobRequest, context: grpc.ServicerContext) -> pb.DescribeJobResponse:
         return info_to_proto(self._loader.describe(job_from_proto(request.job)))
 
-    def StreamMinibatches(self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Minibatch | Outgoing]:
-        with self._transport.stream(context, "StreamMinibatches") as call, self._slots.hold(call.client or context.peer()):
+    def StreamMinibatches(
+        self, request: pb.StreamMinibatchesRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.Minibatch | Outgoing]:
+        with (
+            self._transport.stream(context, "StreamMinibatches") as call,
+            self._slots.hold(call.client or context.peer()),
+        ):
             stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, shm_sink(call))
             context.add_callback(stream.close)  # a cancelled RPC stops the producer
             pressure = Backpressure(context, self._loader.max_inflight)  # sent through shared memory, not yet claimed

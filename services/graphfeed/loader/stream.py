@@ -131,7 +131,17 @@ def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: f
     features = to_wire(g.features, w.job.feature_wire_dtype)
     segment = g.segment if features is g.features else None  # a converted copy lies in no segment
     return ReadyMinibatch(
-        w.job.job_seed, w.plan.epoch, step, w.plan.num_steps, sb, features, g.labels, g.stats, segment, g.recycle, g.refused
+        w.job.job_seed,
+        w.plan.epoch,
+        step,
+        w.plan.num_steps,
+        sb,
+        features,
+        g.labels,
+        g.stats,
+        segment,
+        g.recycle,
+        g.refused,
     )
 
 

@@ -1,9 +1,10 @@
 """Cache tiers: where cached feature rows live. A tier stores and counts; a policy decides.
 
 :class:`CacheTier` is the interface (lookup, contains, insert, evict, bytes, counters) the GPU
-tier (:mod:`graphfeed.loader.gpu_tier`) implements too; :class:`HostTier` keeps rows in a preallocated host-memory slab with a
-direct-mapped gid -> slot array, so looking up a whole minibatch is two fancy-indexing
-operations and nothing on the hot path loops over nodes in Python.
+tier (:mod:`graphfeed.loader.gpu_tier`) implements too; :class:`HostTier` keeps rows in a
+preallocated host-memory slab with a direct-mapped gid -> slot array, so looking up a whole
+minibatch is two fancy-indexing operations and nothing on the hot path loops over nodes in
+Python.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class TierStats:
 
     def __add__(self, other: TierStats) -> TierStats:
         """Field-wise sum (caches of several feature names on the same tier)."""
-        return replace(self, **{k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__ if k != "tier"})
+        return replace(
+            self, **{k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__ if k != "tier"}
+        )
 
 
 class CacheTier(ABC):
@@ -86,9 +89,18 @@ class CacheTier(ABC):
 
     def stats(self) -> TierStats:
         return TierStats(
-            self.name, self.hits, self.misses, self.inserts, self.evictions, self.nbytes, self.capacity_bytes,
-            self.prefetch_issued, self.prefetch_used, self.prefetch_failed, self.prefetch_bytes,
-        )  # fmt: skip
+            self.name,
+            self.hits,
+            self.misses,
+            self.inserts,
+            self.evictions,
+            self.nbytes,
+            self.capacity_bytes,
+            self.prefetch_issued,
+            self.prefetch_used,
+            self.prefetch_failed,
+            self.prefetch_bytes,
+        )
 
 
 class SlotTier(CacheTier):
@@ -222,7 +234,9 @@ class HostTier(SlotTier):
         """
         for new, old in ((rows, self._rows), (slot_of, self._slot_of)):
             if new.shape != old.shape or new.dtype != old.dtype:
-                raise ValueError(f"cannot move a {old.dtype}{list(old.shape)} array into a {new.dtype}{list(new.shape)} one")
+                raise ValueError(
+                    f"cannot move a {old.dtype}{list(old.shape)} array into a {new.dtype}{list(new.shape)} one"
+                )
         rows[...] = self._rows
         slot_of[...] = self._slot_of
         self._rows, self._slot_of = rows, slot_of

@@ -23,8 +23,12 @@ from graphfeed.pack.writer import PackOptions, pack_epoch
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``pack`` to the ``graphfeed`` command."""
-    p = sub.add_parser("pack", help="offline sampling: write packed minibatch features of a job's epochs", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "pack",
+        help="offline sampling: write packed minibatch features of a job's epochs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", type=Path, help="partition root (opened in this process)")
     src.add_argument("--graph-stores", help="host:port of every graph-store, comma-separated")
@@ -34,7 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="train")
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--fanouts", required=True, help="comma-separated, input layer first (DGL order)")
-    p.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True, help="as the trainer's data loaders (default on)")
+    p.add_argument(
+        "--shuffle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="as the trainer's data loaders (default on)",
+    )
     for flag in ("--replace", "--drop-last"):
         p.add_argument(flag, action="store_true")
     p.add_argument("--rank", type=int, default=0)
@@ -43,9 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = PackOptions()
     p.add_argument("--steps-per-pack", type=int, default=d.steps_per_pack, help=f"default {d.steps_per_pack}")
     p.add_argument("--max-pack-bytes", type=int, default=d.max_pack_bytes, help=f"default {d.max_pack_bytes}")
-    p.add_argument("--resident", choices=("reuse", "degree"), default=d.resident,
-                   help="which rows stay out of the packs: most reused (default), or highest in-degree (static_degree)")  # fmt: skip
-    p.add_argument("--resident-bytes", type=int, default=0, help="bytes of rows left to the memory tiers (the loader's cache_bytes)")
+    p.add_argument(
+        "--resident",
+        choices=("reuse", "degree"),
+        default=d.resident,
+        help="which rows stay out of the packs: most reused (default), or highest in-degree (static_degree)",
+    )
+    p.add_argument(
+        "--resident-bytes",
+        type=int,
+        default=0,
+        help="bytes of rows left to the memory tiers (the loader's cache_bytes)",
+    )
     p.add_argument("--sample-workers", type=int, default=d.sample_workers)
     p.set_defaults(func=run)
 
@@ -68,11 +86,20 @@ def run(args: argparse.Namespace) -> int:
     start, _, end = args.epochs.partition(":")
     epochs = range(int(start), int(end) if end else int(start) + 1)
     job = JobSpec(
-        job_seed=args.job_seed, split=args.split, batch_size=args.batch_size,
-        fanouts=tuple(int(f) for f in args.fanouts.split(",")), replace=args.replace, shuffle=args.shuffle,
-        drop_last=args.drop_last, rank=args.rank, world_size=args.world_size, feature_name=args.feature_name,
-    )  # fmt: skip
-    opts = PackOptions(args.steps_per_pack, args.max_pack_bytes, args.resident, args.resident_bytes, args.sample_workers)
+        job_seed=args.job_seed,
+        split=args.split,
+        batch_size=args.batch_size,
+        fanouts=tuple(int(f) for f in args.fanouts.split(",")),
+        replace=args.replace,
+        shuffle=args.shuffle,
+        drop_last=args.drop_last,
+        rank=args.rank,
+        world_size=args.world_size,
+        feature_name=args.feature_name,
+    )
+    opts = PackOptions(
+        args.steps_per_pack, args.max_pack_bytes, args.resident, args.resident_bytes, args.sample_workers
+    )
     partitions = open_partitions(args)
     try:
         for epoch in epochs:

@@ -53,7 +53,18 @@ def sample_steps(
                 while next_step < plan.num_steps and len(pending) < max(1, window):
                     seeds = plan.seeds(next_step)
                     pending.append(
-                        (next_step, pool.submit(sampler.sample, seeds, list(job.fanouts), job.replace, job.job_seed, plan.epoch, next_step))
+                        (
+                            next_step,
+                            pool.submit(
+                                sampler.sample,
+                                seeds,
+                                list(job.fanouts),
+                                job.replace,
+                                job.job_seed,
+                                plan.epoch,
+                                next_step,
+                            ),
+                        )
                     )
                     next_step += 1
                 step, fut = pending.popleft()
@@ -63,7 +74,9 @@ def sample_steps(
                 fut.cancel()
 
 
-def sample_epoch(partitions: PartitionSet, sampler: BlockSampler, job: JobSpec, epoch: int, workers: int = 2) -> SampledEpoch:
+def sample_epoch(
+    partitions: PartitionSet, sampler: BlockSampler, job: JobSpec, epoch: int, workers: int = 2
+) -> SampledEpoch:
     """Samples every step of ``epoch`` for ``job``'s rank (see :func:`sample_steps`)."""
     plan = plan_epoch(partitions, job, epoch)
     t0 = time.perf_counter()

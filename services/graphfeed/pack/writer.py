@@ -29,7 +29,17 @@ from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import in_degrees, top_by_degree
 from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, fetch_rows
 from graphfeed.loader.job import JobSpec
-from graphfeed.loader.pack_format import MANIFEST, RESIDENT, GraphIdentity, PackedJob, PackFile, PackManifest, StepRange, align, job_key
+from graphfeed.loader.pack_format import (
+    MANIFEST,
+    RESIDENT,
+    GraphIdentity,
+    PackedJob,
+    PackFile,
+    PackManifest,
+    StepRange,
+    align,
+    job_key,
+)
 from graphfeed.pack.offline import plan_epoch, sample_steps
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.sampler.types import BlockSampler
@@ -64,9 +74,13 @@ class PackOptions:
 
 
 def pack_epoch(
-    partitions: PartitionSet, job: JobSpec, epoch: int, root: Path, options: PackOptions | None = None,
+    partitions: PartitionSet,
+    job: JobSpec,
+    epoch: int,
+    root: Path,
+    options: PackOptions | None = None,
     sampler: BlockSampler | None = None,
-) -> PackManifest:  # fmt: skip
+) -> PackManifest:
     """Samples ``epoch`` of ``job``'s rank and writes its packs to ``root/<job_key(job, epoch)>``
     (replacing an older copy only once the new one is complete).
 
@@ -85,7 +99,9 @@ def pack_epoch(
     row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.row_shape, dtype=np.int64))
     plan = plan_epoch(partitions, job, epoch)
     times = {"sample_seconds": 0.0, "fetch_seconds": 0.0, "write_seconds": 0.0}
-    sampled = _timed((ids for _, ids in sample_steps(sampler or MultiHopSampler(partitions), job, plan, opts.sample_workers)), times)
+    sampled = _timed(
+        (ids for _, ids in sample_steps(sampler or MultiHopSampler(partitions), job, plan, opts.sample_workers)), times
+    )
     if opts.resident == "reuse" and opts.resident_bytes >= row_bytes:
         epoch_steps = list(sampled)  # the whole epoch's reuse decides what is resident
         steps: Iterable[np.ndarray] = epoch_steps
@@ -100,19 +116,39 @@ def pack_epoch(
     packs = _write_packs(partitions, job.feature_name, steps, resident, opts, row_bytes, tmp, times)
     packed = sum(p.rows_bytes for p in packs)
     stats = {
-        "packed_bytes": packed, "file_bytes": sum(p.file_bytes for p in packs), "table_bytes": info.num_nodes * row_bytes,
-        "blow_up": packed / max(1, info.num_nodes * row_bytes), "resident_bytes": len(resident) * row_bytes,
+        "packed_bytes": packed,
+        "file_bytes": sum(p.file_bytes for p in packs),
+        "table_bytes": info.num_nodes * row_bytes,
+        "blow_up": packed / max(1, info.num_nodes * row_bytes),
+        "resident_bytes": len(resident) * row_bytes,
         "needed_bytes": sum(s.num_packed for p in packs for s in p.steps) * row_bytes,
-        **times, "total_seconds": time.perf_counter() - t0,
-    }  # fmt: skip
+        **times,
+        "total_seconds": time.perf_counter() - t0,
+    }
     manifest = PackManifest(
-        GraphIdentity.of(info), PackedJob.of(job), epoch, np.dtype(spec.dtype).str, tuple(spec.row_shape),
-        plan.num_steps, len(resident), zlib.crc32(resident.tobytes()), tuple(packs), stats,
-    )  # fmt: skip
+        GraphIdentity.of(info),
+        PackedJob.of(job),
+        epoch,
+        np.dtype(spec.dtype).str,
+        tuple(spec.row_shape),
+        plan.num_steps,
+        len(resident),
+        zlib.crc32(resident.tobytes()),
+        tuple(packs),
+        stats,
+    )
     _write_atomic(tmp / MANIFEST, manifest.to_json().encode())
     _replace_dir(tmp, final)
-    log.info("packed job seed %d rank %d epoch %d: %d steps in %d packs, blow-up %.2fx, %.1f s",
-             job.job_seed, job.rank, epoch, manifest.num_steps, len(packs), stats["blow_up"], stats["total_seconds"])  # fmt: skip
+    log.info(
+        "packed job seed %d rank %d epoch %d: %d steps in %d packs, blow-up %.2fx, %.1f s",
+        job.job_seed,
+        job.rank,
+        epoch,
+        manifest.num_steps,
+        len(packs),
+        stats["blow_up"],
+        stats["total_seconds"],
+    )
     return manifest
 
 
@@ -188,9 +224,15 @@ def _plan_pack(index: int, first: int, steps: list[np.ndarray], inputs: list[np.
 
 
 def _write_packs(
-    partitions: PartitionSet, name: str, steps: Iterable[np.ndarray], resident: np.ndarray, opts: PackOptions, row_bytes: int,
-    out: Path, times: dict[str, float],
-) -> list[PackFile]:  # fmt: skip
+    partitions: PartitionSet,
+    name: str,
+    steps: Iterable[np.ndarray],
+    resident: np.ndarray,
+    opts: PackOptions,
+    row_bytes: int,
+    out: Path,
+    times: dict[str, float],
+) -> list[PackFile]:
     """Fetches and writes every pack; writing pack i overlaps fetching pack i+1 (and sampling
     the steps after it, when those are still being sampled)."""
     is_resident = np.zeros(partitions.info.num_nodes, dtype=bool)
@@ -227,7 +269,9 @@ def _write_pack(plan: _Pack, rows: np.ndarray, row_bytes: int, out: Path) -> Pac
     steps, start = [], 0
     for j, end in enumerate(plan.ends.tolist()):
         lo, hi = start * row_bytes, end * row_bytes
-        steps.append(StepRange(plan.first_step + j, lo, hi - lo, zlib.crc32(body[lo:hi]), plan.num_input[j], plan.num_packed[j]))
+        steps.append(
+            StepRange(plan.first_step + j, lo, hi - lo, zlib.crc32(body[lo:hi]), plan.num_input[j], plan.num_packed[j])
+        )
         start = end
     file_bytes = align(ids_offset + ids.nbytes)
     pad_rows, pad_ids = bytes(ids_offset - len(body)), bytes(file_bytes - ids_offset - ids.nbytes)

@@ -36,7 +36,9 @@ class SamplerClient:
         self._transport = ClientTransport(shm_dir)
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["SamplerService"], ["SampleBlocks"])
         name = pb.DESCRIPTOR.services_by_name["SamplerService"].full_name
-        self._sample = bulk.unary_unary(self._channel, name, "SampleBlocks", pb.SampleBlocksRequest, pb.SampleBlocksResponse)
+        self._sample = bulk.unary_unary(
+            self._channel, name, "SampleBlocks", pb.SampleBlocksRequest, pb.SampleBlocksResponse
+        )
 
     def sample(
         self,

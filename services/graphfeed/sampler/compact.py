@@ -159,7 +159,8 @@ def compact_hop(
     num_dst = len(dst_nodes)
     if len(order) != num_dst or len(bounds) != len(parts) + 1 or bounds[0] != 0 or bounds[-1] != num_dst:
         raise ValueError(
-            f"to_block: order [{len(order)}] / bounds {bounds.tolist()} do not cover {num_dst} dst nodes in {len(parts)} parts"
+            f"to_block: order [{len(order)}] / bounds {bounds.tolist()} do not cover {num_dst} dst nodes "
+            f"in {len(parts)} parts"
         )
     offs, srcs, eids = [], [], []
     for p, (o, src, ids) in enumerate(parts):
@@ -197,9 +198,13 @@ def _outputs(max_src: int, num_edges: int, alloc: Callable | None) -> tuple[np.n
     out = tuple(alloc(max_src, num_edges))
     want = (max_src, num_edges, num_edges, num_edges)
     if len(out) != 4 or any(
-        not isinstance(a, np.ndarray) or a.shape != (k,) or a.dtype != np.int64 or not a.flags.writeable or not a.flags.c_contiguous
+        not isinstance(a, np.ndarray)
+        or a.shape != (k,)
+        or a.dtype != np.int64
+        or not a.flags.writeable
+        or not a.flags.c_contiguous
         for a, k in zip(out, want)
-    ):  # fmt: skip
+    ):
         raise ValueError(f"to_block: alloc must return writable int64 arrays of lengths {list(want)}")
     return out
 

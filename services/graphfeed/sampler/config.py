@@ -19,12 +19,17 @@ class SamplerSettings(PeerServiceSettings):
         description="host:port of every graph-store, one per partition, any order (env: a JSON list).",
     )
     max_seeds_per_request: int = Field(
-        default=1_000_000, ge=1, description="Most seeds accepted in one SampleBlocks request (RESOURCE_EXHAUSTED beyond)."
+        default=1_000_000,
+        ge=1,
+        description="Most seeds accepted in one SampleBlocks request (RESOURCE_EXHAUSTED beyond).",
     )
-    max_fanout: int = Field(default=1000, ge=0, description="Largest fanout accepted per layer besides -1 (all neighbors).")
+    max_fanout: int = Field(
+        default=1000, ge=0, description="Largest fanout accepted per layer besides -1 (all neighbors)."
+    )
     max_ids_per_request: int = Field(
-        default=1 << 20, ge=1,
+        default=1 << 20,
+        ge=1,
         description="Most seeds sent to one graph-store in one call; a hop's larger share goes out in several "
         "concurrent calls (same sample). Keep it within the graph-stores' own max_ids_per_request.",
-    )  # fmt: skip
+    )
     rpc_timeout_s: float = Field(default=30.0, gt=0, description="Deadline of each call to a graph-store, in seconds.")

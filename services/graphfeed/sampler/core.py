@@ -3,8 +3,8 @@
 Each hop fans out over the owners of the frontier
 (:func:`graphfeed.graph_store.fanout.fan_out_requests`: one ``sample_neighbors`` call per partition
 and chunk, all started before any is waited on) and merges the answers back into frontier
-order while compacting them (:func:`graphfeed.sampler.compact.compact_hop`, one compiled pass). The block's src nodes are
-the next hop's frontier.
+order while compacting them (:func:`graphfeed.sampler.compact.compact_hop`, one compiled
+pass). The block's src nodes are the next hop's frontier.
 
 Every random choice is seeded by ``derive_seed(job_seed, epoch, step, hop, partition)``, and
 the merge is a pure function of the answers, so the same arguments give byte-identical blocks.
@@ -45,9 +45,13 @@ class MultiHopSampler:
     """
 
     def __init__(
-        self, partitions: PartitionSet, *, max_seeds: int = 1_000_000, max_fanout: int = 1000,
+        self,
+        partitions: PartitionSet,
+        *,
+        max_seeds: int = 1_000_000,
+        max_fanout: int = 1000,
         max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if max_ids_per_request < 1:
             raise InvalidArgument(f"max_ids_per_request must be >= 1, got {max_ids_per_request}")
         self.partitions = partitions
@@ -146,7 +150,9 @@ class MultiHopSampler:
         parts = self.partitions
 
         def sample(c: Chunk) -> Future[SampledNeighbors]:
-            return parts.sample_neighbors(c.partition, c.ids, fanout, replace, derive_seed(*key, c.partition), c.first_position)
+            return parts.sample_neighbors(
+                c.partition, c.ids, fanout, replace, derive_seed(*key, c.partition), c.first_position
+            )
 
         pending = fan_out_requests(parts, frontier, sample, self.max_ids_per_request)
         results = pending.results()

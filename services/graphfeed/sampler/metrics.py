@@ -38,26 +38,33 @@ class SamplerMetrics:
     def create(cls, registry: CollectorRegistry) -> SamplerMetrics:
         return cls(
             sampled_edges=Counter(
-                "graphfeed_sampler_sampled_edges_total", "Edges in the blocks returned, over all layers.",
+                "graphfeed_sampler_sampled_edges_total",
+                "Edges in the blocks returned, over all layers.",
                 registry=registry,
             ),
             sampling_latency=Histogram(
                 "graphfeed_sampler_sampling_latency_seconds",
                 "Time to sample and compact one minibatch (all hops, all partitions).",
-                buckets=SAMPLING_LATENCY_BUCKETS, registry=registry,
+                buckets=SAMPLING_LATENCY_BUCKETS,
+                registry=registry,
             ),
             partition_requests=Counter(
-                "graphfeed_sampler_partition_requests_total", "SampleNeighbors calls sent, by partition.",
-                ("partition",), registry=registry,
+                "graphfeed_sampler_partition_requests_total",
+                "SampleNeighbors calls sent, by partition.",
+                ("partition",),
+                registry=registry,
             ),
             partition_request_seeds=Counter(
-                "graphfeed_sampler_partition_request_seeds_total", "Frontier nodes sent to be sampled, by partition.",
-                ("partition",), registry=registry,
+                "graphfeed_sampler_partition_request_seeds_total",
+                "Frontier nodes sent to be sampled, by partition.",
+                ("partition",),
+                registry=registry,
             ),
             partition_response_bytes=Counter(
                 "graphfeed_sampler_partition_response_bytes_total",
                 "Sampled-neighbor bytes received (offsets, src, edge ids; wire or shared memory), by partition.",
-                ("partition",), registry=registry,
+                ("partition",),
+                registry=registry,
             ),
             minibatches=Counter(
                 "graphfeed_sampler_minibatches_total", "Minibatches sampled successfully.", registry=registry
@@ -74,9 +81,15 @@ class MeteredSampler:
         self._m = metrics
 
     def sample(
-        self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int,
+        self,
+        seeds: np.ndarray,
+        fanouts: Sequence[int],
+        replace: bool,
+        job_seed: int,
+        epoch: int,
+        step: int,
         alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
-    ) -> SampledBlocks:  # fmt: skip
+    ) -> SampledBlocks:
         """:meth:`MultiHopSampler.sample`, recorded."""
         start = time.perf_counter()
         sb = self.sampler.sample(seeds, fanouts, replace, job_seed, epoch, step, alloc)

@@ -36,7 +36,9 @@ class _Connected:
         self.sampler.partitions.close()
 
 
-def start(settings: SamplerSettings, registry: CollectorRegistry | None = None) -> tuple[RunningServer, PeerGate[_Connected]]:
+def start(
+    settings: SamplerSettings, registry: CollectorRegistry | None = None
+) -> tuple[RunningServer, PeerGate[_Connected]]:
     """Starts the gRPC server (and /metrics unless ``metrics_port == -1``, health unless
     ``health_port == -1``) at once, NOT_SERVING; connects to the graph-stores in the background
     (SERVING once every one answers GetPartitionInfo) and reconnects when their graph version changes.
@@ -47,24 +49,38 @@ def start(settings: SamplerSettings, registry: CollectorRegistry | None = None) 
     """
     registry = CollectorRegistry() if registry is None else registry
     metrics = SamplerMetrics.create(registry)
-    transport = ServerTransport(settings.shm_dir, "SamplerService", registry, client_quota_bytes=settings.shm_client_quota_bytes)
+    transport = ServerTransport(
+        settings.shm_dir, "SamplerService", registry, client_quota_bytes=settings.shm_client_quota_bytes
+    )
 
     def connect() -> _Connected:
-        remote = connect_partitions(settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir)
+        remote = connect_partitions(
+            settings.graph_store_addresses, timeout_s=settings.rpc_timeout_s, shm_dir=settings.shm_dir
+        )
         sampler = MultiHopSampler(
-            MeteredPartitionSet(remote, metrics), max_seeds=settings.max_seeds_per_request, max_fanout=settings.max_fanout,
+            MeteredPartitionSet(remote, metrics),
+            max_seeds=settings.max_seeds_per_request,
+            max_fanout=settings.max_fanout,
             max_ids_per_request=settings.max_ids_per_request,
-        )  # fmt: skip
-        log.info("sampler connected to %d partitions (%d nodes, graph version %s)", remote.num_partitions, sampler.num_nodes,
-                 remote.info.graph_version or "(none)")  # fmt: skip
+        )
+        log.info(
+            "sampler connected to %d partitions (%d nodes, graph version %s)",
+            remote.num_partitions,
+            sampler.num_nodes,
+            remote.info.graph_version or "(none)",
+        )
         return _Connected(sampler, remote)
 
     running: RunningServer | None = None
     gate = PeerGate(
-        "sampler", connect, on_serving=lambda ok: running.set_serving(ok) if running else None,
-        check=lambda c: graph_changed(c.remote), release=_Connected.close,
-        check_interval_s=settings.peer_check_interval_s, max_backoff_s=settings.peer_backoff_max_s,
-    )  # fmt: skip
+        "sampler",
+        connect,
+        on_serving=lambda ok: running.set_serving(ok) if running else None,
+        check=lambda c: graph_changed(c.remote),
+        release=_Connected.close,
+        check_interval_s=settings.peer_check_interval_s,
+        max_backoff_s=settings.peer_backoff_max_s,
+    )
     servicer = GatedServicer(gate, lambda c: SamplerServicer(c.sampler, metrics, transport))
     running = start_service_server(
         settings,
@@ -75,11 +91,17 @@ def start(settings: SamplerSettings, registry: CollectorRegistry | None = None) 
     )
     running.on_stop.append(gate.close)
     gate.start()
-    log.info("sampler listening on %s, waiting for %d graph-store address(es)", running.address, len(settings.graph_store_addresses))
+    log.info(
+        "sampler listening on %s, waiting for %d graph-store address(es)",
+        running.address,
+        len(settings.graph_store_addresses),
+    )
     return running, gate
 
 
-def serve(settings: SamplerSettings, registry: CollectorRegistry | None = None) -> tuple[RunningServer, MultiHopSampler]:
+def serve(
+    settings: SamplerSettings, registry: CollectorRegistry | None = None
+) -> tuple[RunningServer, MultiHopSampler]:
     """:func:`start`, then waits up to ``rpc_timeout_s`` for the graph-stores (in-process use).
 
     Returns:

@@ -24,7 +24,9 @@ def input_layer_into(r: Response) -> Callable[[int, int], Arrays4]:
     they lie; the rest is encoded afterwards."""
 
     def alloc(max_src: int, num_edges: int) -> Arrays4:
-        nodes, edge_src, edge_dst, edge_ids = r.empty_many([(max_src,), (num_edges,), (num_edges,), (num_edges,)], np.int64)
+        nodes, edge_src, edge_dst, edge_ids = r.empty_many(
+            [(max_src,), (num_edges,), (num_edges,), (num_edges,)], np.int64
+        )
         return nodes, edge_src, edge_dst, edge_ids
 
     return alloc
@@ -34,16 +36,21 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
     """Implements ``graphfeed.sampler.v1.SamplerService``; errors come from the core, domain
     metrics from :class:`MeteredSampler`, shared memory from the transport."""
 
-    def __init__(self, sampler: MultiHopSampler, metrics: SamplerMetrics, transport: ServerTransport | None = None) -> None:
+    def __init__(
+        self, sampler: MultiHopSampler, metrics: SamplerMetrics, transport: ServerTransport | None = None
+    ) -> None:
         self._sampler = MeteredSampler(sampler, metrics)
         self._transport = transport or ServerTransport(None)
 
-    def SampleBlocks(self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext) -> pb.SampleBlocksResponse | Outgoing:
+    def SampleBlocks(
+        self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext
+    ) -> pb.SampleBlocksResponse | Outgoing:
         seeds = codec.decode_ids(request.seeds, "seeds")
         key = request.step_key
         resp = pb.SampleBlocksResponse()
         with self._transport.response(context, "SampleBlocks") as r:
-            sb = self._sampler.sample(seeds, list(request.fanouts), request.replace, key.job_seed, key.epoch, key.step,
-                                      input_layer_into(r))  # fmt: skip
+            sb = self._sampler.sample(
+                seeds, list(request.fanouts), request.replace, key.job_seed, key.epoch, key.step, input_layer_into(r)
+            )
             blocks.to_proto(sb, resp.blocks, r.encode)
         return r.framed(resp)

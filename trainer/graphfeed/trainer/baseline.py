@@ -46,7 +46,9 @@ def train_in_process(g: GraphData, cfg: TrainConfig) -> dict[str, float]:
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     train_ids = torch.from_numpy(g.splits["train"])
     sampler = dgl.dataloading.NeighborSampler(cfg.fanouts)
-    loader = dgl.dataloading.DataLoader(dg, train_ids, sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False)
+    loader = dgl.dataloading.DataLoader(
+        dg, train_ids, sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False
+    )
     for _epoch in range(cfg.epochs):
         model.train()
         for _in, _out, blocks in loader:

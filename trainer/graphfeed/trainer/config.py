@@ -80,7 +80,9 @@ class TrainConfig(BaseSettings):
     )
     epochs: int = Field(default=10, description="Epochs to train (counting resumed ones).")
     batch_size: int = Field(default=256, description="Seeds per minibatch.")
-    fanouts: list[int] = Field(default_factory=lambda: [10, 10], description="Neighbors per layer, input layer first (default 10 10).")
+    fanouts: list[int] = Field(
+        default_factory=lambda: [10, 10], description="Neighbors per layer, input layer first (default 10 10)."
+    )
     eval_fanouts: list[int] = Field(
         default_factory=lambda: [-1, -1], description="Neighbors per layer when evaluating (default -1 -1: all)."
     )
@@ -89,8 +91,12 @@ class TrainConfig(BaseSettings):
     weight_decay: float = Field(default=5e-4, description="Adam weight decay.")
     dropout: float = Field(default=0.5, description="Dropout between layers.")
     seed: int = Field(default=0, description="Job seed: model init and every sampling choice derive from it.")
-    rank: int = Field(default_factory=_rank, description="Trainer rank (default: $RANK, else $JOB_COMPLETION_INDEX, else 0).")
-    world_size: int = Field(default_factory=_world_size, description="Number of trainers (default: $WORLD_SIZE, else 1).")
+    rank: int = Field(
+        default_factory=_rank, description="Trainer rank (default: $RANK, else $JOB_COMPLETION_INDEX, else 0)."
+    )
+    world_size: int = Field(
+        default_factory=_world_size, description="Number of trainers (default: $WORLD_SIZE, else 1)."
+    )
     local_rank: int = Field(
         default_factory=_local_rank,
         description="Rank on this host (default: $LOCAL_RANK, else 0): picks the GPU when --device is plain cuda, "
@@ -100,15 +106,18 @@ class TrainConfig(BaseSettings):
         default="", description='torch.distributed backend with world_size > 1: "" nccl on a CUDA device, else gloo.'
     )
     connect_timeout_s: float = Field(
-        default=60.0, gt=0,
+        default=60.0,
+        gt=0,
         description="Seconds to keep trying to reach the loader (or, embedded, the graph-stores and sampler) before "
         "exiting with status 2.",
-    )  # fmt: skip
+    )
     metrics_host: str = Field(default="127.0.0.1", description="Address of the trainer's Prometheus /metrics endpoint.")
     metrics_port: int = Field(
-        default=8081, ge=0, le=65535,
+        default=8081,
+        ge=0,
+        le=65535,
         description="Prometheus /metrics port of local rank 0 (local rank r serves on port + r); 0 disables it.",
-    )  # fmt: skip
+    )
     job_id: str = Field(default="graphsage", description="Job name (loader logs and shared cache state).")
     checkpoint: Path | None = Field(default=None, description="Checkpoint file; resumed from when it exists.")
     checkpoint_every: int = Field(default=1, description="Steps between checkpoints.")
@@ -127,8 +136,12 @@ class TrainConfig(BaseSettings):
     tls_client_cert: str = Field(default="", description="PEM certificate to present (mutual TLS).")
     tls_client_key: str = Field(default="", description="PEM private key of --tls-client-cert.")
     token_file: str = Field(default="", description="File whose first line is the bearer token sent with every call.")
-    progress: bool = Field(default=True, description="Report progress inside an epoch (a live line on a terminal, else a line every 10 s).")
-    stop_after_steps: int | None = Field(default=None, description="Testing aid: exit after this many steps in this process.")
+    progress: bool = Field(
+        default=True, description="Report progress inside an epoch (a live line on a terminal, else a line every 10 s)."
+    )
+    stop_after_steps: int | None = Field(
+        default=None, description="Testing aid: exit after this many steps in this process."
+    )
 
     @property
     def torch_device(self) -> str:

@@ -59,7 +59,14 @@ def wait_for(
         if left <= 0:
             raise PeerTimeout(f"{what} did not answer within {timeout_s:g}s: {why or last}")
         wait = min(backoff, left)
-        log.warning("waiting for %s: %s; next try in %.1fs (%.0fs of %gs)", what, last, wait, time.monotonic() - start, timeout_s)
+        log.warning(
+            "waiting for %s: %s; next try in %.1fs (%.0fs of %gs)",
+            what,
+            last,
+            wait,
+            time.monotonic() - start,
+            timeout_s,
+        )
         time.sleep(wait)  # backoff between tries of a peer that is not up yet
         backoff = min(backoff * 2, max_backoff_s)
 

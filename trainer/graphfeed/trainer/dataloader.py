@@ -77,9 +77,14 @@ def feature_tensor(features: np.ndarray) -> torch.Tensor:
 
 
 def dgl_blocks(
-    sb: SampledBlocks, features: torch.Tensor, labels: torch.Tensor | None, feature_name: str, label_name: str,
-    device: torch.device | None = None, feature_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, list]:  # fmt: skip
+    sb: SampledBlocks,
+    features: torch.Tensor,
+    labels: torch.Tensor | None,
+    feature_name: str,
+    label_name: str,
+    device: torch.device | None = None,
+    feature_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, list]:
     """DGL blocks on ``device`` (default: the CPU) from sampled blocks, with ``features``
     attached to the first block's src nodes and ``labels`` to the last block's dst nodes.
     Tensors already on ``device`` (features read on the GPU) are attached without a copy.
@@ -108,9 +113,14 @@ def dgl_blocks(
 
 
 def to_dgl_blocks(
-    mb: pb.Minibatch, feature_name: str, label_name: str, segments: SegmentReader | None = None,
-    device: torch.device | None = None, bulk_bytes: Bulk | None = None, feature_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, list]:  # fmt: skip
+    mb: pb.Minibatch,
+    feature_name: str,
+    label_name: str,
+    segments: SegmentReader | None = None,
+    device: torch.device | None = None,
+    bulk_bytes: Bulk | None = None,
+    feature_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, list]:
     """Builds DGL blocks from a Minibatch message (its tensors in ``segments`` or its
     ``bulk_bytes``), with features and labels attached (no copies on the CPU, unless
     ``feature_dtype`` asks for a cast: see :func:`dgl_blocks`)."""
@@ -280,7 +290,9 @@ class RemoteDataLoader(_StepLoader):
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["LoaderService"], ["DescribeJob"])
         self._stub = pb_grpc.LoaderServiceStub(self._channel)
         service = pb.DESCRIPTOR.services_by_name["LoaderService"].full_name
-        self._stream = bulk.unary_stream(self._channel, service, "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch)
+        self._stream = bulk.unary_stream(
+            self._channel, service, "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch
+        )
         self._buffers = BufferPool()  # each minibatch's bulk bytes land here (pages reused)
         self.info = wait_for(f"loader at {address}", self._describe, connect_timeout_s, attempt_timeout_s=timeout_s)
 
@@ -296,7 +308,11 @@ class RemoteDataLoader(_StepLoader):
         stream = self._stream(request, metadata=self._transport.metadata)
 
         try:
-            yield bulk.assemble(streamed(stream, f"loader {self.address}"), self._buffers, f"minibatch stream from loader {self.address}")
+            yield bulk.assemble(
+                streamed(stream, f"loader {self.address}"),
+                self._buffers,
+                f"minibatch stream from loader {self.address}",
+            )
         finally:
             stream.cancel()
 
@@ -306,7 +322,13 @@ class RemoteDataLoader(_StepLoader):
     def _batch(self, mb: Received[pb.Minibatch]) -> tuple[torch.Tensor, torch.Tensor, list]:
         job = self.job
         return to_dgl_blocks(
-            mb.message, job.feature_name, job.label_name, self._transport.reader(), self.device, mb.bulk, self.feature_dtype
+            mb.message,
+            job.feature_name,
+            job.label_name,
+            self._transport.reader(),
+            self.device,
+            mb.bulk,
+            self.feature_dtype,
         )
 
     def _count(self, mb: Received[pb.Minibatch]) -> None:
@@ -365,4 +387,6 @@ class EmbeddedDataLoader(_StepLoader):
         else:
             features = feature_tensor(mb.features)
         labels = _torch(mb.labels) if self.job.label_name else None
-        return dgl_blocks(mb.blocks, features, labels, self.job.feature_name, self.job.label_name, self.device, self.feature_dtype)
+        return dgl_blocks(
+            mb.blocks, features, labels, self.job.feature_name, self.job.label_name, self.device, self.feature_dtype
+        )

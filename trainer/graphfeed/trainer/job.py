@@ -70,16 +70,36 @@ def job_spec(
             ``device``). See :mod:`graphfeed.loader.wire`.
     """
     return JobSpec(
-        job_id=job_id, job_seed=seed, split=split, batch_size=batch_size, fanouts=tuple(fanouts), replace=replace,
-        shuffle=shuffle, drop_last=drop_last, rank=rank, world_size=world_size, feature_name=feature_name,
-        label_name=label_name, feature_wire_dtype=feature_wire_dtype,
-    )  # fmt: skip
+        job_id=job_id,
+        job_seed=seed,
+        split=split,
+        batch_size=batch_size,
+        fanouts=tuple(fanouts),
+        replace=replace,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        rank=rank,
+        world_size=world_size,
+        feature_name=feature_name,
+        label_name=label_name,
+        feature_wire_dtype=feature_wire_dtype,
+    )
 
 
 def job_to_proto(job: JobSpec) -> pb.JobSpec:
     """loader.proto's JobSpec, every field set (``label_name`` too, so "" means "no labels")."""
     return pb.JobSpec(
-        job_id=job.job_id, job_seed=job.job_seed, split=job.split, batch_size=job.batch_size, fanouts=list(job.fanouts),
-        replace=job.replace, shuffle=job.shuffle, drop_last=job.drop_last, rank=job.rank, world_size=job.world_size,
-        feature_name=job.feature_name, label_name=job.label_name, feature_wire_dtype=job.feature_wire_dtype,
-    )  # fmt: skip
+        job_id=job.job_id,
+        job_seed=job.job_seed,
+        split=job.split,
+        batch_size=job.batch_size,
+        fanouts=list(job.fanouts),
+        replace=job.replace,
+        shuffle=job.shuffle,
+        drop_last=job.drop_last,
+        rank=job.rank,
+        world_size=job.world_size,
+        feature_name=job.feature_name,
+        label_name=job.label_name,
+        feature_wire_dtype=job.feature_wire_dtype,
+    )

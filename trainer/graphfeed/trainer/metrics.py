@@ -30,7 +30,9 @@ class TrainerMetrics:
         """Metrics of trainer ``rank`` of ``job`` in ``registry`` (a fresh one if None)."""
         registry = CollectorRegistry() if registry is None else registry
         labels = ("job", "rank")
-        minibatches = Counter("graphfeed_trainer_minibatches", "Minibatches trained on (optimizer steps).", labels, registry=registry)
+        minibatches = Counter(
+            "graphfeed_trainer_minibatches", "Minibatches trained on (optimizer steps).", labels, registry=registry
+        )
         wait = Counter(
             "graphfeed_trainer_data_wait_seconds",
             "Time the training loop waited for its next minibatch (data stall), in seconds.",

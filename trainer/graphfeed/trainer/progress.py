@@ -16,8 +16,16 @@ from typing import TextIO
 class Progress:
     """Reports the steps of one epoch; :meth:`update` after each step, :meth:`close` at the end."""
 
-    def __init__(self, epoch: int, total: int, *, stream: TextIO | None = None, enabled: bool = True,
-                 log_every_s: float = 10.0, clock: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
+    def __init__(
+        self,
+        epoch: int,
+        total: int,
+        *,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+        log_every_s: float = 10.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.epoch, self.total = epoch, total
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
@@ -32,8 +40,10 @@ class Progress:
     def line(self) -> str:
         """The report as of now."""
         elapsed = max(1e-9, self._clock() - self._start)
-        return (f"epoch {self.epoch} step {self.steps}/{self.total}  {self.steps / elapsed:6.1f} minibatches/s  "
-                f"data wait {self.wait_s / elapsed:5.1%}  loss {self.loss:.4f}")  # fmt: skip
+        return (
+            f"epoch {self.epoch} step {self.steps}/{self.total}  {self.steps / elapsed:6.1f} minibatches/s  "
+            f"data wait {self.wait_s / elapsed:5.1%}  loss {self.loss:.4f}"
+        )
 
     def update(self, wait_s: float, loss: float) -> None:
         """One step done: ``wait_s`` spent waiting for its minibatch, its ``loss``."""

@@ -111,12 +111,25 @@ class Trainer:
         self, split: str, fanouts: list[int], batch_size: int, *, shuffle: bool, job_id: str
     ) -> RemoteDataLoader | EmbeddedDataLoader:
         cfg = self.cfg
-        job = JobArgs(fanouts=fanouts, batch_size=batch_size, shuffle=shuffle, seed=cfg.seed, rank=cfg.rank,
-                      world_size=cfg.world_size, job_id=job_id, feature_wire_dtype=cfg.feature_wire_dtype)  # fmt: skip
+        job = JobArgs(
+            fanouts=fanouts,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=cfg.seed,
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            job_id=job_id,
+            feature_wire_dtype=cfg.feature_wire_dtype,
+        )
         if self.embedded is not None:
             return EmbeddedDataLoader(self.embedded, split, device=self.device, **job)
         return RemoteDataLoader(
-            cfg.loader_address, split, shm_dir=cfg.shm_dir, device=self.device, connect_timeout_s=cfg.connect_timeout_s, **job
+            cfg.loader_address,
+            split,
+            shm_dir=cfg.shm_dir,
+            device=self.device,
+            connect_timeout_s=cfg.connect_timeout_s,
+            **job,
         )
 
     def _restore(self, state: dict) -> None:
@@ -179,7 +192,9 @@ class Trainer:
         self.model.eval()
         correct = total = 0
         batch_size = max(self.cfg.batch_size, 1024)
-        with self._data_loader(split, self.cfg.eval_fanouts, batch_size, shuffle=False, job_id=f"{self.cfg.job_id}-eval") as loader:
+        with self._data_loader(
+            split, self.cfg.eval_fanouts, batch_size, shuffle=False, job_id=f"{self.cfg.job_id}-eval"
+        ) as loader:
             for _in, _out, blocks in loader:
                 pred = self.model(blocks, blocks[0].srcdata["feat"]).argmax(1)
                 correct += int((pred == blocks[-1].dstdata["label"]).sum())
@@ -240,9 +255,10 @@ def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:
     shm_dir = cfg.shm_dir or None
     # Graph-stores and sampler may start after this trainer: wait for them (connect_timeout_s).
     partitions = wait_for(
-        "graph-stores", lambda t: connect_partitions(cfg.graph_stores, timeout_s=30.0, shm_dir=shm_dir, probe_timeout_s=t),
+        "graph-stores",
+        lambda t: connect_partitions(cfg.graph_stores, timeout_s=30.0, shm_dir=shm_dir, probe_timeout_s=t),
         cfg.connect_timeout_s,
-    )  # fmt: skip
+    )
     try:
         at = cfg.sampler_address
         wait_for(f"sampler at {at}", lambda t: check_serving(at, f"sampler {at}", t), cfg.connect_timeout_s)
@@ -250,8 +266,12 @@ def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:
         partitions.close()
         raise
     sampler = SamplerClient(cfg.sampler_address, shm_dir=shm_dir)
-    log.info("embedded loader: %s cache %d bytes, GPU cache tier %d bytes", cfg.cache_policy, cfg.cache_bytes, gpu_bytes)
-    loader = Loader(partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes, gpu_cache_bytes=gpu_bytes)
+    log.info(
+        "embedded loader: %s cache %d bytes, GPU cache tier %d bytes", cfg.cache_policy, cfg.cache_bytes, gpu_bytes
+    )
+    loader = Loader(
+        partitions, sampler, cache_policy=cfg.cache_policy, cache_bytes=cfg.cache_bytes, gpu_cache_bytes=gpu_bytes
+    )
     return loader, sampler
 
 

@@ -101,10 +101,13 @@ def check_trusted(path: Path, st: os.stat_result) -> None:
         raise FailedPrecondition(f"shared-memory segment {path} is not a regular file: refused")
     if st.st_uid != os.geteuid():
         raise FailedPrecondition(
-            f"shared-memory segment {path} belongs to uid {st.st_uid}, not to this process's uid {os.geteuid()}: refused"
+            f"shared-memory segment {path} belongs to uid {st.st_uid}, "
+            f"not to this process's uid {os.geteuid()}: refused"
         )
     if st.st_mode & 0o022:
-        raise FailedPrecondition(f"shared-memory segment {path} is writable by others (mode {st.st_mode & 0o777:o}): refused")
+        raise FailedPrecondition(
+            f"shared-memory segment {path} is writable by others (mode {st.st_mode & 0o777:o}): refused"
+        )
 
 
 def open_regular(

@@ -29,9 +29,9 @@ class SegmentPool:
     when its reader unmaps it (renamed ``.free``, see :class:`SegmentReader`) or when it
     expires unclaimed (:class:`SegmentRegistry`). A ``.free`` file counts as handed back only
     if it is the pool's own inode: another local user can create ``<name>.free`` in a shared
-    tmpfs, and taking that for ours would send their bytes, or lose ours, as a message. The pool never refuses: with every file out
-    (a reader that keeps its minibatches) it makes another, and it keeps at most ``max_free``
-    of the files that come back.
+    tmpfs, and taking that for ours would send their bytes, or lose ours, as a message. The pool
+    never refuses: with every file out (a reader that keeps its minibatches) it makes another,
+    and it keeps at most ``max_free`` of the files that come back.
 
     Args:
         directory: the shared-memory directory.
@@ -44,8 +44,14 @@ class SegmentPool:
     _ROUND = 64 << 10
     ABANDON_GRACE_S = 5.0  # a lent file younger than this is never taken for abandoned
 
-    def __init__(self, directory: Path, max_free: int = 8, headroom: float = 0.125, idle_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        max_free: int = 8,
+        headroom: float = 0.125,
+        idle_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory = Path(directory)
         self.max_free = max_free
         self.headroom = headroom

@@ -45,10 +45,15 @@ class ShmQuota:
     """
 
     def __init__(
-        self, directory: Path, registry: SegmentRegistry, client_bytes: int = 0, client_segments: int = 256,
-        reserve_bytes: int | None = None, on_decline: Callable[[str], None] | None = None,
+        self,
+        directory: Path,
+        registry: SegmentRegistry,
+        client_bytes: int = 0,
+        client_segments: int = 256,
+        reserve_bytes: int | None = None,
+        on_decline: Callable[[str], None] | None = None,
         statvfs: Callable[[Path], os.statvfs_result] = os.statvfs,
-    ) -> None:  # fmt: skip
+    ) -> None:
         st = statvfs(directory)
         size = st.f_blocks * st.f_frsize
         self.directory = Path(directory)
@@ -81,8 +86,12 @@ class ShmQuota:
         response decides before its core runs). ``pool``: where the segment would come from."""
         segments, held = self._registry.unclaimed(client)
         if segments and (segments >= self.client_segments or held + nbytes > self.client_bytes):
-            return self.refused(client, QUOTA, f"holds {segments} unclaimed segments ({held} bytes; quota "
-                                  f"{self.client_segments} segments, {self.client_bytes} bytes)")  # fmt: skip
+            return self.refused(
+                client,
+                QUOTA,
+                f"holds {segments} unclaimed segments ({held} bytes; quota "
+                f"{self.client_segments} segments, {self.client_bytes} bytes)",
+            )
         st = self._statvfs(self.directory)
         free = st.f_bavail * st.f_frsize
         if free - nbytes < self.reserve_bytes and not (pool is not None and pool.reusable(nbytes)):

@@ -84,7 +84,9 @@ class SegmentReader:
             weakref.finalize(mm, _hand_back, lent, free, fd)
         return mm, st.st_size
 
-    def array(self, name: str, offset: int, shape: tuple[int, ...], dtype: DTypeLike, recycle: bool = False) -> np.ndarray:
+    def array(
+        self, name: str, offset: int, shape: tuple[int, ...], dtype: DTypeLike, recycle: bool = False
+    ) -> np.ndarray:
         """The array stored at ``offset`` of segment ``name`` (mapped and claimed on first use;
         ``recycle``: the writer's pool gets the file back once every array over it is gone).
 

@@ -40,7 +40,11 @@ class Segment:
 
     @classmethod
     def create(
-        cls, directory: Path, nbytes: int, registry: SegmentRegistry | None = None, owner: object = None,
+        cls,
+        directory: Path,
+        nbytes: int,
+        registry: SegmentRegistry | None = None,
+        owner: object = None,
         name: str | None = None,
     ) -> Segment:
         """Creates and maps a new segment file.
@@ -120,9 +124,13 @@ class Arena:
     counts toward what that client holds unclaimed in ``registry``."""
 
     def __init__(
-        self, directory: Path, registry: SegmentRegistry | None = None, owner: object = None, pool: SegmentPool | None = None,
+        self,
+        directory: Path,
+        registry: SegmentRegistry | None = None,
+        owner: object = None,
+        pool: SegmentPool | None = None,
         client: str = "",
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.directory = Path(directory)
         self.name = new_segment_name(self.directory)
         self.recycle = pool is not None

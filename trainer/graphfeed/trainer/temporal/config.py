@@ -19,7 +19,9 @@ class TGNConfig:
     embed_dim: int = 100
     heads: int = 2
     lr: float = 1e-4
-    mrr_negatives: int = 19  # val/test negatives per event: MRR ranks the positive among 1 + this many; AP uses the first
+    mrr_negatives: int = (
+        19  # val/test negatives per event: MRR ranks the positive among 1 + this many; AP uses the first
+    )
     chunks: int = 10  # metric lines per epoch (one per 10 % of the events by default)
     checkpoint: Path | None = None
     checkpoint_every: int = 50  # batches

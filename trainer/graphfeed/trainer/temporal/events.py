@@ -48,7 +48,9 @@ class TemporalEvents:
         """The first ``num_events`` events, re-split 70/15/15 (small runs and tests)."""
         n = min(num_events, self.num_events)
         efeat = None if self.efeat is None else self.efeat[:n]
-        return TemporalEvents(self.name, self.num_nodes, self.src[:n], self.dst[:n], self.t[:n], efeat, round(0.70 * n), round(0.85 * n))
+        return TemporalEvents(
+            self.name, self.num_nodes, self.src[:n], self.dst[:n], self.t[:n], efeat, round(0.70 * n), round(0.85 * n)
+        )
 
 
 def events_from_graph(g: GraphData) -> TemporalEvents:
@@ -61,7 +63,9 @@ def events_from_graph(g: GraphData) -> TemporalEvents:
     if (np.diff(t) < 0).any():
         raise InvalidArgument(f"{g.name}: events are not in time order")
     efeat = None if g.edge_feat is None else np.asarray(g.edge_feat[:e], np.float32)
-    return TemporalEvents(g.name, g.num_nodes, g.src[:e], g.dst[:e], t, efeat, int(split["val_start"]), int(split["test_start"]))
+    return TemporalEvents(
+        g.name, g.num_nodes, g.src[:e], g.dst[:e], t, efeat, int(split["val_start"]), int(split["test_start"])
+    )
 
 
 def load_events(name: str) -> TemporalEvents:

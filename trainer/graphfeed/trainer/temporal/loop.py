@@ -68,7 +68,10 @@ class EpochResult:
     seconds: float
 
     def __str__(self) -> str:
-        parts = [f"{p} AP {ap:.4f}" + ("" if np.isnan(mrr) else f" MRR {mrr:.4f}") for p, (ap, mrr, _) in self.metrics.items()]
+        parts = [
+            f"{p} AP {ap:.4f}" + ("" if np.isnan(mrr) else f" MRR {mrr:.4f}")
+            for p, (ap, mrr, _) in self.metrics.items()
+        ]
         return f"epoch {self.epoch}: " + ", ".join(parts) + f" ({self.seconds:.1f}s)"
 
 
@@ -89,7 +92,11 @@ class TGNResult:
 def batch_bounds(events: TemporalEvents, batch_size: int) -> list[tuple[int, int, str]]:
     """``(first, stop, phase)`` of every batch of an epoch; no batch straddles two phases."""
     edges = (0, events.val_start, events.test_start, events.num_events)
-    return [(a, min(a + batch_size, hi), phase) for phase, lo, hi in zip(PHASES, edges, edges[1:]) for a in range(lo, hi, batch_size)]
+    return [
+        (a, min(a + batch_size, hi), phase)
+        for phase, lo, hi in zip(PHASES, edges, edges[1:])
+        for a in range(lo, hi, batch_size)
+    ]
 
 
 def return_freed_memory_to_the_os(mmap_threshold_bytes: int = 1 << 20) -> None:
@@ -123,7 +130,11 @@ class TGNTrainer:
     """
 
     def __init__(
-        self, events: TemporalEvents, cfg: TGNConfig, source: NeighborSource | None = None, report: Callable[[str], None] = print
+        self,
+        events: TemporalEvents,
+        cfg: TGNConfig,
+        source: NeighborSource | None = None,
+        report: Callable[[str], None] = print,
     ) -> None:
         self.events, self.cfg, self.report = events, cfg, report
         self.source = source if source is not None else InProcessNeighbors(events.num_nodes, events.edge_feat_dim)
@@ -168,7 +179,9 @@ class TGNTrainer:
         first, stop, phase = self.bounds[self.step - 1]
         n = self.events.num_events
         phase_ends = stop in (self.events.val_start, self.events.test_start, n)
-        if phase_ends or stop * self.cfg.chunks // n > first * self.cfg.chunks // n:  # a chunk boundary (or a phase's end)
+        if (
+            phase_ends or stop * self.cfg.chunks // n > first * self.cfg.chunks // n
+        ):  # a chunk boundary (or a phase's end)
             line = ChunkLine(self.epoch + 1, self._chunk_first, stop, phase, *self._chunk.summary())
             self.result.chunks.append(line)
             self.report(str(line))
@@ -203,7 +216,9 @@ class TGNTrainer:
 
     def _append(self, first: int, stop: int) -> None:
         ev = self.events
-        self.source.append(ev.src[first:stop], ev.dst[first:stop], ev.t[first:stop], None if ev.efeat is None else ev.efeat[first:stop])
+        self.source.append(
+            ev.src[first:stop], ev.dst[first:stop], ev.t[first:stop], None if ev.efeat is None else ev.efeat[first:stop]
+        )
         self.position = stop
 
     def _forward(
@@ -229,7 +244,14 @@ class TGNTrainer:
         return pos, torch.cat([neg0.detach().unsqueeze(1), extra], dim=1), loss, nodes, mem
 
     def _embed(
-        self, mem: torch.Tensor, nodes: np.ndarray, smp: TemporalSample, roots: np.ndarray, times: np.ndarray, r0: int, r1: int
+        self,
+        mem: torch.Tensor,
+        nodes: np.ndarray,
+        smp: TemporalSample,
+        roots: np.ndarray,
+        times: np.ndarray,
+        r0: int,
+        r1: int,
     ) -> torch.Tensor:
         """Embeddings of roots ``[r0, r1)`` of a sample."""
         s0, s1 = int(smp.offsets[r0]), int(smp.offsets[r1])
@@ -237,17 +259,27 @@ class TGNTrainer:
         at = lambda ids: torch.from_numpy(np.searchsorted(nodes, ids))  # noqa: E731 - row of each gid in mem
         root_t = np.repeat(times[r0:r1], np.diff(offsets))
         dt = torch.from_numpy((root_t - smp.ts[s0:s1]).astype(np.float32))
-        feat = torch.zeros(s1 - s0, 0) if smp.efeat is None else torch.from_numpy(np.ascontiguousarray(smp.efeat[s0:s1]))
+        feat = (
+            torch.zeros(s1 - s0, 0) if smp.efeat is None else torch.from_numpy(np.ascontiguousarray(smp.efeat[s0:s1]))
+        )
         return self.model.embed(mem[at(roots[r0:r1])], mem[at(smp.nbr[s0:s1])], dt, feat, offsets)
 
     def _checkpoint(self) -> None:
         if self.cfg.checkpoint is None:
             return
         state = {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "memory": self.memory.state_dict(),
-            "epoch": self.epoch, "step": self.step, "position": self.position, "result": self.result,
-            "phase": self._phase, "chunk": self._chunk, "chunk_first": self._chunk_first, "epoch_seconds": self._epoch_seconds,
-        }  # fmt: skip
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "memory": self.memory.state_dict(),
+            "epoch": self.epoch,
+            "step": self.step,
+            "position": self.position,
+            "result": self.result,
+            "phase": self._phase,
+            "chunk": self._chunk,
+            "chunk_first": self._chunk_first,
+            "epoch_seconds": self._epoch_seconds,
+        }
         save_checkpoint(self.cfg.checkpoint, state)
 
     def _restore(self, state: dict) -> None:

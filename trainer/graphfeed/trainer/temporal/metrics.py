@@ -56,5 +56,9 @@ class Scores:
             return float("nan"), float("nan"), float("nan")
         pos, neg0 = np.concatenate(self.pos), np.concatenate([n[:, 0] for n in self.neg])
         widths = {n.shape[1] for n in self.neg}
-        mrr = float(reciprocal_ranks(pos, np.concatenate(self.neg)).mean()) if len(widths) == 1 and widths != {1} else float("nan")
+        mrr = (
+            float(reciprocal_ranks(pos, np.concatenate(self.neg)).mean())
+            if len(widths) == 1 and widths != {1}
+            else float("nan")
+        )
         return average_precision(pos, neg0), mrr, self.loss_sum / self.batches

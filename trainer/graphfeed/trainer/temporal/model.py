@@ -32,7 +32,9 @@ class TimeEncoder(nn.Module):
         super().__init__()
         self.lin = nn.Linear(1, dim)
         with torch.no_grad():
-            self.lin.weight.copy_(torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float32)).reshape(dim, 1))
+            self.lin.weight.copy_(
+                torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float32)).reshape(dim, 1)
+            )
             self.lin.bias.zero_()
 
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
@@ -51,9 +53,13 @@ class TemporalAttention(nn.Module):
         q_dim = dims.memory + dims.time
         kv_dim = dims.memory + dims.edge + dims.time
         self.attn = nn.MultiheadAttention(q_dim, dims.heads, kdim=kv_dim, vdim=kv_dim, batch_first=True)
-        self.merge = nn.Sequential(nn.Linear(q_dim + dims.memory, dims.embed), nn.ReLU(), nn.Linear(dims.embed, dims.embed))
+        self.merge = nn.Sequential(
+            nn.Linear(q_dim + dims.memory, dims.embed), nn.ReLU(), nn.Linear(dims.embed, dims.embed)
+        )
 
-    def forward(self, query: torch.Tensor, root_mem: torch.Tensor, keys: torch.Tensor, offsets: np.ndarray) -> torch.Tensor:
+    def forward(
+        self, query: torch.Tensor, root_mem: torch.Tensor, keys: torch.Tensor, offsets: np.ndarray
+    ) -> torch.Tensor:
         """Embeddings [R, embed] of R roots; ``keys`` [S, kv_dim] are the neighbours, root i's at
         rows ``offsets[i]:offsets[i+1]``."""
         counts = np.diff(offsets)
@@ -93,12 +99,19 @@ class TGN(nn.Module):
         self.embedding = TemporalAttention(dims)
         self.link = LinkPredictor(dims.embed)
 
-    def update_memory(self, mem: torch.Tensor, other: torch.Tensor, dt: torch.Tensor, efeat: torch.Tensor) -> torch.Tensor:
+    def update_memory(
+        self, mem: torch.Tensor, other: torch.Tensor, dt: torch.Tensor, efeat: torch.Tensor
+    ) -> torch.Tensor:
         """New memory of nodes with a pending message (``mem`` their memory, ``other`` the peer's)."""
         return self.gru(torch.cat([mem, other, self.time_enc(dt), efeat], dim=1), mem)
 
     def embed(
-        self, root_mem: torch.Tensor, nbr_mem: torch.Tensor, nbr_dt: torch.Tensor, nbr_feat: torch.Tensor, offsets: np.ndarray
+        self,
+        root_mem: torch.Tensor,
+        nbr_mem: torch.Tensor,
+        nbr_dt: torch.Tensor,
+        nbr_feat: torch.Tensor,
+        offsets: np.ndarray,
     ) -> torch.Tensor:
         """Embeddings of roots from their memory and their sampled neighbours."""
         query = torch.cat([root_mem, self.time_enc(torch.zeros(len(root_mem)))], dim=1)

@@ -66,10 +66,17 @@ class InProcessNeighbors:
         """Adds ``src -> dst`` (then, undirected, ``dst -> src``) at time ``t`` for every event."""
         src, dst, t = (np.asarray(a, dtype=np.int64) for a in (src, dst, t))
         if not len(src) == len(dst) == len(t) or (src < 0).any() or (dst < 0).any():
-            raise InvalidArgument(f"append: src/dst/t must have one entry per event and ids >= 0, got {len(src)}/{len(dst)}/{len(t)}")
+            raise InvalidArgument(
+                f"append: src/dst/t must have one entry per event and ids >= 0, got {len(src)}/{len(dst)}/{len(t)}"
+            )
         feat = self._check_feat(efeat, len(src))
         if self._undirected:
-            src, dst, t, feat = np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t, t]), np.concatenate([feat, feat])
+            src, dst, t, feat = (
+                np.concatenate([src, dst]),
+                np.concatenate([dst, src]),
+                np.concatenate([t, t]),
+                np.concatenate([feat, feat]),
+            )
         rows, nbr, ts = dst, src, t
         self._grow_rows(int(rows.max(initial=-1)) + 1)
         pos = self._append_log(nbr, feat)
@@ -87,7 +94,8 @@ class InProcessNeighbors:
         nodes, times = np.asarray(nodes, dtype=np.int64), np.asarray(times, dtype=np.int64)
         if len(nodes) != len(times) or fanout < -1 or (nodes < 0).any():
             raise InvalidArgument(
-                f"sample: {len(nodes)} nodes, {len(times)} times, fanout {fanout} (need equal lengths, fanout >= -1, ids >= 0)"
+                f"sample: {len(nodes)} nodes, {len(times)} times, fanout {fanout} "
+                "(need equal lengths, fanout >= -1, ids >= 0)"
             )
         known = nodes < len(self._indptr) - 1
         rows = np.where(known, nodes, 0)

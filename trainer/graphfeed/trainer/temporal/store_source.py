@@ -19,7 +19,9 @@ from graphfeed.trainer.temporal.neighbors import TemporalSample
 class TemporalGraph(Protocol):
     """The part of the temporal store / routing client API this source uses."""
 
-    def append(self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None) -> Any:
+    def append(
+        self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
+    ) -> Any:
         """Durable, idempotent per ``batch_id``; visible to ``sample`` once it returns."""
         ...
 
@@ -48,7 +50,9 @@ class StoreNeighbors:
         """Sends ``src -> dst`` then ``dst -> src`` of every event, as one batch."""
         batch_id = f"{self.job}:{self.position}:{len(src)}"
         both = None if efeat is None else np.concatenate([efeat, efeat])
-        self.graph.append(batch_id, np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t, t]), both)
+        self.graph.append(
+            batch_id, np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t, t]), both
+        )
         self.position += len(src)
 
     def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int) -> TemporalSample:

@@ -15,6 +15,9 @@ status=0
 echo "test.sh: ruff check (lint; settings in pyproject.toml [tool.ruff])"
 "$venv/bin/python" -m ruff check . || { echo "test.sh: ruff found problems" >&2; status=1; }
 
+echo "test.sh: ruff format --check (the formatter's layout at 120 columns; no fmt: skip)"
+"$venv/bin/python" -m ruff format --check . || { echo "test.sh: ruff format would change files (run: ruff format .)" >&2; status=1; }
+
 echo "test.sh: mypy (types; settings in pyproject.toml [tool.mypy])"
 "$venv/bin/python" -m mypy || { echo "test.sh: mypy found problems" >&2; status=1; }
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphfeed.common.partition import part_dir_name
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
 from tests.graphs import write_arithmetic
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.partition import part_dir_name
+from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.temporal_client import TemporalClient, TemporalStoreView
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
@@ -68,7 +69,7 @@ def train_through_graph_stores(
     job: str = "tgn",
 ) -> TGNResult:
     """The TGN job with its neighbour source on the graph-stores at ``addresses``."""
-    client = TemporalClient(addresses)
+    client = TemporalClient(RemotePartitionSet(addresses))
     try:
         return TGNTrainer(events, cfg, source=StoreNeighbors(TemporalStoreView(client), job), report=report).run()
     finally:

@@ -198,7 +198,7 @@ def test_loader_stream_on_device_gives_the_host_path_s_features(cp, tmp_path) ->
         "graphfeed.loader.core", reason="the loader's deps (grpc, rocksdict, numba) are not installed"
     )
     from graphfeed.common.partition import part_dir_name
-    from graphfeed.graph_store.client import LocalPartitionSet
+    from graphfeed.graph_store.partitions import LocalPartitionSet
     from graphfeed.graph_store.store import GraphStore
     from graphfeed.loader.job import JobSpec
     from graphfeed.sampler.core import MultiHopSampler

@@ -13,7 +13,7 @@ import pytest
 from graphfeed.bench import disk
 from graphfeed.bench.disk_stores import BudgetedStores, RemoteRows
 from graphfeed.common.partition import GraphManifest, part_dir_name
-from graphfeed.graph_store.client import LocalPartitionSet, RemotePartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet, RemotePartitionSet
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch

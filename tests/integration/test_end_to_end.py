@@ -148,7 +148,7 @@ def test_embedded_loader_gives_the_service_s_minibatches_and_resumes(cora_cluste
 @pytest.mark.parametrize("wire", ["float16", "bfloat16"])
 def test_embedded_and_remote_loaders_agree_on_reduced_precision_features(cora_cluster, wire: str) -> None:  # noqa: ANN001
     """With a feature wire dtype, both data loaders give the same (rounded, float32) minibatches."""
-    from graphfeed.graph_store.client import RemotePartitionSet
+    from graphfeed.graph_store.partitions import RemotePartitionSet
     from graphfeed.loader.core import Loader
     from graphfeed.sampler.client import SamplerClient
     from graphfeed.trainer import EmbeddedDataLoader

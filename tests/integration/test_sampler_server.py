@@ -18,8 +18,8 @@ from graphfeed.common.errors import InvalidArgument, NotFound
 from graphfeed.common.rpc import RunningServer
 from graphfeed.common.transport import ClientTransport
 from graphfeed.common.v1 import tensor_pb2
-from graphfeed.graph_store.client import LocalPartitionSet
 from graphfeed.graph_store.config import GraphStoreSettings
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.server import serve as serve_graph_store
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.sampler.client import SamplerClient

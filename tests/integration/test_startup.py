@@ -142,13 +142,15 @@ def test_template_names_every_graph_store_and_partition_zero_gives_the_count(ari
 
 
 def test_the_temporal_client_takes_the_template_too(arith_root: Path, stores: Stores) -> None:
+    from graphfeed.graph_store.partitions import RemotePartitionSet
     from graphfeed.graph_store.temporal_client import TemporalClient
 
     port = free_port("127.0.0.10")
     stores.start(arith_root, [("127.0.0.10", port), ("127.0.0.11", port)])
-    client = TemporalClient([f"127.0.0.1{{p}}:{port}"])
+    partitions = RemotePartitionSet([f"127.0.0.1{{p}}:{port}"])
+    client = TemporalClient(partitions)
     try:
-        assert [c.address for c in client.clients] == [f"127.0.0.10:{port}", f"127.0.0.11:{port}"]
+        assert [c.address for c in partitions.clients] == [f"127.0.0.10:{port}", f"127.0.0.11:{port}"]
     finally:
         client.close()
 

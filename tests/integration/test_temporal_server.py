@@ -21,10 +21,11 @@ from graphfeed.common.rpc import RunningServer, start_server
 from graphfeed.graph_store.client import GraphStoreClient
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.metrics import GraphStoreMetrics, TemporalMetrics
+from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.server import SERVICE_NAME, serve
 from graphfeed.graph_store.servicer import GraphStoreServicer
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.temporal_client import RemoteNeighbors, TemporalClient, TemporalStoreView
+from graphfeed.graph_store.temporal_client import TemporalClient, TemporalStoreView
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 from tests.unit.temporal_graphs import J, N, write_temporal
@@ -80,7 +81,7 @@ def _append(batch_id: str, src: object, dst: object, t: object, dtype: type = np
 
 
 def test_append_is_visible_to_sampling_right_after_the_ack(cluster: Cluster) -> None:
-    client = TemporalClient(cluster.addresses, client_id="job")
+    client = TemporalClient(RemotePartitionSet(cluster.addresses), client_id="job")
     try:
         new = N + 3  # a node that arrives by append: owned by 43 % 2 = partition 1
         acks = client.append(np.array([5, 30]), np.array([25, new]), np.array([100, 100]), undirected=True)
@@ -280,14 +281,14 @@ def _feature_server(root: Path, log_dir: Path, dim: int) -> tuple[RunningServer,
 def test_edge_features_travel_both_ways_and_metrics_count(tmp_path: Path) -> None:
     root, eid_of = write_temporal(tmp_path / "g", num_partitions=1)
     running, store, reg = _feature_server(root, tmp_path / "log", 3)
-    client = TemporalClient([running.address], client_id="feat")
+    client = TemporalClient(RemotePartitionSet([running.address]), client_id="feat")
     try:
         feat = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
         client.append(np.array([7, 8]), np.array([9, 9]), np.array([500, 501]), feat)
         (s,) = client.sample(np.array([9]), np.array([BIG_T]), [3])
         assert s.efeat is not None and s.efeat.dtype == np.float32
         assert s.efeat.tolist() == [[float(eid_of[9, J - 1])] * 3, [1, 2, 3], [4, 5, 6]]
-        hop = RemoteNeighbors(client).sample(np.array([9]), np.array([501]), 1)
+        (hop,) = client.sample(np.array([9]), np.array([501]), [1])
         assert hop.nbr.tolist() == [7] and hop.efeat is not None and hop.efeat.tolist() == [[1, 2, 3]]
         value = reg.get_sample_value
         assert value("graphfeed_graph_store_appended_edges_total") == 2
@@ -313,7 +314,7 @@ def test_graphfeed_append_replays_a_csv(cluster: Cluster, tmp_path: Path, capsys
         == 0
     )
     assert "appended 8 edges in 2 batches" in capsys.readouterr().out
-    client = TemporalClient(cluster.addresses)
+    client = TemporalClient(RemotePartitionSet(cluster.addresses))
     try:
         (s,) = client.sample(np.array([2, N + 2, N + 1]), np.full(3, BIG_T), [-1])
         assert np.diff(s.offsets).tolist() == [J + 2, 1, 1]
@@ -322,19 +323,19 @@ def test_graphfeed_append_replays_a_csv(cluster: Cluster, tmp_path: Path, capsys
         client.close()
 
 
-def test_remote_neighbors_and_the_store_view_over_two_partitions(cluster: Cluster) -> None:
-    """The TGN loop's source stores each event both ways; a replayed batch id applies nothing."""
-    client = TemporalClient(cluster.addresses, client_id="tgn")
+def test_undirected_appends_and_the_store_view_over_two_partitions(cluster: Cluster) -> None:
+    """Each event stored both ways lands at both owners; a replayed batch id applies nothing."""
+    stores = RemotePartitionSet(cluster.addresses)
+    client = TemporalClient(stores, client_id="tgn")
     try:
-        source = RemoteNeighbors(client)
-        source.append(np.array([3, 30]), np.array([30, N + 5]), np.array([700, 701]), None)
-        s = source.sample(np.array([30, 3, N + 5]), np.array([702, 702, 702]), 1)
+        client.append(np.array([3, 30]), np.array([30, N + 5]), np.array([700, 701]), None, undirected=True)
+        (s,) = client.sample(np.array([30, 3, N + 5]), np.array([702, 702, 702]), [1])
         assert s.nbr.tolist() == [N + 5, 30, 30] and s.ts.tolist() == [701, 700, 701]
         view = TemporalStoreView(client)
         first = view.append("ev-0", np.array([1, 21]), np.array([21, 1]), np.array([800, 800]))
         again = view.append("ev-0", np.array([1, 21]), np.array([21, 1]), np.array([800, 800]))
         assert (first.num_edges, first.duplicate, again.num_edges, again.duplicate) == (2, False, 2, True)
-        assert sum(c.temporal_info().num_appended for c in client.clients) == 4 + 2
+        assert sum(c.temporal_info().num_appended for c in stores.clients) == 4 + 2
         assert view.sample(np.array([21]), np.array([801]), 1).nbr.tolist() == [1]
     finally:
         client.close()
@@ -342,7 +343,7 @@ def test_remote_neighbors_and_the_store_view_over_two_partitions(cluster: Cluste
 
 def test_two_hops_across_partitions_by_formula(cluster: Cluster) -> None:
     """Hop 2's roots are hop 1's neighbours at their edge times (node v's edge j: (7v + j) % N at 10 j)."""
-    client = TemporalClient(cluster.addresses)
+    client = TemporalClient(RemotePartitionSet(cluster.addresses))
     try:
         v = np.array([3, 33])
         hop1, hop2 = client.sample(v, np.array([1000, 1000]), [2, 2])

@@ -10,7 +10,7 @@ import pytest
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.partition import part_dir_name
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.loader.cache import CachePolicy, HostTier, LruCache, NoCache, StaticDegreeCache, TierStats
 from graphfeed.loader.lookahead import LookaheadCache

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, Unavailable
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
+from graphfeed.graph_store.types import RowsInto
 from graphfeed.loader.cache import CacheOptions, TierStats
 from graphfeed.loader.config import LoaderSettings
 from graphfeed.loader.core import Loader
@@ -156,12 +157,12 @@ def test_the_pipeline_announces_each_step_to_the_policy_before_gathering_it(
 class PrefetchStoreDown(LocalPartitionSet):
     """The graph-stores fail every request made by a background prefetch (minibatch reads succeed)."""
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future:
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future:
         if threading.current_thread().name == "loader-prefetch":
             fut: Future = Future()
             fut.set_exception(Unavailable(f"graph-store of partition {p} is down"))
             return fut
-        return super().get_node_data(p, name, ids)
+        return super().read_node_data(p, name, ids, into)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import Unavailable
-from graphfeed.graph_store.types import NodeDataInfo, PartitionSet
+from graphfeed.graph_store.types import NodeDataInfo, PartitionSet, RowsInto
 from graphfeed.loader.belady import NEVER, belady, next_use
 from graphfeed.loader.cache import CacheOptions, CachePolicy
 from graphfeed.loader.fetch import Prefetcher, RowsFetcher
@@ -56,14 +56,11 @@ class TinyPartitions:
         self.degrees = np.asarray(degrees, dtype=np.int64)
         self.info = _Info(len(degrees), {"feat": NodeDataInfo("feat", np.dtype(np.float32), (ROW,))})
 
-    def owner(self, gids: np.ndarray) -> np.ndarray:
-        return np.zeros(len(gids), dtype=np.int64)
-
     def get_degrees(self, p: int, ids: np.ndarray) -> Future:
         return done(self.degrees[ids])
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future:
-        return done(rows(ids))
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future:
+        return done(into.place(rows(ids)))
 
 
 def tiny_partitions(degrees: list[int]) -> PartitionSet:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import Unavailable
-from graphfeed.graph_store.fanout import Chunk, fan_out, fan_out_requests
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.graph_store.fanout import Chunk, RowsRequest, fan_out_requests, fetch_rows
+from graphfeed.graph_store.types import NodeDataInfo, PartitionSet, RowsInto
 
 IDS = np.array([7, 1, 9, 2, 6, 3], dtype=np.int64)  # partition 0 owns [0, 5), partition 1 [5, 10)
 
@@ -20,6 +20,7 @@ IDS = np.array([7, 1, 9, 2, 6, 3], dtype=np.int64)  # partition 0 owns [0, 5), p
 @dataclass
 class _Info:
     node_offsets: np.ndarray = field(default_factory=lambda: np.array([0, 5, 10], dtype=np.int64))
+    node_data: dict = field(default_factory=lambda: {"feat": NodeDataInfo("feat", np.dtype(np.float32), (2,))})
 
 
 @dataclass
@@ -28,11 +29,17 @@ class _Partitions:
 
     info: _Info = field(default_factory=_Info)
     num_partitions: int = 2
+    destinations: list[list[int]] = field(default_factory=list)
+
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future:
+        """Row of id v: (10 v, 10 v + 1)."""
+        self.destinations.append(into.positions.tolist())
+        return _done(into.place(np.stack([ids * 10, ids * 10 + 1], axis=1).astype(np.float32)))
 
 
-def _partitions() -> PartitionSet:
+def _partitions(fake: _Partitions | None = None) -> PartitionSet:
     """A :class:`_Partitions` where a fan-out wants a partition set (it reads no more than that)."""
-    return cast(PartitionSet, _Partitions())
+    return cast(PartitionSet, fake or _Partitions())
 
 
 class _Recorder:
@@ -62,20 +69,19 @@ def test_chunks_grouped_by_owner_all_started_then_merged() -> None:
 
 
 def test_rows_come_back_in_id_order_with_bytes_per_partition() -> None:
-    def rows_of(_p: int, ids: np.ndarray) -> Future:
-        return _done(np.stack([ids * 10, ids * 10 + 1], axis=1).astype(np.float32))
-
-    rows, received = fan_out(_partitions(), IDS, rows_of, max_ids_per_request=2).wait((2,), np.float32)
+    rows, received = fetch_rows(_partitions(), "feat", IDS, max_ids_per_request=2)
     np.testing.assert_array_equal(rows, np.stack([IDS * 10, IDS * 10 + 1], axis=1))
     assert received == {0: 3 * 8, 1: 3 * 8}
-    seen: list[list[int]] = []
 
-    def record_positions(_p: int, _ids: np.ndarray, positions: np.ndarray) -> Future:
-        seen.append(positions.tolist())
-        return _done(None)
 
-    fan_out(_partitions(), IDS, record_positions, 4, with_positions=True)
-    assert seen == [[1, 3, 5], [0, 2, 4]]
+def test_rows_go_where_the_destination_says() -> None:
+    fake = _Partitions()
+    out = np.full((8, 2), -1, dtype=np.float32)
+    at = np.array([7, 0, 6, 1, 5, 2])  # the i-th id's row goes to out[at[i]]
+    got, _ = RowsRequest(_partitions(fake), "feat", IDS, 4, RowsInto(out, at)).wait()
+    assert got is out and fake.destinations == [[0, 1, 2], [7, 6, 5]]
+    np.testing.assert_array_equal(out[at], np.stack([IDS * 10, IDS * 10 + 1], axis=1))
+    assert (out[[3, 4]] == -1).all()
 
 
 def test_a_failed_request_cancels_the_rest_and_is_reraised() -> None:

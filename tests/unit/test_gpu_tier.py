@@ -14,7 +14,7 @@ import pytest
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.gpu_kernels._cuda import gpu_available
 from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.loader import gpu_tier as tier_mod
 from graphfeed.loader.belady import NEVER
 from graphfeed.loader.cache import CacheOptions

@@ -14,8 +14,9 @@ import pytest
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange, Unavailable
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.types import RowsInto
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
@@ -177,14 +178,14 @@ class FlakyPartitions(LocalPartitionSet):
         self.ok_calls = ok_calls
         self.calls = 0
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
         if p == 1:
             self.calls += 1
             if self.calls > self.ok_calls:
                 fut: Future = Future()
                 fut.set_exception(Unavailable("graph-store of partition 1 is down"))
                 return fut
-        return super().get_node_data(p, name, ids)
+        return super().read_node_data(p, name, ids, into)
 
 
 def test_producer_errors_reach_the_consumer_after_the_good_minibatches(
@@ -207,9 +208,9 @@ class LoggedPartitions(LocalPartitionSet):
         super().__init__(stores)
         self.log: list[tuple[str, str]] = []
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
         self.log.append(("start", name))
-        inner, log = super().get_node_data(p, name, ids), self.log
+        inner, log = super().read_node_data(p, name, ids, into), self.log
 
         class Logged(Future):
             def result(self, timeout: float | None = None):  # noqa: ANN202

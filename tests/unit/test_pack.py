@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from graphfeed import cli
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.pack_format import MANIFEST, GraphIdentity, PackManifest, PackMismatch, job_key

@@ -11,7 +11,7 @@ import pytest
 
 from graphfeed.common.errors import Unavailable
 from graphfeed.common.readiness import GatedServicer, PeerGate, PeerNotReady
-from graphfeed.graph_store.client import expand_addresses
+from graphfeed.graph_store.partitions import expand_addresses
 from graphfeed.sampler.config import SamplerSettings
 
 

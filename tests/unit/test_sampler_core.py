@@ -13,7 +13,7 @@ import pytest
 from graphfeed.common import blocks as blocks_codec
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.sampler.core import MultiHopSampler

@@ -14,11 +14,12 @@ from prometheus_client import CollectorRegistry
 
 from graphfeed.common import bulk, codec, shm
 from graphfeed.common.errors import ResourceExhausted
+from graphfeed.common.placement import HostPlacement
+from graphfeed.common.shm.placement import ShmPlaced, ShmPlacement
 from graphfeed.common.shm.quota import FULL, QUOTA
 from graphfeed.common.transport import ServerTransport
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.graph_store.v1.graph_store_pb2 import SampleNeighborsResponse
-from graphfeed.loader.gather import ShmSink
 from graphfeed.loader.servicer import StreamSlots
 from tests.unit.test_transport import _Context
 
@@ -153,15 +154,17 @@ def test_a_response_that_finds_no_room_goes_inline_whole(
     offer.close()
 
 
-def test_a_stream_sink_refuses_a_client_over_its_quota(tmp_path: Path) -> None:
+def test_the_stream_placement_declines_a_client_over_its_quota(tmp_path: Path) -> None:
     registry = shm.SegmentRegistry()
     quota = shm.ShmQuota(tmp_path, registry, client_bytes=1000, statvfs=_Statvfs(1 << 30, 1 << 30))
-    sink = ShmSink(tmp_path, registry, object(), quota, "trainer")
-    first = sink.segment((100,), np.dtype(np.float32))  # 400 bytes
-    assert first is not None and registry.unclaimed("trainer") == (1, 400)
-    assert sink.segment((200,), np.dtype(np.float32)) is None  # 400 + 800 > 1000: the minibatch goes inline
-    first.path.unlink()  # claimed
-    assert sink.segment((200,), np.dtype(np.float32)) is not None
+    placement = ShmPlacement(tmp_path, registry, object(), quota, "trainer", HostPlacement())
+    first = placement.place((100,), np.dtype(np.float32))  # 400 bytes
+    assert isinstance(first, ShmPlaced) and first.segment is not None and first.region is not None
+    assert registry.unclaimed("trainer") == (1, 400) and not first.declined
+    second = placement.place((200,), np.dtype(np.float32))  # 400 + 800 > 1000: the minibatch goes inline
+    assert second.declined and second.region is None and second.array.shape == (200,)
+    first.segment.path.unlink()  # claimed
+    assert placement.place((200,), np.dtype(np.float32)).region is not None
 
 
 def test_stream_slots_bound_each_client_and_the_loader() -> None:

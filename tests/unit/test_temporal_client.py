@@ -1,4 +1,4 @@
-"""The routing client's pure parts: ownership by the spec's rule, grouping, and merging the
+"""The routing client's pure parts: ownership by the one rule, grouping, and merging the
 partitions' answers back into root order (exact on the arithmetic temporal graph)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from graphfeed.common.owners import group_by_owner, owners
 from graphfeed.graph_store.temporal import TemporalSample, TemporalStore
-from graphfeed.graph_store.temporal_client import group, merge, owners
+from graphfeed.graph_store.temporal_client import merge
 from tests.unit.temporal_graphs import N, expected_count, write_temporal
 
 
@@ -20,11 +21,15 @@ def test_owners_by_range_then_modulo() -> None:
     assert owners(gids, offsets).tolist() == [0, 0, 1, 1, 0, 1, 0, 1, 1]
 
 
-def test_group_keeps_order_within_a_partition() -> None:
-    owner = np.array([1, 0, 1, 1, 0, 2])
-    shares = group(owner, 3)
-    assert [s.tolist() for s in shares] == [[1, 4], [0, 2, 3], [5]]
-    assert group(np.array([], dtype=np.int64), 2)[1].tolist() == []
+def test_grouping_follows_the_same_rule_and_keeps_order_within_a_partition() -> None:
+    offsets = np.array([0, 20, 40, 60])
+    gids = np.array([25, 3, 21, 61, 7, 45, 60, 1002])  # 61 % 3 == 1, 60 % 3 == 0, 1002 % 3 == 0
+    order, bounds = group_by_owner(gids, offsets)
+    shares = [order[bounds[p] : bounds[p + 1]].tolist() for p in range(3)]
+    assert shares == [[1, 4, 6, 7], [0, 2, 3], [5]]
+    assert [owners(gids[s], offsets).tolist() for s in shares] == [[0] * 4, [1] * 3, [2]]
+    order, bounds = group_by_owner(np.array([], dtype=np.int64), offsets)
+    assert len(order) == 0 and bounds.tolist() == [0, 0, 0, 0]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,8 @@ def test_merge_puts_every_root_back_in_place(stores: list[TemporalStore]) -> Non
     times = rng.integers(-5, 100, 200)
     offsets = np.array([0, N // 2, N])
     parts = []
-    for p, pos in enumerate(group(owners(nodes, offsets), 2)):
+    order, bounds = group_by_owner(nodes, offsets)
+    for p, pos in enumerate(order[bounds[p] : bounds[p + 1]] for p in range(2)):
         parts.append((pos, stores[p].sample(nodes[pos], times[pos], 3, "recent")))
     s = merge(len(nodes), parts)
     counts = np.minimum(expected_count(times), 3)

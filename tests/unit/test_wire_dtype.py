@@ -14,7 +14,7 @@ from graphfeed.common import codec
 from graphfeed.common.codec import BFLOAT16, from_bfloat16, to_bfloat16
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.v1 import tensor_pb2
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.wire import to_wire

@@ -38,7 +38,7 @@ from graphfeed.common import bulk, codec
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.partition import MANIFEST, GraphManifest, part_dir_name
 from graphfeed.common.rpc import channel_options
-from graphfeed.graph_store.client import LocalPartitionSet
+from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.loader.cache import POLICIES, CacheOptions
 

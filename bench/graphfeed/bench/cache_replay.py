@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet
+from graphfeed.graph_store.partitions import ForwardingPartitionSet
+from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.belady import belady
 from graphfeed.loader.cache import CacheOptions
 from graphfeed.loader.fetch import Prefetcher

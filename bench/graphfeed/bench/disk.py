@@ -54,9 +54,9 @@ import numpy as np
 from graphfeed.bench import report
 from graphfeed.bench.disk_stores import BudgetedStores, RemoteRows, read_bytes, reset_peak_rss, status_bytes
 from graphfeed.common.partition import GraphManifest, part_dir_name
-from graphfeed.graph_store.client import LocalPartitionSet, RemotePartitionSet
+from graphfeed.graph_store.partitions import ForwardingPartitionSet, LocalPartitionSet, RemotePartitionSet
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet
+from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.pack.offline import plan_epoch, sample_steps

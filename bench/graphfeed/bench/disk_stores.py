@@ -14,8 +14,8 @@ import numpy as np
 from graphfeed.bench.scrape import samples
 from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.partition import GraphManifest, part_dir_name
-from graphfeed.graph_store.client import RemotePartitionSet
-from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet, SampledNeighbors
+from graphfeed.graph_store.partitions import ForwardingPartitionSet, RemotePartitionSet
+from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
 
 
 def read_bytes(pid: int | str = "self") -> int:

@@ -303,7 +303,7 @@ def _gf_embedded_runner(
     wire_dtype: str = "",
 ) -> Callable[[int], int]:
     """Minibatches from a loader in this process (the trainer's): features graph-stores -> here."""
-    from graphfeed.graph_store.client import RemotePartitionSet
+    from graphfeed.graph_store.partitions import RemotePartitionSet
     from graphfeed.loader.core import Loader
     from graphfeed.sampler.client import SamplerClient
     from graphfeed.trainer import EmbeddedDataLoader

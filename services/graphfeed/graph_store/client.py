@@ -1,14 +1,13 @@
-"""Clients of the graph-store: one partition over gRPC, and a whole partition set.
+"""The client of one graph-store over gRPC (:class:`GraphStoreClient`).
 
-:class:`RemotePartitionSet` is what samplers and loaders use; :class:`LocalPartitionSet` wraps
-in-process stores with the same interface (multi-partition logic unit-tested without sockets)."""
+Samplers, loaders and writers reach the graph-stores through a partition set
+(:mod:`graphfeed.graph_store.partitions`), which holds one of these per partition."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+import logging
+from collections.abc import Iterable
+from concurrent.futures import Future
 
 import grpc
 import numpy as np
@@ -16,15 +15,15 @@ import numpy as np
 from graphfeed.common import bulk, codec
 from graphfeed.common.bulk import Received
 from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, from_rpc_error
+from graphfeed.common.futures import settle, then
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.transport import ClientTransport
 from graphfeed.graph_store.temporal import AppendAck, TemporalInfo, TemporalSample
-from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, SampledNeighbors
+from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, RowsInto, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 
-if TYPE_CHECKING:
-    from graphfeed.graph_store.store import GraphStore
+log = logging.getLogger(__name__)
 
 # Reads, safe to send twice: retried on UNAVAILABLE (see graphfeed.common.rpc.client_channel).
 # AppendEdges is idempotent per batch id but not retried here: its batches may exceed gRPC's
@@ -73,6 +72,7 @@ class GraphStoreClient:
         self.address = address
         self.timeout_s = timeout_s
         self._transport = ClientTransport(shm_dir)
+        self._writes_shared = self._transport.offer is not None  # the server may write rows into our memory
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["GraphStoreService"], IDEMPOTENT_METHODS)
         self._stub = pb_grpc.GraphStoreServiceStub(self._channel)
         # the answers with tensors, read as bulk-framed messages (graphfeed.common.bulk)
@@ -110,9 +110,9 @@ class GraphStoreClient:
             try:
                 result = c.result()
             except grpc.RpcError as err:
-                _settle(out, exc=from_rpc_error(err, f"graph-store {self.address}"))
+                settle(out, exc=from_rpc_error(err, f"graph-store {self.address}"))
             else:
-                _settle(out, result=result)
+                settle(out, result=result)
 
         call.add_done_callback(done)
         return out
@@ -134,7 +134,7 @@ class GraphStoreClient:
                 codec.decode(r.edge_ids, "edge_ids", seg, rec.bulk),
             )
 
-        return _then(raw, decoded)
+        return then(raw, decoded)
 
     def sample_neighbors(
         self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
@@ -151,13 +151,32 @@ class GraphStoreClient:
             raise GraphfeedError(f"graph-store {self.address} sent no rows for {name!r}")
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
-    def read_node_data_into(self, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
-        """Writes the rows of ``ids`` (owned here) into ``out[positions]`` as the server's chunks
-        arrive, each copied once from its message; returns the bytes received.
+    def read_node_data(self, name: str, ids: np.ndarray, into: RowsInto) -> int:
+        """Puts the rows of ``ids`` (owned here) where ``into`` says; returns the bytes of rows
+        delivered.
+
+        When ``into`` lies in shared memory that this client offers, the graph-store writes the
+        rows there itself (only the ids cross the wire). If it cannot see that directory (it runs
+        on another host), this client says so once and stops asking: the rows are then read,
+        each answer message's rows copied once, as they arrive, to their place.
 
         Raises:
-            DataLoss: chunks that do not add up to one row per id of ``out``'s shape and dtype.
+            DataLoss: chunks that do not add up to one row per id of ``into.out``'s shape and dtype.
         """
+        if into.shared is not None and self._writes_shared:
+            try:
+                written = self._scatter(name, ids, NodeDataTarget.of(into))
+                return written * into.out.itemsize * int(np.prod(into.out.shape[1:], dtype=np.int64))
+            except FailedPrecondition as exc:
+                log.warning(
+                    "graph-store %s cannot write into our shared memory (%s); reading rows instead", self.address, exc
+                )
+                self._writes_shared = False
+        return self._read_into(name, ids, into.out, into.positions)
+
+    def _read_into(self, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
+        """Writes the rows of ``ids`` into ``out[positions]`` as the server's chunks arrive;
+        returns the bytes received."""
         req = pb.GetNodeDataRequest(name=name)
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         seg, got, nbytes = self._transport.reader(), 0, 0
@@ -175,12 +194,7 @@ class GraphStoreClient:
             raise DataLoss(f"graph-store {self.address} sent {got} rows of {name} for {len(ids)} ids")
         return nbytes
 
-    @property
-    def shares_memory(self) -> bool:
-        """Whether this client offers a shared directory (direct writes may then work)."""
-        return self._transport.offer is not None
-
-    def scatter_node_data(self, name: str, ids: np.ndarray, target: NodeDataTarget) -> int:
+    def _scatter(self, name: str, ids: np.ndarray, target: NodeDataTarget) -> int:
         """Has the server write the rows of ``ids`` into ``target`` (shared memory); returns the
         rows written. FailedPrecondition when the server cannot see this client's directory."""
         req = pb.GetNodeDataRequest(name=name)
@@ -205,7 +219,7 @@ class GraphStoreClient:
     def get_degrees_future(self, ids: np.ndarray) -> Future[np.ndarray]:
         req = pb.GetDegreesRequest()
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
-        return _then(self._unary_future(self._stub.GetDegrees, req), lambda r: codec.decode(r.degrees))
+        return then(self._unary_future(self._stub.GetDegrees, req), lambda r: codec.decode(r.degrees))
 
     def get_split(self, name: str) -> np.ndarray:
         try:
@@ -236,9 +250,7 @@ class GraphStoreClient:
         if efeat is not None:
             codec.encode(np.asarray(efeat, dtype=np.float32), req.edge_feat)
         raw = self._unary_future(self._stub.AppendEdges, req, timeout_s)
-        return _then(
-            raw, lambda r: AppendAck(int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq))
-        )
+        return then(raw, lambda r: AppendAck(int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq)))
 
     def append_edges(
         self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
@@ -277,7 +289,7 @@ class GraphStoreClient:
             efeat = codec.decode(r.edge_feat, "edge_feat", seg, rec.bulk) if r.HasField("edge_feat") else None
             return TemporalSample(offsets, nbr, ts, eid, efeat)
 
-        return _then(self._unary_future(self._temporal, req), decoded)
+        return then(self._unary_future(self._temporal, req), decoded)
 
     def sample_temporal(
         self,
@@ -312,160 +324,3 @@ class GraphStoreClient:
 
     def close(self) -> None:
         self._channel.close()
-
-
-def _settle(out: Future, result: object = None, exc: BaseException | None = None) -> None:
-    """Completes ``out`` unless it was cancelled meanwhile (then the answer is not wanted)."""
-    with contextlib.suppress(InvalidStateError):
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(result)
-
-
-def _then(fut: Future, fn: Callable[[Any], Any]) -> Future:
-    """``fn(fut.result())`` as a future (``fn`` runs even if the future was cancelled meanwhile)."""
-    out: Future = Future()
-
-    def done(f: Future) -> None:
-        try:
-            result = fn(f.result())
-        except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
-            _settle(out, exc=exc)
-        else:
-            _settle(out, result=result)
-
-    fut.add_done_callback(done)
-    return out
-
-
-PARTITION_PLACEHOLDER = "{p}"
-"""In a graph-store address, stands for the partition id: ``graph-store-{p}.graph-store:50051``."""
-
-
-def expand_addresses(addresses: Sequence[str], timeout_s: float = 30.0) -> list[str]:
-    """``addresses`` as given, or a single template holding :data:`PARTITION_PLACEHOLDER`
-    expanded for every partition (partition 0, the template with ``{p}`` -> 0, says how many).
-
-    Raises:
-        GraphfeedError: partition 0 did not answer within ``timeout_s``.
-    """
-    if len(addresses) != 1 or PARTITION_PLACEHOLDER not in addresses[0]:
-        return list(addresses)
-    template = addresses[0]
-    first = GraphStoreClient(template.replace(PARTITION_PLACEHOLDER, "0"), timeout_s)
-    try:
-        n = first.info().num_partitions
-    finally:
-        first.close()
-    return [template.replace(PARTITION_PLACEHOLDER, str(p)) for p in range(n)]
-
-
-class _PartitionSetBase:
-    info: PartitionInfo
-
-    @property
-    def num_partitions(self) -> int:
-        return self.info.num_partitions
-
-
-class RemotePartitionSet(_PartitionSetBase):
-    """All graph-stores of a graph, addressed by partition id, over gRPC.
-
-    Args:
-        addresses: ``host:port`` of each graph-store, any order; each one's partition id is
-            read from GetPartitionInfo and checked for consistency. Or one template, e.g.
-            ``graph-store-{p}.graph-store:50051`` (see :func:`expand_addresses`).
-        timeout_s: deadline of each call.
-        max_parallel: threads for the streaming calls (GetNodeData) run in parallel.
-        shm_dir: shared-memory directory offered to same-host graph-stores ("" or None: never).
-    """
-
-    def __init__(
-        self, addresses: Sequence[str], timeout_s: float = 30.0, max_parallel: int = 8, shm_dir: str | None = None
-    ) -> None:
-        addresses = expand_addresses(addresses, timeout_s)
-        clients = [GraphStoreClient(a, timeout_s, shm_dir) for a in addresses]
-        infos = [c.info() for c in clients]
-        n = infos[0].num_partitions
-        by_id = {i.partition_id: c for i, c in zip(infos, clients)}
-        if sorted(by_id) != list(range(n)) or len(clients) != n:
-            got = sorted(i.partition_id for i in infos)
-            raise FailedPrecondition(
-                f"need one graph-store per partition 0..{n - 1}, got partitions {got} at {list(addresses)}"
-            )
-        for i in infos:
-            if i.dataset != infos[0].dataset or not np.array_equal(i.node_offsets, infos[0].node_offsets):
-                raise FailedPrecondition(f"graph-stores serve different graphs: {i.dataset!r} vs {infos[0].dataset!r}")
-        self.clients = [by_id[p] for p in range(n)]
-        self.info = next(i for i in infos if i.partition_id == 0)
-        self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="gs-fetch")
-
-    def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> Future[SampledNeighbors]:
-        return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position)
-
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
-        return self._pool.submit(self.clients[p].get_node_data, name, ids)
-
-    def read_node_data_into(
-        self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray
-    ) -> Future[int]:
-        """See :class:`~graphfeed.graph_store.types.ReadsNodeDataInto`."""
-        return self._pool.submit(self.clients[p].read_node_data_into, name, ids, out, positions)
-
-    def scatter_node_data(self, p: int, name: str, ids: np.ndarray, target: NodeDataTarget) -> Future[int] | None:
-        """Partition ``p`` writes the rows into ``target``; None when this set offers no shared
-        memory (the caller then fetches the rows)."""
-        if not self.clients[p].shares_memory:
-            return None
-        return self._pool.submit(self.clients[p].scatter_node_data, name, ids, target)
-
-    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
-        return self.clients[p].get_degrees_future(ids)
-
-    def get_split(self, p: int, name: str) -> np.ndarray:
-        return self.clients[p].get_split(name)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for c in self.clients:
-            c.close()
-
-
-_R = TypeVar("_R")
-
-
-def _done(fn: Callable[..., _R], *args: object) -> Future[_R]:
-    fut: Future[_R] = Future()
-    try:
-        fut.set_result(fn(*args))
-    except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
-        fut.set_exception(exc)
-    return fut
-
-
-class LocalPartitionSet(_PartitionSetBase):
-    """In-process partition set over GraphStore cores (tests, embedded use). Same semantics."""
-
-    def __init__(self, stores: Sequence[GraphStore]) -> None:
-        self.stores = sorted(stores, key=lambda s: s.partition_id)
-        self.info = self.stores[0].info()
-
-    def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> Future[SampledNeighbors]:
-        return _done(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed, None, first_position)
-
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
-        return _done(self.stores[p].get_node_data, name, ids)
-
-    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
-        return _done(self.stores[p].get_degrees, ids)
-
-    def get_split(self, p: int, name: str) -> np.ndarray:
-        return self.stores[p].get_split(name)
-
-    def close(self) -> None:
-        pass

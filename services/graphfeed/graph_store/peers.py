@@ -14,7 +14,8 @@ import grpc
 
 from graphfeed.common import security
 from graphfeed.common.readiness import PeerNotReady
-from graphfeed.graph_store.client import PARTITION_PLACEHOLDER, RemotePartitionSet, info_from_proto
+from graphfeed.graph_store.client import info_from_proto
+from graphfeed.graph_store.partitions import PARTITION_PLACEHOLDER, RemotePartitionSet
 from graphfeed.graph_store.types import PartitionInfo
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc

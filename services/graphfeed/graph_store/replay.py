@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.temporal_client import TemporalClient
 
 SOURCES_MODULE = "graphfeed.ingest.temporal_sources"  # the temporal dataset loaders (optional)
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         edges = Edges(
             edges.src[order], edges.dst[order], edges.t[order], None if edges.feat is None else edges.feat[order]
         )
-    client = TemporalClient(args.graph_stores, client_id=args.client_id, timeout_s=args.timeout_s)
+    stores = RemotePartitionSet(args.graph_stores, timeout_s=args.timeout_s)
+    client = TemporalClient(stores, client_id=args.client_id, attempt_timeout_s=args.timeout_s)
     try:
         stats = replay(client, edges, rate=args.rate, batch_size=args.batch_size, undirected=args.undirected)
     finally:

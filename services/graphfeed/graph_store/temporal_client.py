@@ -1,23 +1,21 @@
-"""Routing client of the temporal graph (issue 16): appends and temporal sampling across graph-stores.
+"""The temporal graph across graph-stores (GNNFlow): appends and temporal sampling, routed by owner.
 
-:class:`TemporalClient` talks to every graph-store of a graph and routes by owner as
-``TEMPORAL_SPEC`` says: an edge belongs to the owner of its ``dst``; a node ``g < num_nodes``
-is owned by the partition whose ``[node_offsets[p], node_offsets[p+1])`` holds it, a node that
-arrived by append (``g >= num_nodes``) by ``g % P``.
+:class:`TemporalClient` works over a :class:`~graphfeed.graph_store.types.PartitionSet` (the
+one way to reach graph-stores) and routes with the one ownership rule
+(:func:`graphfeed.common.owners.owners`): an edge belongs to the owner of its ``dst``.
 
 - :meth:`TemporalClient.append` splits a batch into one batch per owner (each keeps the
   caller's edge order), sends them in parallel and returns once every owner has acknowledged
-  (durable). Each partition's batch has a deterministic id, ``<client id>-<seq>-<partition>``,
-  and a call that fails with UNAVAILABLE or DEADLINE_EXCEEDED (a graph-store restarting, an ack
-  lost on the way) is sent again with the SAME id, with capped exponential backoff, until
-  ``retry_deadline_s``: the store applies a batch id once, so a retry never duplicates edges.
+  (durable). Each partition's batch has a deterministic id, ``<batch id>-<partition>``, and a
+  call that fails with UNAVAILABLE or DEADLINE_EXCEEDED (a graph-store restarting, an ack lost
+  on the way) is sent again with the SAME id (:func:`graphfeed.common.retry.retry_transient`)
+  until ``retry_deadline_s``: the store applies a batch id once, so a retry never duplicates.
 - :meth:`TemporalClient.sample` samples several hops TGAT-style: hop ``h + 1``'s roots are hop
-  ``h``'s sampled neighbours at their edge times; each hop's roots are grouped by owner and
-  every partition's request is started before any is waited on
-  (:class:`~graphfeed.graph_store.fanout.Pending`), then merged back into root order.
+  ``h``'s sampled neighbours at their edge times; each hop fans out like every other read
+  (:func:`graphfeed.graph_store.fanout.fan_out_requests`) and is merged back into root order.
 
-:class:`RemoteNeighbors` is the TGN loop's ``NeighborSource`` over a :class:`TemporalClient`;
-:class:`TemporalStoreView` gives a client the in-process store's ``append(batch_id, ...)`` / ``sample``.
+:class:`TemporalStoreView` gives a client the in-process store's one-partition API
+(``append(batch_id, ...)`` / one-hop ``sample``), so the TGN loop runs over either.
 """
 
 from __future__ import annotations
@@ -25,37 +23,22 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
+from graphfeed.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from graphfeed.common.owners import group_by_owner
+from graphfeed.common.retry import retry_transient
 from graphfeed.common.seeds import derive_seed
-from graphfeed.graph_store.client import GraphStoreClient, expand_addresses
-from graphfeed.graph_store.fanout import Pending
-from graphfeed.graph_store.temporal import AppendAck, TemporalSample
+from graphfeed.graph_store.fanout import Chunk, fan_out_requests
 from graphfeed.graph_store.temporal_index import int_array
+from graphfeed.graph_store.temporal_types import AppendAck, TemporalSample
+from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
-
-RETRIED = (Unavailable, DeadlineExceeded)  # the call may not have reached the store, or its ack was lost
-
-
-def owners(gids: np.ndarray, node_offsets: np.ndarray) -> np.ndarray:
-    """Owner partition of each gid (``TEMPORAL_SPEC``); gids must be ``>= 0``."""
-    num_nodes, parts = int(node_offsets[-1]), len(node_offsets) - 1
-    by_range = np.searchsorted(node_offsets, gids, side="right") - 1
-    return np.where(gids < num_nodes, by_range, gids % parts).astype(np.int64)
-
-
-def group(owner: np.ndarray, num_partitions: int) -> list[np.ndarray]:
-    """Positions (ascending) of each partition's share."""
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(num_partitions + 1))
-    return [order[bounds[p] : bounds[p + 1]] for p in range(num_partitions)]
 
 
 def merge(num_roots: int, parts: Sequence[tuple[np.ndarray, TemporalSample]]) -> TemporalSample:
@@ -84,61 +67,42 @@ def _bases(parts: Sequence[tuple[np.ndarray, TemporalSample]]) -> list[int]:
 
 
 class TemporalClient:
-    """Appends and temporal samples over every graph-store of a graph, routed by owner.
+    """Appends and temporal samples over every partition of a graph, routed by owner.
 
     Args:
-        addresses: ``host:port`` of each graph-store, any order (one per partition).
+        partitions: the graph's partition set (e.g.
+            :class:`~graphfeed.graph_store.partitions.RemotePartitionSet`).
         client_id: prefix of this client's batch ids; a restarted writer that replays the same
             batches under the same id gets them acknowledged as duplicates (default: random).
-        timeout_s: deadline of each call (one attempt).
+        attempt_timeout_s: deadline of one append attempt (default 30 s).
         retry_deadline_s: how long an append keeps retrying one partition's batch (default 120 s).
         max_backoff_s: cap of the exponential backoff between retries (default 2 s).
         max_ids_per_request: most roots per SampleTemporal call (a larger share is split).
-        shm_dir: shared-memory directory offered to same-host graph-stores ("" or None: never).
     """
 
     def __init__(
         self,
-        addresses: Sequence[str],
+        partitions: PartitionSet,
         *,
         client_id: str | None = None,
-        timeout_s: float = 30.0,
+        attempt_timeout_s: float = 30.0,
         retry_deadline_s: float = 120.0,
         max_backoff_s: float = 2.0,
         max_ids_per_request: int = 1_000_000,
-        shm_dir: str | None = None,
     ) -> None:
-        addresses = expand_addresses(addresses, timeout_s)  # one graph-store-{p}... template is fine too
-        clients = [GraphStoreClient(a, timeout_s, shm_dir) for a in addresses]
-        infos = [c.info() for c in clients]
-        n = infos[0].num_partitions
-        by_id = {i.partition_id: c for i, c in zip(infos, clients)}
-        if sorted(by_id) != list(range(n)) or len(clients) != n:
-            raise FailedPrecondition(
-                f"need one graph-store per partition 0..{n - 1}, got {sorted(by_id)} at {list(addresses)}"
-            )
-        if any(not np.array_equal(i.node_offsets, infos[0].node_offsets) for i in infos):
-            raise FailedPrecondition(f"graph-stores at {list(addresses)} serve different graphs")
-        self.clients = [by_id[p] for p in range(n)]
-        self.node_offsets = infos[0].node_offsets
+        self.partitions = partitions
         self.client_id = client_id or uuid.uuid4().hex[:12]
-        self.retry_deadline_s, self.max_backoff_s, self.max_ids_per_request = (
-            retry_deadline_s,
-            max_backoff_s,
-            max_ids_per_request,
-        )
+        self.attempt_timeout_s, self.retry_deadline_s = attempt_timeout_s, retry_deadline_s
+        self.max_backoff_s, self.max_ids_per_request = max_backoff_s, max_ids_per_request
         self.retries = 0  # append attempts sent again (all partitions, all calls)
         self._seq = itertools.count()
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=max(2, n), thread_name_prefix="temporal-append")
+        # appends wait out their retries on these threads, one partition's batch each
+        self._pool = ThreadPoolExecutor(max_workers=max(2, partitions.num_partitions), thread_name_prefix="append")
 
     @property
     def num_partitions(self) -> int:
-        return len(self.clients)
-
-    def owners(self, gids: np.ndarray) -> np.ndarray:
-        """Owner partition of each gid (>= 0)."""
-        return owners(np.asarray(gids, dtype=np.int64), self.node_offsets)
+        return self.partitions.num_partitions
 
     # -- appends -----------------------------------------------------------------------------
 
@@ -181,39 +145,37 @@ class TemporalClient:
             efeat = None if efeat is None else np.concatenate([efeat, efeat])
         with self._lock:
             base = batch_id or f"{self.client_id}-{next(self._seq)}"
-        shares = group(self.owners(dst), self.num_partitions)
-        futures = {
-            p: self._pool.submit(
-                self._append_one, p, f"{base}-{p}", src[pos], dst[pos], t[pos], None if efeat is None else efeat[pos]
-            )
-            for p, pos in enumerate(shares)
-            if len(pos)
-        }
+        order, bounds = group_by_owner(dst, self.partitions.info.node_offsets)
+        futures: dict[int, Future[AppendAck]] = {}
+        for p in range(self.num_partitions):
+            pos = order[bounds[p] : bounds[p + 1]]
+            if len(pos):
+                share = (src[pos], dst[pos], t[pos], None if efeat is None else efeat[pos])
+                futures[p] = self._pool.submit(self._append_one, p, f"{base}-{p}", *share)
         return {p: f.result() for p, f in futures.items()}
 
     def _append_one(
         self, p: int, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None
     ) -> AppendAck:
         """One partition's batch, sent again with the same id while the store is unreachable."""
-        deadline = time.monotonic() + self.retry_deadline_s
-        for attempt in itertools.count():
-            try:
-                return self.clients[p].append_edges(batch_id, src, dst, t, efeat)
-            except RETRIED as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise
-                with self._lock:
-                    self.retries += 1
-                if attempt == 0:
-                    log.info(
-                        "append %s to partition %d: %s; retrying with the same batch id",
-                        batch_id,
-                        p,
-                        type(exc).__name__,
-                    )
-                time.sleep(min(self.max_backoff_s, 0.05 * 2**attempt, left))  # backoff, not synchronisation
-        raise AssertionError("unreachable")  # pragma: no cover - the loop only returns or raises
+
+        def attempt(timeout_s: float) -> AppendAck:
+            return self.partitions.append_edges(p, batch_id, src, dst, t, efeat, timeout_s).result()
+
+        def retrying(tries: int, exc: Unavailable | DeadlineExceeded, _wait: float) -> None:
+            with self._lock:
+                self.retries += 1
+            if tries == 1:
+                log.info("append %s to partition %d: %s; retrying with the same batch id", batch_id, p, exc.code.name)
+
+        return retry_transient(
+            attempt,
+            timeout_s=self.retry_deadline_s,
+            attempt_timeout_s=self.attempt_timeout_s,
+            initial_backoff_s=0.05,
+            max_backoff_s=self.max_backoff_s,
+            on_retry=retrying,
+        )
 
     # -- sampling ----------------------------------------------------------------------------
 
@@ -259,47 +221,23 @@ class TemporalClient:
         self, roots: np.ndarray, times: np.ndarray, fanout: int, strategy: str, seed: int, with_features: bool
     ) -> TemporalSample:
         """One hop: every partition's requests started, then merged back into root order."""
-        pending: Pending[TemporalSample] = Pending(len(roots), [])
-        try:
-            for p, share in enumerate(group(self.owners(roots), self.num_partitions)):
-                for lo in range(0, len(share), self.max_ids_per_request):
-                    pos = share[lo : lo + self.max_ids_per_request]
-                    fut: Future[TemporalSample] = self.clients[p].sample_temporal_future(
-                        roots[pos], times[pos], fanout, strategy, derive_seed(seed, p), lo, with_features
-                    )
-                    pending.parts.append((p, pos, fut))
-        except BaseException:
-            pending.cancel()
-            raise
+        parts = self.partitions
+
+        def call(c: Chunk) -> Future[TemporalSample]:
+            p_seed = derive_seed(seed, c.partition)
+            at = times[c.positions]
+            return parts.sample_temporal(
+                c.partition, c.ids, at, fanout, strategy, p_seed, c.first_position, with_features
+            )
+
+        pending = fan_out_requests(parts, roots, call, self.max_ids_per_request)
         answers = pending.results()
         return merge(len(roots), [(pos, a) for (_, pos, _), a in zip(pending.parts, answers)])
 
     def close(self) -> None:
-        """Closes the channels (calls in flight fail)."""
+        """Stops the append threads and closes the partition set (calls in flight fail)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for c in self.clients:
-            c.close()
-
-
-class RemoteNeighbors:
-    """The TGN loop's ``NeighborSource`` over graph-stores: each event stored in both directions,
-    the ``fanout`` most recent in-neighbours before each root's time, with edge features.
-
-    Batch ids come from the client's id and its call count, so a job that restarts with the
-    same ``client_id`` and replays its appends from the start gets them acknowledged as
-    duplicates (nothing stored twice).
-    """
-
-    def __init__(self, client: TemporalClient) -> None:
-        self.client = client
-
-    def append(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None) -> None:
-        """Stores ``src -> dst`` then ``dst -> src`` for every event (durable on return)."""
-        self.client.append(src, dst, t, efeat, undirected=True)
-
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int) -> TemporalSample:
-        """One hop, strategy "recent"."""
-        return self.client.sample(nodes, times, [fanout], "recent", with_features=True)[0]
+        self.partitions.close()
 
 
 class TemporalStoreView:

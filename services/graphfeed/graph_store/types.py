@@ -1,12 +1,45 @@
-"""Typed values the graph-store core returns and its clients hand back (no protobuf here)."""
+"""Typed values the graph-store core returns and its clients hand back, and :class:`PartitionSet`:
+the one way samplers, loaders and writers reach the graph-stores (no protobuf here)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from graphfeed.common.futures import then
+from graphfeed.common.owners import owners
+from graphfeed.common.placement import SharedRegion
+from graphfeed.graph_store.temporal_types import AppendAck, TemporalSample
+
+
+@dataclass(frozen=True)
+class RowsInto:
+    """Where a node-data read puts its rows: the i-th id's row goes to ``out[positions[i]]``.
+
+    ``shared``: ``out`` lies in a shared-memory file the reader offers, so a graph-store on the
+    same host may write the rows there itself (each row copied once, table to destination).
+    """
+
+    out: np.ndarray  # [num_rows, *row_shape]
+    positions: np.ndarray  # int64 [N]
+    shared: SharedRegion | None = None
+
+    @classmethod
+    def new(cls, num_ids: int, row_shape: tuple[int, ...], dtype: np.dtype | type) -> RowsInto:
+        """A new array for ``num_ids`` rows, in id order."""
+        return cls(np.empty((num_ids, *row_shape), dtype=dtype), np.arange(num_ids, dtype=np.int64))
+
+    def at(self, which: np.ndarray) -> RowsInto:
+        """The same destination for the ids at ``which`` only."""
+        return RowsInto(self.out, self.positions[which], self.shared)
+
+    def place(self, rows: np.ndarray) -> int:
+        """Puts ``rows`` (one per id, in id order) where they go; returns their bytes."""
+        self.out[self.positions] = np.asarray(rows).reshape((len(self.positions), *self.out.shape[1:]))
+        return int(self.out.itemsize * len(self.positions) * int(np.prod(self.out.shape[1:], dtype=np.int64)))
 
 
 @dataclass(frozen=True)
@@ -19,6 +52,13 @@ class NodeDataTarget:
     offset: int
     num_rows: int
     positions: np.ndarray  # int64 [N]
+
+    @classmethod
+    def of(cls, into: RowsInto) -> NodeDataTarget:
+        """The target of a destination in shared memory."""
+        if into.shared is None:
+            raise ValueError("the destination lies in no shared-memory file")
+        return cls(into.shared.segment, into.shared.offset, len(into.out), into.positions)
 
 
 @dataclass(frozen=True)
@@ -55,70 +95,81 @@ class PartitionInfo:
     graph_version: str = ""  # the ingest run's id (GraphManifest.graph_version)
 
 
-class PartitionSet(Protocol):
-    """All partitions of a graph as seen by a sampler or loader.
+class PartitionSet(ABC):
+    """All partitions of a graph, addressed by partition id: the one way to reach graph-stores.
 
-    Implemented over gRPC (:class:`graphfeed.graph_store.client.RemotePartitionSet`) and
-    in-process over core objects (:class:`graphfeed.graph_store.client.LocalPartitionSet`,
-    for socket-free tests). Methods return futures so callers fan out to all partitions
-    before waiting on any.
+    Over gRPC (:class:`graphfeed.graph_store.partitions.RemotePartitionSet`) or in-process over
+    core objects (:class:`~graphfeed.graph_store.partitions.LocalPartitionSet`, socket-free
+    tests). Calls return futures so that callers start every partition's request before waiting
+    on any (:mod:`graphfeed.graph_store.fanout`). Who owns an id is :meth:`owners`.
+
+    A backend implements the abstract calls; :meth:`read_node_data` has a working default over
+    :meth:`_node_rows` that a faster backend overrides (the gRPC one writes each answer's rows
+    straight into the destination, or has same-host graph-stores write them into shared memory).
     """
 
     info: PartitionInfo  # of partition 0; graph-wide fields are the same everywhere
 
     @property
-    def num_partitions(self) -> int: ...
-
-    def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
-    ) -> Future[SampledNeighbors]: ...
-
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]: ...
-
-    def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]: ...
-
-    def get_split(self, p: int, name: str) -> np.ndarray: ...
-
-    def close(self) -> None: ...
-
-
-@runtime_checkable
-class ReadsNodeDataInto(Protocol):
-    """A partition set that writes received rows straight into the caller's array (the gRPC
-    one: each answer message's rows are copied once, from the message to their destination)."""
-
-    def read_node_data_into(
-        self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray
-    ) -> Future[int]:
-        """Partition ``p``'s rows of ``ids`` into ``out[positions]``; the future gives the bytes
-        received, or raises what the graph-store raised."""
-
-
-class ForwardingPartitionSet:
-    """A :class:`PartitionSet` that forwards every call to ``inner``: subclass it and override
-    only the calls you observe or replace (metrics, benchmarks)."""
-
-    def __init__(self, inner: PartitionSet) -> None:
-        self.inner = inner
-        self.info: PartitionInfo = inner.info
-
-    @property
     def num_partitions(self) -> int:
-        return self.inner.num_partitions
+        return self.info.num_partitions
 
+    def owners(self, gids: np.ndarray) -> np.ndarray:
+        """int64 [n]: the partition owning each gid (:func:`graphfeed.common.owners.owners`)."""
+        return owners(gids, self.info.node_offsets)
+
+    @abstractmethod
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
-        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+        """Partition ``p`` samples up to ``fanout`` in-neighbors of each of its ``seeds``."""
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
-        return self.inner.get_node_data(p, name, ids)
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
+        """Partition ``p``'s rows of node-data ``name`` for ``ids`` (owned by ``p``), put where
+        ``into`` says; the future gives the bytes of rows delivered, or raises what the
+        graph-store raised (once nothing writes into ``into`` any more)."""
+        return then(self._node_rows(p, name, ids), into.place)
 
+    @abstractmethod
+    def _node_rows(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
+        """Partition ``p``'s rows of ``name`` for ``ids``, in ids order, as a new array."""
+
+    @abstractmethod
     def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
-        return self.inner.get_degrees(p, ids)
+        """In-degrees of ``ids`` (owned by ``p``)."""
 
+    @abstractmethod
     def get_split(self, p: int, name: str) -> np.ndarray:
-        return self.inner.get_split(p, name)
+        """Partition ``p``'s gids of split ``name`` (ascending)."""
 
+    @abstractmethod
+    def append_edges(
+        self,
+        p: int,
+        batch_id: str,
+        src: np.ndarray,
+        dst: np.ndarray,
+        t: np.ndarray,
+        efeat: np.ndarray | None = None,
+        timeout_s: float | None = None,
+    ) -> Future[AppendAck]:
+        """Partition ``p`` appends edges into its ``dst`` nodes, durably, once per ``batch_id``."""
+
+    @abstractmethod
+    def sample_temporal(
+        self,
+        p: int,
+        nodes: np.ndarray,
+        times: np.ndarray,
+        fanout: int,
+        strategy: str = "recent",
+        seed: int = 0,
+        first_position: int = 0,
+        with_features: bool = True,
+    ) -> Future[TemporalSample]:
+        """Partition ``p``'s temporal sample of its ``nodes`` before ``times``
+        (:meth:`graphfeed.graph_store.temporal.TemporalStore.sample`)."""
+
+    @abstractmethod
     def close(self) -> None:
-        self.inner.close()
+        """Releases connections (calls in flight fail)."""

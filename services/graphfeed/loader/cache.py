@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from graphfeed.graph_store.fanout import fan_out
+from graphfeed.graph_store.fanout import fan_out_requests, fetch_rows, merge_arrays
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache_options import POLICIES, CacheOptions
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, fetch_rows
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher
 from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
 __all__ = [
@@ -237,7 +237,10 @@ def in_degrees(
 ) -> np.ndarray:
     """In-degree of every node, from the graph-stores (8 bytes per node over the wire)."""
     all_ids = np.arange(num_nodes, dtype=np.int64)
-    return fan_out(partitions, all_ids, partitions.get_degrees, max_ids_per_request).wait((), np.int64)[0]
+    pending = fan_out_requests(
+        partitions, all_ids, lambda c: partitions.get_degrees(c.partition, c.ids), max_ids_per_request
+    )
+    return merge_arrays(pending, (), np.int64)
 
 
 def top_by_degree(degrees: np.ndarray, k: int) -> np.ndarray:

@@ -20,10 +20,11 @@ import numpy as np
 
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
+from graphfeed.common.placement import HostPlacement, Placement
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CacheOptions, TierStats
 from graphfeed.loader.cache_options import check_policy
-from graphfeed.loader.gather import Gatherer, ShmSink
+from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.pack_tier import PackStats, PackTier, open_pack_tier
@@ -106,7 +107,7 @@ class Loader:
         self.pack_stats = PackStats()
         self._pool = ThreadPoolExecutor(max_workers=sample_workers, thread_name_prefix="loader-sample")
         # host feature arrays of minibatches: a few per stream in flight (queued, being sent)
-        self._buffers = BufferPool(max_buffers=2 * max_inflight + 2)
+        self.host_placement = HostPlacement(BufferPool(max_buffers=2 * max_inflight + 2))
         self._lock = threading.Lock()
         self._splits: dict[str, np.ndarray] = {}
         self._caches: dict[str, SharedCache] = {}
@@ -171,17 +172,23 @@ class Loader:
             return self._caches[feature_name]
 
     def stream(
-        self, job: JobSpec, epoch: int, start_step: int = 0, sink: ShmSink | None = None, *, on_device: bool = False
+        self,
+        job: JobSpec,
+        epoch: int,
+        start_step: int = 0,
+        placement: Placement | None = None,
+        *,
+        on_device: bool = False,
     ) -> MinibatchStream:
         """Starts streaming steps ``[start_step, steps_per_epoch)`` of ``epoch``.
 
-        ``sink``: assemble each minibatch's features in a shared-memory segment there (the
-        consumer shares the directory); None: in ordinary memory.
+        ``placement``: where each minibatch's host features are assembled (e.g. shared memory
+        the consumer maps); None: :attr:`host_placement`, ordinary pooled memory.
         ``on_device``: when the feature's cache has a GPU tier, deliver features as device arrays
         (GPU and pinned host-tier hits read by one kernel, misses copied up; for a consumer in
         this process on that GPU, see :meth:`gpu_features`); otherwise ignored (NumPy arrays).
         A job's ``feature_wire_dtype`` converts host features after the gather (the cache keeps
-        full precision; the converted features are then assembled in ordinary memory, ``sink``
+        full precision; the converted features are then assembled in ordinary memory, ``placement``
         unused); device features stay at the stored precision (:mod:`graphfeed.loader.wire`).
 
         Raises:
@@ -194,22 +201,28 @@ class Loader:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
         cache = self._cache(job.feature_name)
         if job.feature_wire_dtype:
-            sink = None  # the features are converted before they are sent: no use assembling them in shared memory
+            placement = None  # the features are converted before they are sent: no use assembling them in shared memory
             if on_device and cache.device_policy is not None:  # device features cross no wire: stored precision
                 job = dataclasses.replace(job, feature_wire_dtype="")
         gatherer = Gatherer(
-            self.partitions,
-            cache,
-            job.feature_name,
-            job.label_name,
-            self.max_ids_per_request,
-            sink,
-            on_device,
-            self._buffers,
-            self._pack_tier(job, epoch),
+            partitions=self.partitions,
+            cache=cache,
+            feature_name=job.feature_name,
+            label_name=job.label_name,
+            max_ids_per_request=self.max_ids_per_request,
+            placement=placement or self.host_placement,
+            on_device=on_device,
+            packs=self._pack_tier(job, epoch),
         )
         work = StreamWork(
-            self.sampler, self._pool, gatherer, job, plan, start_step, self.lookahead_steps, Channel(self.max_inflight)
+            sampler=self.sampler,
+            pool=self._pool,
+            gatherer=gatherer,
+            job=job,
+            plan=plan,
+            start_step=start_step,
+            lookahead_steps=self.lookahead_steps,
+            channel=Channel(self.max_inflight),
         )
         log.info(
             "stream job=%s rank=%d/%d epoch=%d steps [%d, %d)",

@@ -1,7 +1,6 @@
-"""Fetching feature rows from their owners: the fan-out of one request, and background prefetch.
+"""Background prefetch of feature rows for the cache policies.
 
-:func:`fetch_rows` (and :class:`RowsRequest`, to wait later) fans one node-data request out to
-the owners (:func:`graphfeed.graph_store.fanout.fan_out`) and merges the rows in id order.
+Rows are read from their owners by :func:`graphfeed.graph_store.fanout.fetch_rows`.
 :class:`Prefetcher` runs row fetches for a cache policy off the minibatch path: in a worker
 thread (the loader) or when told to (``manual=True``: replays and tests, deterministic). A
 failed prefetch is logged and reported to the policy, whose slots simply stay empty: the rows
@@ -15,12 +14,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent import futures
 
 import numpy as np
 
-from graphfeed.graph_store.fanout import fan_out
-from graphfeed.graph_store.types import PartitionSet, ReadsNodeDataInto
+from graphfeed.graph_store.fanout import fetch_rows
+from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
 
@@ -29,78 +27,6 @@ DEFAULT_MAX_IDS_PER_REQUEST = 1 << 16
 
 RowsFetcher = Callable[[np.ndarray], np.ndarray]
 """``fetch(ids) -> rows`` in ``ids`` order; raises what the graph-stores raised."""
-
-
-class RowsRequest:
-    """Rows of node-data ``name`` for ``ids``, requested from their owners at construction (all
-    partitions before any is waited on); :meth:`wait` for them, or :meth:`cancel`.
-
-    The rows land in ``out[at]`` (default: a new array, in ``ids`` order). Over gRPC each
-    answer's rows are written there as they arrive (one copy from the message); other
-    partition sets hand back rows, which are then put in place.
-
-    Raises:
-        KeyError: ``name`` is not a node-data name of ``partitions``.
-    """
-
-    def __init__(
-        self,
-        partitions: PartitionSet,
-        name: str,
-        ids: np.ndarray,
-        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-        out: np.ndarray | None = None,
-        at: np.ndarray | None = None,
-    ) -> None:
-        spec = partitions.info.node_data[name]
-        self.row_shape, self.dtype = tuple(spec.row_shape), np.dtype(spec.dtype)
-        self._out, self._at = out, at
-        self._dest: np.ndarray | None = None  # where the owners' answers are written as they arrive
-        if isinstance(partitions, ReadsNodeDataInto):
-            dest = self._dest = np.empty((len(ids), *self.row_shape), dtype=self.dtype) if out is None else out
-            into = lambda p, chunk, pos: partitions.read_node_data_into(  # noqa: E731
-                p, name, chunk, dest, pos if at is None else at[pos]
-            )
-            self._pending = fan_out(partitions, ids, into, max_ids_per_request, with_positions=True)
-        else:
-            call = lambda p, chunk: partitions.get_node_data(p, name, chunk)  # noqa: E731
-            self._pending = fan_out(partitions, ids, call, max_ids_per_request)
-
-    def wait(self) -> tuple[np.ndarray, dict[int, int]]:
-        """``out`` with the rows in place and the bytes received per partition; re-raises what a
-        failed request raised, once no request is writing into ``out`` any more."""
-        if self._dest is None:
-            rows, by_part = self._pending.wait(self.row_shape, self.dtype)
-            if self._out is None:
-                return rows, by_part
-            self._out[self._at if self._at is not None else slice(None)] = rows
-            return self._out, by_part
-        got: dict[int, int] = {}
-        try:
-            for p, nbytes in zip([p for p, _, _ in self._pending.parts], self._pending.results()):
-                got[p] = got.get(p, 0) + int(nbytes)
-        except BaseException:
-            futures.wait([f for _, _, f in self._pending.parts if f is not None])  # none still writes into out
-            raise
-        return self._dest, got
-
-    def cancel(self) -> None:
-        """Cancels the requests not started yet (running ones finish on their own deadline)."""
-        self._pending.cancel()
-
-
-def fetch_rows(
-    partitions: PartitionSet,
-    name: str,
-    ids: np.ndarray,
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
-    out: np.ndarray | None = None,
-    at: np.ndarray | None = None,
-) -> tuple[np.ndarray, dict[int, int]]:
-    """Fetches the rows of node-data ``name`` for ``ids`` from their owners into ``out[at]``
-    (default: a new array in ids order) and waits for them: ``(out, bytes received per
-    partition)``. See :class:`RowsRequest`."""
-    return RowsRequest(partitions, name, ids, max_ids_per_request, out, at).wait()
 
 
 def node_data_fetcher(

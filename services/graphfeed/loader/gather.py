@@ -4,12 +4,10 @@ and the seeds' labels.
 There is one gather (:class:`Gatherer`); where the features are assembled is a
 :class:`FeatureBuffer`:
 
-* :class:`HostBuffer` without a sink: a NumPy array.
-* :class:`HostBuffer` with a :class:`ShmSink`: a new shared-memory segment the consumer maps;
-  same-host graph-stores write the misses' rows straight into it, so each row is copied once,
-  from its owner's table to where the trainer reads it. When the consumer holds its quota
-  unclaimed, or the directory is nearly full, the sink refuses and the minibatch is assembled
-  as without one (and sent inline).
+* :class:`HostBuffer`: an array from the stream's :class:`~graphfeed.common.placement.Placement`.
+  When that array lies in shared memory the consumer maps, same-host graph-stores write the
+  misses' rows straight into it, so each row is copied once, from its owner's table to where the
+  trainer reads it (the partition set decides, per graph-store, from ``Placed.region``).
 * :class:`DeviceBuffer` (a loader embedded in a trainer on the GPU, the cache with a GPU tier):
   one kernel reads GPU-tier hits from device memory and host-tier hits zero-copy from pinned
   host memory; only the misses are fetched (to the host) and copied up.
@@ -20,62 +18,22 @@ Python, and no row is copied more often than the buffer requires.
 
 from __future__ import annotations
 
-import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.common.buffers import BufferPool
-from graphfeed.common.errors import FailedPrecondition
-from graphfeed.common.shm import Arena, Segment, SegmentPool, SegmentRegistry, ShmQuota
-from graphfeed.graph_store.fanout import fan_out
-from graphfeed.graph_store.types import NodeDataTarget, PartitionSet
+from graphfeed.common.placement import Placed, Placement
+from graphfeed.graph_store.fanout import RowsRequest, fetch_rows
+from graphfeed.graph_store.types import PartitionSet, RowsInto
 from graphfeed.loader.cache import DeviceCachePolicy, Rows, RowsAt
-from graphfeed.loader.fetch import RowsRequest, fetch_rows
 from graphfeed.loader.minibatch import MinibatchStats
 from graphfeed.loader.pack_tier import PackTier
 from graphfeed.loader.shared_cache import SharedCache
-
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class ShmSink:
-    """Where a stream assembles minibatch features when its consumer shares memory: a segment
-    per minibatch in ``directory``, which same-host graph-stores write their rows into directly
-    (``direct``; switched off for good when one of them cannot see the directory)."""
-
-    directory: Path
-    registry: SegmentRegistry
-    owner: object
-    quota: ShmQuota  # what may refuse ``client`` a segment
-    client: str  # the consumer, as the quota counts it
-    pool: SegmentPool | None = None  # reused files (pages already allocated); None: a new file each
-    direct: bool = True
-
-    def segment(self, shape: Sequence[int], dtype: np.dtype) -> Segment | None:
-        """A new segment holding one ``shape`` array at offset 0, or None when the consumer may
-        not be sent more through shared memory now (over its quota, or no room)."""
-        arena = Arena(self.directory, self.registry, self.owner, self.pool, self.client)
-        arena.reserve(shape, dtype)  # at offset 0
-        return self.quota.create(arena)
-
-
-@runtime_checkable
-class ScattersNodeData(Protocol):
-    """A partition set whose graph-stores can write rows into the caller's shared memory
-    (:class:`~graphfeed.graph_store.client.RemotePartitionSet`; the in-process one cannot)."""
-
-    def scatter_node_data(self, p: int, name: str, ids: np.ndarray, target: NodeDataTarget) -> Future[int] | None:
-        """Partition ``p`` writes the rows of ``ids`` into ``target``; the future gives the rows
-        written. None when ``p`` shares no memory with the caller."""
 
 
 class FeatureBuffer(ABC):
@@ -83,16 +41,15 @@ class FeatureBuffer(ABC):
     :meth:`look_up`, :meth:`open`, (fetches the misses' rows into what ``open`` returned),
     :meth:`complete`, :meth:`close`; then :meth:`missed_rows` if the policy admits rows."""
 
-    segment: Segment | None = None  # the shared memory holding the features at offset 0, if any
-    refused: bool = False  # a sink refused this minibatch shared memory: it goes inline
+    placed: Placed | None = None  # where the features are, when a placement holds them
 
     @abstractmethod
     def look_up(self, cache: SharedCache, stream: int, step: int, ids: np.ndarray) -> np.ndarray:
         """Looks ``ids`` up in ``cache`` for ``step`` of ``stream``; returns the misses' positions."""
 
     @abstractmethod
-    def open(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, at)``: the host array the misses' rows go into, the i-th miss at ``rows[at[i]]``."""
+    def open(self) -> RowsInto:
+        """Where the misses' rows go, the i-th miss's at ``out[positions[i]]``."""
 
     @abstractmethod
     def complete(self) -> Any:
@@ -107,18 +64,10 @@ class FeatureBuffer(ABC):
 
 
 class HostBuffer(FeatureBuffer):
-    """Features in host memory: an array (from ``pool`` when given: pages already mapped, back
-    in the pool once the minibatch is sent and dropped), or with ``sink`` a new shared-memory
-    segment."""
+    """Features in host memory, in the array ``placement`` gives."""
 
-    def __init__(
-        self,
-        row_shape: Sequence[int],
-        dtype: np.dtype | type,
-        sink: ShmSink | None = None,
-        pool: BufferPool | None = None,
-    ) -> None:
-        self._row_shape, self._dtype, self._sink, self._pool = tuple(row_shape), np.dtype(dtype), sink, pool
+    def __init__(self, row_shape: Sequence[int], dtype: np.dtype | type, placement: Placement) -> None:
+        self._row_shape, self._dtype, self._placement = tuple(row_shape), np.dtype(dtype), placement
         empty: np.ndarray = np.empty(0)
         self._hit, self._miss_pos, self._hit_rows, self._features = empty, empty, empty, empty
 
@@ -127,18 +76,10 @@ class HostBuffer(FeatureBuffer):
         self._miss_pos = np.flatnonzero(~self._hit)
         return self._miss_pos
 
-    def open(self) -> tuple[np.ndarray, np.ndarray]:
-        shape = (len(self._hit), *self._row_shape)
-        self.segment = self._sink.segment(shape, self._dtype) if self._sink is not None else None
-        self.refused = self._sink is not None and self.segment is None
-        if self.segment is not None:
-            self._features = self.segment.array(0, shape, self._dtype)
-        elif self._pool is not None:
-            nbytes = self._dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-            self._features = self._pool.take(nbytes).view(self._dtype).reshape(shape)
-        else:
-            self._features = np.empty(shape, dtype=self._dtype)
-        return self._features, self._miss_pos
+    def open(self) -> RowsInto:
+        self.placed = self._placement.place((len(self._hit), *self._row_shape), self._dtype)
+        self._features = self.placed.array
+        return RowsInto(self._features, self._miss_pos, self.placed.region)
 
     def complete(self) -> np.ndarray:
         self._features[self._hit] = self._hit_rows
@@ -148,8 +89,8 @@ class HostBuffer(FeatureBuffer):
         return RowsAt(self._features, self._miss_pos)  # gathered by the policy, only those it keeps
 
     def close(self) -> None:
-        if self.segment is not None:
-            self.segment.close()  # the features view keeps the mapping alive
+        if self.placed is not None:
+            self.placed.close()
 
 
 class DeviceBuffer(FeatureBuffer):
@@ -165,9 +106,9 @@ class DeviceBuffer(FeatureBuffer):
         self._features, self._miss_pos = cache.access_device(stream, step, ids)
         return self._miss_pos
 
-    def open(self) -> tuple[np.ndarray, np.ndarray]:
+    def open(self) -> RowsInto:
         self._missed = np.empty((len(self._miss_pos), *self._row_shape), dtype=self._dtype)
-        return self._missed, np.arange(len(self._miss_pos))
+        return RowsInto(self._missed, np.arange(len(self._miss_pos)))
 
     def complete(self) -> Any:
         self._policy.fill(self._features, self._miss_pos, self._missed)
@@ -177,24 +118,26 @@ class DeviceBuffer(FeatureBuffer):
         return self._missed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gathered:
-    """One minibatch's features and labels, and where the features live."""
+    """One minibatch's features and labels, and where the features were placed."""
 
     features: Any  # np.ndarray, or a device array (DeviceBuffer)
     labels: np.ndarray
     stats: MinibatchStats
-    segment: str | None  # the shared-memory segment holding the features at offset 0
-    recycle: bool  # that segment is a pool's file
-    refused: bool = False  # shared memory was refused for this minibatch: send it inline
+    placed: Placed | None  # None for device features
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Gatherer:
     """Gathers the minibatches of one stream (see the module docstring).
 
-    ``on_device``: assemble features in device memory where the cache has a device lookup.
-    ``label_name`` "": no labels (an empty int64 array).
+    Attributes:
+        placement: where host features are assembled (ordinary memory, or shared memory the
+            consumer maps).
+        on_device: assemble features in device memory where the cache has a device lookup.
+        label_name: "" for no labels (an empty int64 array).
+        packs: the stream's packed-disk tier, between the cache and the graph-stores.
     """
 
     partitions: PartitionSet
@@ -202,10 +145,9 @@ class Gatherer:
     feature_name: str
     label_name: str
     max_ids_per_request: int
-    sink: ShmSink | None = None
+    placement: Placement
     on_device: bool = False
-    pool: BufferPool | None = None  # where host feature arrays come from (None: new arrays)
-    packs: PackTier | None = None  # the stream's packed-disk tier, between the cache and the graph-stores
+    packs: PackTier | None = None
 
     def warm_up(self) -> None:
         """Warms the cache up (once per cache, whichever stream comes first)."""
@@ -227,10 +169,10 @@ class Gatherer:
             else None
         )
         try:  # the labels are in flight while the features are fetched
-            rows, at = buf.open()
-            packed, got = self._fetch_misses(step, ids[miss_pos], rows, at, buf.segment)
+            into = buf.open()
+            packed, got = self._fetch_misses(step, ids[miss_pos], into)
             features = buf.complete()
-            labels, got_labels = labels_req.wait() if labels_req is not None else (np.empty((0,), dtype=np.int64), {})
+            labels, got_labels = labels_req.wait() if labels_req is not None else (np.empty((0,), np.int64), {})
         finally:
             if labels_req is not None:
                 labels_req.cancel()
@@ -240,82 +182,29 @@ class Gatherer:
             with self.cache.lock:
                 policy.admit(ids[miss_pos], buf.missed_rows())
         stats = _stats(len(ids), len(miss_pos), packed, got, got_labels, sample_s, t0)
-        seg = buf.segment
-        return Gathered(
-            features, labels, stats, seg.name if seg is not None else None, seg is not None and seg.recycle, buf.refused
-        )
+        return Gathered(features=features, labels=labels, stats=stats, placed=buf.placed)
 
     def _buffer(self) -> FeatureBuffer:
         spec = self.partitions.info.node_data[self.feature_name]
         device = self.cache.device_policy if self.on_device else None
         if device is not None:
             return DeviceBuffer(device, spec.row_shape, spec.dtype)
-        return HostBuffer(spec.row_shape, spec.dtype, self.sink, self.pool)
+        return HostBuffer(spec.row_shape, spec.dtype, self.placement)
 
-    def _fetch_misses(
-        self, step: int, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None
-    ) -> tuple[int, dict[int, int]]:
-        """Fills ``rows[at]`` with the rows of ``miss_ids``: from the step's pack where it has
-        them, the rest from the owners (written by them into ``segment`` where they can);
-        returns the rows read from the pack and the bytes received per partition."""
+    def _fetch_misses(self, step: int, miss_ids: np.ndarray, into: RowsInto) -> tuple[int, dict[int, int]]:
+        """Puts the rows of ``miss_ids`` where ``into`` says: from the step's pack where it has
+        them, the rest from their owners; returns the rows read from the pack and the bytes
+        received per partition."""
         packed = 0
         if self.packs is not None and len(miss_ids):
             found, pack_rows = self.packs.lookup(step, miss_ids)
             packed = len(pack_rows)
             if packed:
-                rows[at[found]] = pack_rows
-                miss_ids, at = miss_ids[~found], at[~found]
-        return packed, self._fetch_remote(miss_ids, rows, at, segment)
-
-    def _fetch_remote(
-        self, miss_ids: np.ndarray, rows: np.ndarray, at: np.ndarray, segment: Segment | None
-    ) -> dict[int, int]:
-        """Fills ``rows[at]`` with the rows of ``miss_ids`` from their owners; bytes per partition."""
-        parts, sink = self.partitions, self.sink
-        if (
-            segment is not None
-            and sink is not None
-            and sink.direct
-            and len(miss_ids)
-            and isinstance(parts, ScattersNodeData)
-        ):
-            got = self._scatter(parts, sink, miss_ids, rows, at, segment)
-            if got is not None:
-                return got
-        return fetch_rows(parts, self.feature_name, miss_ids, self.max_ids_per_request, rows, at)[1]
-
-    def _scatter(
-        self,
-        parts: ScattersNodeData,
-        sink: ShmSink,
-        miss_ids: np.ndarray,
-        rows: np.ndarray,
-        at: np.ndarray,
-        segment: Segment,
-    ) -> dict[int, int] | None:
-        """Has the owners write ``rows[at]`` into ``segment``; bytes per partition, or None where
-        an owner cannot (the caller fetches the rows then)."""
-        row_bytes = rows.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
-
-        def call(p: int, chunk: np.ndarray, pos: np.ndarray) -> Future | None:
-            return parts.scatter_node_data(
-                p, self.feature_name, chunk, NodeDataTarget(segment.name, 0, len(rows), at[pos])
-            )
-
-        pending = fan_out(self.partitions, miss_ids, call, self.max_ids_per_request, with_positions=True)
-        try:
-            started = [(p, fut) for p, _, fut in pending.parts if fut is not None]
-            if len(started) == len(pending.parts):
-                got: dict[int, int] = {}
-                for p, fut in started:
-                    got[p] = got.get(p, 0) + int(fut.result()) * row_bytes
-                return got
-        except FailedPrecondition as exc:  # a graph-store does not see our directory
-            log.warning("graph-stores cannot write into %s (%s); fetching rows instead", sink.directory, exc)
-            sink.direct = False
-        finally:
-            pending.cancel()
-        return None
+                into.out[into.positions[found]] = pack_rows
+                miss_ids, into = miss_ids[~found], into.at(~found)
+        if not len(miss_ids):
+            return packed, {}
+        return packed, fetch_rows(self.partitions, self.feature_name, miss_ids, self.max_ids_per_request, into)[1]
 
 
 def _stats(

@@ -36,6 +36,7 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.gpu_kernels import kernels
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
 from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
+from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import (
     DEFAULT_MAX_IDS_PER_REQUEST,
@@ -46,7 +47,7 @@ from graphfeed.loader.cache import (
     in_degrees,
     top_by_degree,
 )
-from graphfeed.loader.fetch import Prefetcher, fetch_rows
+from graphfeed.loader.fetch import Prefetcher
 from graphfeed.loader.tiers import CacheTier, SlotTier
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
+from graphfeed.common.placement import Placed
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class MinibatchStats:
     pack_rows: int = 0  # of the cache misses, rows read from the step's pack (not the graph-stores)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReadyMinibatch:
     """One minibatch ready for training: blocks, input features and seed labels."""
 
@@ -35,6 +36,4 @@ class ReadyMinibatch:
     features: Any  # [len(blocks.input_nodes), *row_shape]: np.ndarray, or a device array (stream ``on_device``)
     labels: np.ndarray  # [len(blocks.output_nodes), *label_shape]; empty without label_name
     stats: MinibatchStats
-    features_segment: str | None = None  # the shared-memory segment holding ``features`` at offset 0
-    features_recycle: bool = False  # that segment is a pool's file (handed back, not unlinked)
-    inline: bool = False  # shared memory was refused for this minibatch (see ShmQuota): send it inline
+    placed: Placed | None = None  # where ``features`` were assembled (None: a converted or device copy)

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common.readiness import GatedServicer, PeerGate, check_serving
 from graphfeed.common.rpc import RunningServer, run_service, start_service_server
 from graphfeed.common.transport import ServerTransport
-from graphfeed.graph_store.client import RemotePartitionSet
+from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.peers import connect_partitions, graph_changed
 from graphfeed.loader.config import LoaderSettings, max_streams
 from graphfeed.loader.core import Loader

@@ -11,10 +11,11 @@ import grpc
 from graphfeed.common import blocks, codec
 from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, Outgoing
 from graphfeed.common.errors import ResourceExhausted
+from graphfeed.common.placement import Placement
 from graphfeed.common.shm import Backpressure
+from graphfeed.common.shm.placement import ShmPlaced, ShmPlacement
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
-from graphfeed.loader.gather import ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.v1 import loader_pb2 as pb
@@ -57,8 +58,8 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
     msg = pb.Minibatch(steps_per_epoch=mb.steps_per_epoch)
     msg.step_key.job_seed, msg.step_key.epoch, msg.step_key.step = mb.job_seed, mb.epoch, mb.step
     blocks.to_proto(mb.blocks, msg.blocks, r.encode)
-    if mb.features_segment is not None:
-        r.adopt(mb.features, mb.features_segment, 0, mb.features_recycle)
+    if isinstance(mb.placed, ShmPlaced) and mb.placed.segment is not None:
+        r.adopt(mb.features, mb.placed.segment.name, 0, mb.placed.segment.recycle)
     r.encode(mb.features, msg.input_features)
     r.encode(mb.labels, msg.labels)
     s = mb.stats
@@ -68,12 +69,12 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
     return msg
 
 
-def shm_sink(call: StreamCall) -> ShmSink | None:
+def shm_placement(call: StreamCall, fallback: Placement) -> Placement | None:
     """Where a stream assembles its features: a segment per minibatch in the call's shared
-    directory, owned by the call (None inline)."""
+    directory, owned by the call (None: the loader's ordinary memory, sent inline)."""
     if call.directory is None or call.quota is None:
         return None
-    return ShmSink(call.directory, call.registry, call.owner, call.quota, call.client, call.pool)
+    return ShmPlacement(call.directory, call.registry, call.owner, call.quota, call.client, fallback, call.pool)
 
 
 class StreamSlots:
@@ -147,12 +148,17 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
             self._transport.stream(context, "StreamMinibatches") as call,
             self._slots.hold(call.client or context.peer()),
         ):
-            stream = self._loader.stream(job_from_proto(request.job), request.epoch, request.start_step, shm_sink(call))
+            stream = self._loader.stream(
+                job_from_proto(request.job),
+                request.epoch,
+                request.start_step,
+                shm_placement(call, self._loader.host_placement),
+            )
             context.add_callback(stream.close)  # a cancelled RPC stops the producer
             pressure = Backpressure(context, self._loader.max_inflight)  # sent through shared memory, not yet claimed
             with stream:
                 for mb in stream:
-                    with call.response(shared=not mb.inline) as r:
+                    with call.response(shared=not (mb.placed is not None and mb.placed.declined)) as r:
                         msg = minibatch_to_proto(mb, r)
                     if not pressure.wait():
                         return

@@ -103,7 +103,7 @@ class Channel:
             self._cond.notify_all()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StreamWork:
     """Everything one producer needs (deliberately not the stream handle, so that an abandoned
     stream can be garbage-collected and closed)."""
@@ -129,19 +129,16 @@ def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: f
     g = w.gatherer.gather(stream, step, sb, sample_s)
     # Converted here, in the producer: overlaps with the consumer sending the previous minibatch.
     features = to_wire(g.features, w.job.feature_wire_dtype)
-    segment = g.segment if features is g.features else None  # a converted copy lies in no segment
     return ReadyMinibatch(
-        w.job.job_seed,
-        w.plan.epoch,
-        step,
-        w.plan.num_steps,
-        sb,
-        features,
-        g.labels,
-        g.stats,
-        segment,
-        g.recycle,
-        g.refused,
+        job_seed=w.job.job_seed,
+        epoch=w.plan.epoch,
+        step=step,
+        steps_per_epoch=w.plan.num_steps,
+        blocks=sb,
+        features=features,
+        labels=g.labels,
+        stats=g.stats,
+        placed=g.placed if features is g.features else None,  # a converted copy lies in no placement
     )
 
 
@@ -149,7 +146,7 @@ def _produce(w: StreamWork) -> None:
     """The producer thread: sampling window, then gather in step order, then the queue."""
     pending: deque[tuple[int, Future]] = deque()
     next_step = w.start_step
-    cache, sink = w.gatherer.cache, w.gatherer.sink
+    cache = w.gatherer.cache
     stream = cache.open_stream()
     try:
         if w.start_step < w.plan.num_steps:
@@ -178,10 +175,8 @@ def _produce(w: StreamWork) -> None:
         cache.close_stream(stream)
         if w.gatherer.packs is not None:
             w.gatherer.packs.close()
-        if sink is not None and w.channel.closed:
-            # Consumer gone mid-stream: segments made after its own cleanup ran go now
-            # (pooled files back to the pool), not after the TTL.
-            sink.registry.drop(sink.owner)
+        if w.channel.closed:  # consumer gone mid-stream
+            w.gatherer.placement.abandon()
         log.debug("producer job=%s rank=%d epoch=%d exits", w.job.job_id, w.job.rank, w.plan.epoch)
 
 

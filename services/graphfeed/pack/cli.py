@@ -71,10 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def open_partitions(args: argparse.Namespace) -> PartitionSet:
     """The partitions ``--data`` or ``--graph-stores`` names."""
     if args.graph_stores:
-        from graphfeed.graph_store.client import RemotePartitionSet  # noqa: PLC0415 - gRPC, for remote graph-stores only
+        from graphfeed.graph_store.partitions import RemotePartitionSet  # noqa: PLC0415 - gRPC, for remote graph-stores only
 
         return RemotePartitionSet([a.strip() for a in args.graph_stores.split(",") if a.strip()])
-    from graphfeed.graph_store.client import LocalPartitionSet  # noqa: PLC0415
+    from graphfeed.graph_store.partitions import LocalPartitionSet  # noqa: PLC0415
     from graphfeed.graph_store.store import GraphStore  # noqa: PLC0415
 
     n = GraphManifest.load(args.data).num_partitions

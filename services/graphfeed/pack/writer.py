@@ -25,9 +25,10 @@ from typing import Literal
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import in_degrees, top_by_degree
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, fetch_rows
+from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.pack_format import (
     MANIFEST,

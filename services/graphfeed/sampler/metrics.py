@@ -16,7 +16,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.graph_store.types import ForwardingPartitionSet, PartitionSet, SampledNeighbors
+from graphfeed.graph_store.partitions import ForwardingPartitionSet
+from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
 from graphfeed.sampler.core import MultiHopSampler
 
 # A multi-hop minibatch: a millisecond (tiny graph, one hop) to tens of seconds (huge fanouts).

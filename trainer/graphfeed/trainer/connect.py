@@ -10,6 +10,7 @@ from typing import TypeVar
 import grpc
 
 from graphfeed.common.errors import DeadlineExceeded, GraphfeedError, Unavailable
+from graphfeed.common.retry import retry_transient
 
 log = logging.getLogger(__name__)
 
@@ -45,30 +46,30 @@ def wait_for(
         GraphfeedError: any other error of ``attempt``, at once.
     """
     start = time.monotonic()
-    deadline, backoff = start + timeout_s, initial_backoff_s
     why = ""
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            return attempt(max(0.1, min(attempt_timeout_s, left)))
-        except Unavailable as exc:  # says why (refused, "waiting for graph-store X"): kept for the final message
-            last = why = f"{exc.code.name} {exc}"
-        except DeadlineExceeded as exc:  # a try cut short says less than an earlier refusal
-            last = f"{exc.code.name} {exc}"
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise PeerTimeout(f"{what} did not answer within {timeout_s:g}s: {why or last}")
-        wait = min(backoff, left)
-        log.warning(
-            "waiting for %s: %s; next try in %.1fs (%.0fs of %gs)",
-            what,
-            last,
-            wait,
-            time.monotonic() - start,
-            timeout_s,
+
+    def note(_tries: int, exc: GraphfeedError, wait: float) -> None:
+        nonlocal why
+        last = f"{exc.code.name} {exc}"
+        if isinstance(exc, Unavailable):  # says why (refused, "waiting for graph-store X"): kept for the end
+            why = last
+        elapsed = time.monotonic() - start
+        log.warning("waiting for %s: %s; next try in %.1fs (%.0fs of %gs)", what, last, wait, elapsed, timeout_s)
+
+    try:
+        return retry_transient(
+            attempt,
+            timeout_s=timeout_s,
+            attempt_timeout_s=attempt_timeout_s,
+            initial_backoff_s=initial_backoff_s,
+            max_backoff_s=max_backoff_s,
+            on_retry=note,
         )
-        time.sleep(wait)  # backoff between tries of a peer that is not up yet
-        backoff = min(backoff * 2, max_backoff_s)
+    except (Unavailable, DeadlineExceeded) as exc:
+        final = f"{exc.code.name} {exc}"
+        raise PeerTimeout(
+            f"{what} did not answer within {timeout_s:g}s: {(final if isinstance(exc, Unavailable) else why) or final}"
+        ) from None
 
 
 # A broken minibatch stream worth reopening: the loader went away or restarted (UNAVAILABLE, or

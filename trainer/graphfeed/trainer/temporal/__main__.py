@@ -126,10 +126,12 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         source = None
         if args.graph_stores:
+            from graphfeed.graph_store.partitions import RemotePartitionSet  # noqa: PLC0415 - --graph-stores only
             from graphfeed.graph_store.temporal_client import TemporalClient, TemporalStoreView  # noqa: PLC0415 - --graph-stores only
             from graphfeed.trainer.temporal.store_source import StoreNeighbors  # noqa: PLC0415
 
-            source = StoreNeighbors(TemporalStoreView(TemporalClient(args.graph_stores.split(","))), args.job_id)
+            client = TemporalClient(RemotePartitionSet(args.graph_stores.split(",")))
+            source = StoreNeighbors(TemporalStoreView(client), args.job_id)
         trainer = TGNTrainer(events, cfg, source=source, report=lambda line: print(line, flush=True))
         result = trainer.run()
         seconds = time.perf_counter() - t0

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from graphfeed.common.partition import GraphManifest, part_dir_name
 from graphfeed.common.readiness import PeerNotReady, wait_serving
-from graphfeed.common.rpc import parse_ready_line
+from graphfeed.common.service import parse_ready_line
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -65,8 +66,7 @@ def test_a_client_that_never_reads_cannot_starve_the_others(cora_root: Path, tmp
         refused = [c for c in calls if c.done()]
         assert len(refused) == 2 and all(c.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for c in refused)
         assert "minibatch streams open" in (refused[0].details() or "")
-        time.sleep(1.0)  # the open streams run until they block on what they sent
-        held = _unclaimed(shm_dir)
+        held = _settled(lambda: sorted(_unclaimed(shm_dir)))  # the open streams run until they block on what they sent
         assert held and sum(held) <= (QUOTA_MB << 20) + max(held), (
             held
         )  # a quota's worth, plus the one message that crossed it
@@ -77,3 +77,17 @@ def test_a_client_that_never_reads_cannot_starve_the_others(cora_root: Path, tmp
         channel.close()
         flooder.close()
         cluster.stop()
+
+
+def _settled(read: Callable[[], list[int]], deadline_s: float = 60.0, still_s: float = 0.5) -> list[int]:
+    """``read()`` once it is non-empty and has not changed for ``still_s`` (polled, within a deadline)."""
+    deadline = time.monotonic() + deadline_s
+    last, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)  # polling interval
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now and time.monotonic() - since >= still_s:
+            return now
+    raise AssertionError(f"shared memory held by the flooding streams never settled: {last}")

@@ -142,12 +142,12 @@ BAD: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.Sta
     ),
     "not owned": (
         lambda s: s.AppendEdges(_append("x", [1], [21], [500]), timeout=10),
-        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
         "21",
     ),
     "new id of the other partition": (
         lambda s: s.AppendEdges(_append("y", [1], [N + 1], [500]), timeout=10),
-        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
         str(N + 1),
     ),
     "float src": (
@@ -194,7 +194,7 @@ BAD: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.Sta
     ),
     "unowned root": (
         lambda s: s.SampleTemporal(_sample_req([1, 33], fanout=2, strategy=pb.TEMPORAL_STRATEGY_RECENT), timeout=10),
-        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
         "33",
     ),
 }

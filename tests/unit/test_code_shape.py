@@ -154,6 +154,19 @@ def test_no_import_cycles_between_packages() -> None:
     assert cycle is None, "packages import each other: " + " -> ".join(cycle or [])
 
 
+def test_the_loader_knows_where_bytes_go_not_how() -> None:
+    """Shared memory is behind the placement type and the transport: nothing in the loader (nor
+    the sampler, nor the trainer's job code) imports the shared-memory machinery itself."""
+    reach = {
+        f"{m} -> {d}"
+        for m, deps in _graph().items()
+        if m.startswith(("graphfeed.loader", "graphfeed.sampler"))
+        for d in deps
+        if d.startswith("graphfeed.common.shm")
+    }
+    assert not reach, f"imports of graphfeed.common.shm outside the transport: {sorted(reach)}"
+
+
 @pytest.mark.parametrize("package", ["graphfeed.gpu_kernels"])
 def test_gpu_kernels_stand_alone(package: str) -> None:
     """Kernels, their launchers and references import nothing else of graphfeed: the bare GPU

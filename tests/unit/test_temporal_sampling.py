@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.sampling import sample_csr
 from graphfeed.graph_store.temporal import TemporalSample, TemporalStore
@@ -185,7 +185,7 @@ def test_samples_during_appends_see_a_prefix_of_the_batches(store: TemporalStore
         ({"nodes": [1.0, 2.0], "times": [1, 2]}, InvalidArgument, "nodes must be an integer array"),
         ({"nodes": [1, 2], "times": [1]}, InvalidArgument, "same length"),
         ({"nodes": [-1], "times": [1]}, InvalidArgument, "nodes must be ids >= 0"),
-        ({"nodes": [N + 3], "times": [1]}, FailedPrecondition, f"nodes {N + 3} not owned"),
+        ({"nodes": [N + 3], "times": [1]}, NotFound, f"nodes {N + 3} not owned"),
         ({"nodes": list(range(9)), "times": [1] * 9}, ResourceExhausted, "9 roots exceed the limit of 8"),
         ({"seed": -1}, InvalidArgument, "seed must be in"),
     ],

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.temporal import OutOfOrder, TemporalStore
 from tests.unit.temporal_graphs import J, N, write_temporal
@@ -88,7 +88,7 @@ def test_new_nodes_get_rows_and_are_owned_by_id_mod_p(open_store: Open) -> None:
     ]
     assert _all_edges(s1, np.array([41]))[0][0][:2] == (9, 5)
     assert s0.info().num_rows == N // 2 + 2
-    with pytest.raises(FailedPrecondition, match="41 not owned by partition 0"):
+    with pytest.raises(NotFound, match="41 not owned by partition 0"):
         s0.append("x", np.array([1]), np.array([41]), np.array([9]))
 
 
@@ -112,8 +112,8 @@ def test_out_of_order_names_the_node_and_both_times(open_store: Open) -> None:
         (([[1]], [[1]], [[1]]), InvalidArgument, "1-D"),
         (([-1], [1], [1]), InvalidArgument, "src must be node ids >= 0"),
         (([1], [-3], [1]), InvalidArgument, "dst must be node ids >= 0"),
-        (([1], [25], [1]), FailedPrecondition, "dst 25 not owned by partition 0"),
-        (([1] * 6, [20, 21, 22, 23, 24, 25], [1] * 6), FailedPrecondition, "20, 21, 22, 23, 24 and 1 more"),
+        (([1], [25], [1]), NotFound, "dst 25 not owned by partition 0"),
+        (([1] * 6, [20, 21, 22, 23, 24, 25], [1] * 6), NotFound, "20, 21, 22, 23, 24 and 1 more"),
         (([1] * 7, [1] * 7, [1] * 7), ResourceExhausted, "7 edges in one batch exceed the limit of 6"),
     ],
 )

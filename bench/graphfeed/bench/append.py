@@ -44,7 +44,7 @@ from graphfeed.bench import report
 from graphfeed.bench.cli import run_alone
 from graphfeed.bench.temporal import T_SPAN, _baseline, _best, _graph
 from graphfeed.common.partition import part_dir_name
-from graphfeed.common.rpc import parse_ready_line
+from graphfeed.common.service import parse_ready_line
 from graphfeed.graph_store.client import GraphStoreClient
 from graphfeed.graph_store.temporal import TemporalStore
 from graphfeed.graph_store.temporal_client import TemporalClient

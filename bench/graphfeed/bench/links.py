@@ -356,7 +356,7 @@ def measure_tcp(address: str, total_bytes: int = 1 << 30, warmup_bytes: int = 16
 def server_in(link: ShapedLink, module_args: list[str], key: str, timeout_s: float = 60.0) -> Iterator[tuple[str, int]]:
     """Runs ``python -m <module_args>`` inside ``link``'s namespace; yields (the address its
     READY line gives under ``key``, its pid) and stops it on exit."""
-    from graphfeed.common.rpc import parse_ready_line
+    from graphfeed.common.service import parse_ready_line
 
     err = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr, read if it fails
     proc = subprocess.Popen(

@@ -51,6 +51,16 @@ def owners(gids: np.ndarray, node_offsets: np.ndarray) -> np.ndarray:
     return np.where(gids < num_nodes, by_range, gids % parts).astype(np.int64)
 
 
+def not_owned(
+    gids: np.ndarray, partition: int, start: int, stop: int, num_nodes: int, num_partitions: int
+) -> np.ndarray:
+    """bool [n]: the gids partition ``partition`` (owning ``[start, stop)``) does not own, by the
+    same rule as :func:`owners` (what one partition knows of the offsets is enough)."""
+    gids = np.asarray(gids, dtype=np.int64)
+    by_range = (gids < start) | (gids >= stop)
+    return np.where(gids < num_nodes, by_range, gids % num_partitions != partition)
+
+
 def group_by_owner(gids: np.ndarray, node_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(order, bounds)``: ``order[bounds[p]:bounds[p + 1]]`` are the positions (ascending) of
     the gids owned by partition ``p`` (see :func:`owners`). Every gid must be ``>= 0``."""

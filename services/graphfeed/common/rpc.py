@@ -1,4 +1,5 @@
-"""gRPC plumbing shared by the services: server assembly, error mapping, metrics, channels, retries.
+"""gRPC plumbing shared by the services: server assembly, error mapping, metrics, channels, retries
+(a service process's life around its server is :mod:`graphfeed.common.service`).
 
 Servicers raise :class:`~graphfeed.common.errors.GraphfeedError` subclasses; :class:`ServerInterceptor`
 turns them into statuses, logs unexpected exceptions, and records :class:`RpcMetrics` per call."""
@@ -7,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
@@ -22,14 +21,12 @@ from grpc_reflection.v1alpha import reflection
 
 from graphfeed.common import bulk, security
 from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, from_rpc_error
-from graphfeed.common.metrics import RpcMetrics, counting_deserializer, counting_serializer, decoded, serve_metrics
-from graphfeed.common.readiness import LIVENESS_SERVICE, serve_health, set_serving
+from graphfeed.common.metrics import RpcMetrics, counting_deserializer, counting_serializer, decoded
+from graphfeed.common.readiness import LIVENESS_SERVICE, set_serving
 from graphfeed.common.security import ServerSecurity
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
-    from graphfeed.common.config import ServiceSettings
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -305,105 +302,3 @@ def start_server(
     health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     set_serving(health_servicer, names, serving)
     return RunningServer(server=server, port=bound, health=health_servicer, host=host, service_names=tuple(names))
-
-
-def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callable[[], None] | None = None) -> None:
-    """Blocks until SIGTERM/SIGINT, then shuts down gracefully within ``grace_s`` seconds."""
-    stop = threading.Event()
-
-    def _handler(signum: int, _frame: object) -> None:
-        log.info("signal %d: shutting down (grace %.1fs)", signum, grace_s)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _handler)
-    signal.signal(signal.SIGINT, _handler)
-    stop.wait()
-    running.stop(grace_s)
-    if on_stop is not None:
-        on_stop()
-
-
-def announce(service: str, running: RunningServer) -> None:
-    """Prints the machine-readable READY line that `graphfeed demo` and the tests wait for."""
-    metrics = f" metrics={dial_host(running.metrics_host)}:{running.metrics_port}" if running.metrics_port else ""
-    health_at = f" health={dial_host(running.host)}:{running.health_port}" if running.health_port else ""
-    print(f"GRAPHFEED_READY service={service} grpc={running.address}{metrics}{health_at}", flush=True)
-
-
-def parse_ready_line(line: str) -> dict[str, str] | None:
-    """Inverse of :func:`announce`: ``{"service": ..., "grpc": host:port, "metrics": ...}``."""
-    if not line.startswith("GRAPHFEED_READY "):
-        return None
-    return dict(part.split("=", 1) for part in line.split()[1:])
-
-
-def start_service_server(
-    settings: ServiceSettings,
-    *,
-    register: Callable[[grpc.Server], None],
-    service_names: Iterable[str],
-    registry: CollectorRegistry,
-    on_error: Callable[[], None] = lambda: None,
-    serving: bool = True,
-) -> RunningServer:
-    """:func:`start_server` configured from a service's settings, plus its ``/metrics`` port
-    and its health port.
-
-    ``/metrics`` is served unless ``settings.metrics_port == -1``, health on a server of its
-    own unless ``settings.health_port == -1``. ``serving``: the initial health (see
-    :func:`start_server`). If anything fails, the server is stopped, ``on_error`` releases
-    what the caller opened, and the error propagates.
-    """
-    try:
-        running = start_server(
-            register=register,
-            service_names=service_names,
-            metrics=RpcMetrics.create(registry),
-            host=settings.host,
-            port=settings.port,
-            max_workers=settings.max_workers,
-            serving=serving,
-            max_connection_age_s=settings.max_connection_age_s,
-            max_connection_age_grace_s=settings.max_connection_age_grace_s,
-            tls=settings.server_security(),
-        )
-        try:
-            if settings.health_port != -1:
-                running.health_server, running.health_port = serve_health(
-                    running.health, settings.host, settings.health_port
-                )
-            if settings.metrics_port != -1:
-                running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)
-                running.metrics_host = settings.metrics_host
-        except BaseException:
-            running.stop(0)
-            raise
-    except BaseException:
-        on_error()
-        raise
-    return running
-
-
-SettingsT = TypeVar("SettingsT", bound="ServiceSettings")
-CoreT = TypeVar("CoreT")
-
-
-def run_service(
-    name: str,
-    settings: SettingsT,
-    serve: Callable[[SettingsT], tuple[RunningServer, CoreT]],
-    on_stop: Callable[[CoreT], None],
-) -> None:
-    """The body of every service's ``main``: log setup, serve, READY line, graceful stop.
-
-    Args:
-        name: service name in the READY line.
-        settings: the service's settings (log level, grace period).
-        serve: ``serve(settings) -> (RunningServer, core)``.
-        on_stop: releases the core after the server has drained.
-    """
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    security.configure_clients(settings.client_security())  # this process's calls to its peers
-    running, core = serve(settings)
-    announce(name, running)
-    wait_for_termination(running, settings.grace_s, on_stop=lambda: on_stop(core))

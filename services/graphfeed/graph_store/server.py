@@ -7,7 +7,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common.rpc import RunningServer, run_service, start_service_server
+from graphfeed.common.rpc import RunningServer
+from graphfeed.common.service import run_service, start_service_server
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.metrics import GraphStoreMetrics, RowTierCollector, TemporalMetrics

@@ -22,7 +22,7 @@ from graphfeed.common.v1 import tensor_pb2
 from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore, MeteredTemporal, TemporalMetrics
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.temporal import TemporalInfo
+from graphfeed.graph_store.temporal import TemporalInfo, TemporalSample
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 
@@ -112,6 +112,16 @@ def decode_feat(tensor: tensor_pb2.Tensor) -> np.ndarray:
     if feat.dtype != np.float32:
         raise InvalidArgument(f"edge_feat must be DTYPE_FLOAT32, got {feat.dtype}")
     return feat
+
+
+def temporal_sample_to_proto(out: TemporalSample, r: Response) -> pb.SampleTemporalResponse:
+    """The SampleTemporal answer, its arrays encoded by ``r``."""
+    resp = pb.SampleTemporalResponse()
+    for array, field in ((out.offsets, resp.offsets), (out.nbr, resp.nbr), (out.ts, resp.ts), (out.eid, resp.eid)):
+        r.encode(array, field)
+    if out.efeat is not None:
+        r.encode(out.efeat, resp.edge_feat)
+    return resp
 
 
 def temporal_info_to_proto(info: TemporalInfo) -> pb.GetTemporalInfoResponse:
@@ -213,17 +223,8 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         out = self._temporal.sample(
             nodes, times, request.fanout, strategy, request.rng_seed, request.first_position, request.with_features
         )
-        resp = pb.SampleTemporalResponse()
         with self._transport.response(context, "SampleTemporal") as r:
-            for array, field in (
-                (out.offsets, resp.offsets),
-                (out.nbr, resp.nbr),
-                (out.ts, resp.ts),
-                (out.eid, resp.eid),
-            ):
-                r.encode(array, field)
-            if out.efeat is not None:
-                r.encode(out.efeat, resp.edge_feat)
+            resp = temporal_sample_to_proto(out, r)
         return r.framed(resp)
 
     def GetTemporalInfo(

@@ -207,7 +207,7 @@ class TemporalStore:
         Raises:
             InvalidArgument: bad dtype/shape/length, negative ids; :class:`OutOfOrder`.
             ResourceExhausted: more than ``max_append_edges`` edges.
-            FailedPrecondition: a dst not owned here; the id reused with other content; no log.
+            NotFound: a dst not owned here. FailedPrecondition: the id reused with other content; no log.
         """
         self._writable_log()
         src, dst, t, feat = ti.check_batch(
@@ -414,7 +414,7 @@ class TemporalStore:
         Raises:
             InvalidArgument: bad shapes/dtypes, negative ids, bad fanout/strategy/seed.
             ResourceExhausted: more than ``max_ids_per_request`` roots.
-            FailedPrecondition: a node not owned by this partition (up to 5 named).
+            NotFound: a node not owned by this partition (up to 5 named).
         """
         self._check_open()
         if strategy not in _STRATEGIES:

@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, name_ids
+from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted, name_ids
+from graphfeed.common.owners import not_owned
 from graphfeed.graph_store.temporal_types import OutOfOrder
 
 _I64_MIN = np.iinfo(np.int64).min
@@ -336,11 +337,11 @@ def check_time_order(snap: Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.nd
 
 
 def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:
-    """Raises FailedPrecondition naming (up to 5) ``gids`` this partition does not own."""
-    old = gids < lay.num_nodes
-    bad = np.where(old, (gids < lay.start) | (gids >= lay.stop), gids % lay.num_partitions != lay.partition_id)
+    """Raises NotFound naming (up to 5) ``gids`` this partition does not own (as the static
+    store does for ids outside its range: the id is unknown here)."""
+    bad = not_owned(gids, lay.partition_id, lay.start, lay.stop, lay.num_nodes, lay.num_partitions)
     if bad.any():
-        raise FailedPrecondition(
+        raise NotFound(
             f"{what} {name_ids(gids[bad])} not owned by partition {lay.partition_id} of {lay.num_partitions}, "
             f"which owns [{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} "
             f"with id % {lay.num_partitions} == {lay.partition_id}"

@@ -11,13 +11,11 @@ import grpc
 from graphfeed.common import blocks, codec
 from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, Outgoing
 from graphfeed.common.errors import ResourceExhausted
-from graphfeed.common.placement import Placement
-from graphfeed.common.shm import Backpressure
-from graphfeed.common.shm.placement import ShmPlaced, ShmPlacement
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
+from graphfeed.loader.stream import MinibatchStream
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 
@@ -58,8 +56,7 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
     msg = pb.Minibatch(steps_per_epoch=mb.steps_per_epoch)
     msg.step_key.job_seed, msg.step_key.epoch, msg.step_key.step = mb.job_seed, mb.epoch, mb.step
     blocks.to_proto(mb.blocks, msg.blocks, r.encode)
-    if isinstance(mb.placed, ShmPlaced) and mb.placed.segment is not None:
-        r.adopt(mb.features, mb.placed.segment.name, 0, mb.placed.segment.recycle)
+    r.adopt_placed(mb.features, mb.placed)
     r.encode(mb.features, msg.input_features)
     r.encode(mb.labels, msg.labels)
     s = mb.stats
@@ -69,12 +66,21 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
     return msg
 
 
-def shm_placement(call: StreamCall, fallback: Placement) -> Placement | None:
-    """Where a stream assembles its features: a segment per minibatch in the call's shared
-    directory, owned by the call (None: the loader's ordinary memory, sent inline)."""
-    if call.directory is None or call.quota is None:
-        return None
-    return ShmPlacement(call.directory, call.registry, call.owner, call.quota, call.client, fallback, call.pool)
+def send_minibatches(
+    stream: MinibatchStream, call: StreamCall, max_unclaimed: int, chunk_bytes: int
+) -> Iterator[pb.Minibatch | Outgoing]:
+    """Each minibatch of ``stream`` as a message of ``call``: its bulk in shared memory unless
+    the stream's placement declined it, then inline in chunks of ``chunk_bytes``. At most
+    ``max_unclaimed`` messages sent through shared memory wait for the client to claim them;
+    stops when the client has gone."""
+    pressure = call.backpressure(max_unclaimed)
+    for mb in stream:
+        with call.response(shared=not (mb.placed is not None and mb.placed.declined)) as r:
+            msg = minibatch_to_proto(mb, r)
+        if not pressure.wait():
+            return
+        pressure.sent(r.paths)
+        yield from r.frames(msg, chunk_bytes)
 
 
 class StreamSlots:
@@ -148,19 +154,8 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
             self._transport.stream(context, "StreamMinibatches") as call,
             self._slots.hold(call.client or context.peer()),
         ):
-            stream = self._loader.stream(
-                job_from_proto(request.job),
-                request.epoch,
-                request.start_step,
-                shm_placement(call, self._loader.host_placement),
-            )
+            job, placement = job_from_proto(request.job), call.placement(self._loader.host_placement)
+            stream = self._loader.stream(job, request.epoch, request.start_step, placement)
             context.add_callback(stream.close)  # a cancelled RPC stops the producer
-            pressure = Backpressure(context, self._loader.max_inflight)  # sent through shared memory, not yet claimed
             with stream:
-                for mb in stream:
-                    with call.response(shared=not (mb.placed is not None and mb.placed.declined)) as r:
-                        msg = minibatch_to_proto(mb, r)
-                    if not pressure.wait():
-                        return
-                    pressure.sent(r.paths)
-                    yield from r.frames(msg, self._chunk_bytes)
+                yield from send_minibatches(stream, call, self._loader.max_inflight, self._chunk_bytes)

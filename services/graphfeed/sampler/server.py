@@ -9,7 +9,8 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry
 
 from graphfeed.common.readiness import GatedServicer, PeerGate
-from graphfeed.common.rpc import RunningServer, run_service, start_service_server
+from graphfeed.common.rpc import RunningServer
+from graphfeed.common.service import run_service, start_service_server
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.peers import connect_partitions, graph_changed

@@ -94,7 +94,7 @@ class Loader:
         self.sampler = sampler
         self.cache_policy = cache_policy
         self.cache_bytes = cache_bytes
-        self.cache_options = (cache_options or CacheOptions()).validate()
+        self.cache_options = cache_options or CacheOptions()  # checked when it was made
         self.gpu_cache_bytes = gpu_cache_bytes
         self.lookahead_steps = lookahead_steps
         self.max_inflight = max_inflight

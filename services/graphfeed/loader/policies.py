@@ -34,7 +34,7 @@ def make_cache(
         InvalidArgument: unknown policy or bad options.
     """
     check_policy(policy)
-    options = (options or CacheOptions()).validate()
+    options = options or CacheOptions()  # checked when it was made
     tier = HostTier(0 if policy == "none" else capacity_bytes, row_shape, dtype, num_nodes)
     if policy == "none":
         return NoCache(tier)

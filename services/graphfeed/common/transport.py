@@ -29,8 +29,9 @@ from numpy.typing import DTypeLike
 from prometheus_client import CollectorRegistry, Counter
 
 from graphfeed.common import codec
-from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, BulkLayout, Outgoing
+from graphfeed.common.bulk import BulkLayout, Outgoing
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
+from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.shm import (
     Arena,
     OfferVerifier,
@@ -266,7 +267,7 @@ class Response:
         layout, self._layout = self._layout, BulkLayout()
         return layout.frame(message)
 
-    def frames(self, message: Message, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Message | Outgoing]:
+    def frames(self, message: Message, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[Message | Outgoing]:
         """Like :meth:`framed` for a stream: the bulk bytes cut into continuation messages of at
         most ``chunk_bytes`` each, which the reader joins (:func:`graphfeed.common.bulk.assemble`)."""
         if not self._layout:

@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
+from graphfeed.common.limits import TEMPORAL_ROOTS_PER_CALL
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.client import GraphStoreClient, expand_addresses
 from graphfeed.graph_store.fanout import Pending
@@ -105,7 +106,7 @@ class TemporalClient:
         timeout_s: float = 30.0,
         retry_deadline_s: float = 120.0,
         max_backoff_s: float = 2.0,
-        max_ids_per_request: int = 1_000_000,
+        max_ids_per_request: int = TEMPORAL_ROOTS_PER_CALL,
         shm_dir: str | None = None,
     ) -> None:
         addresses = expand_addresses(addresses, timeout_s)  # one graph-store-{p}... template is fine too

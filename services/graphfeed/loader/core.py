@@ -20,8 +20,9 @@ import numpy as np
 
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CacheOptions, TierStats
+from graphfeed.loader.cache import CacheOptions, TierStats
 from graphfeed.loader.cache_options import check_policy
 from graphfeed.loader.gather import Gatherer, ShmSink
 from graphfeed.loader.job import JobInfo, JobSpec
@@ -76,7 +77,7 @@ class Loader:
         lookahead_steps: int = 8,
         max_inflight: int = 2,
         sample_workers: int = 2,
-        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        max_ids_per_request: int = FETCH_IDS_PER_CALL,
         on_minibatch: Callable[[ReadyMinibatch], None] | None = None,
         pack_root: Path | None = None,
         pack_read_threads: int = 4,

@@ -19,13 +19,13 @@ from concurrent import futures
 
 import numpy as np
 
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.fanout import fan_out
 from graphfeed.graph_store.types import PartitionSet, ReadsNodeDataInto
 
 log = logging.getLogger(__name__)
 
-# Ids per graph-store request; keeps each request under the servers' per-request limits.
-DEFAULT_MAX_IDS_PER_REQUEST = 1 << 16
+DEFAULT_MAX_IDS_PER_REQUEST = FETCH_IDS_PER_CALL  # the one value: graphfeed.common.limits
 
 RowsFetcher = Callable[[np.ndarray], np.ndarray]
 """``fetch(ids) -> rows`` in ``ids`` order; raises what the graph-stores raised."""

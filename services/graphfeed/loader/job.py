@@ -12,17 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.limits import MAX_BATCH_SIZE, MAX_LAYERS, MAX_WORLD_SIZE
 
-__all__ = ["FEATURE_WIRE_DTYPES", "MAX_BATCH_SIZE", "MAX_LAYERS", "MAX_WORLD_SIZE", "JobInfo", "JobSpec"]
+__all__ = ["FEATURE_WIRE_DTYPES", "JobInfo", "JobSpec"]
 
-# Bounds on what one request may make the loader hold: an epoch plan is padded to a multiple
-# of world_size, and every layer is one sampling hop whose frontier can grow by the fanout.
-MAX_WORLD_SIZE = 1 << 16
-"""Most ranks in one job."""
-MAX_BATCH_SIZE = 1 << 20
-"""Most seeds per minibatch (a sampler refuses more than its ``max_seeds_per_request`` anyway)."""
-MAX_LAYERS = 16
-"""Most sampling layers (fanouts); each fanout's own upper bound is the sampler's ``max_fanout``."""
 FEATURE_WIRE_DTYPES = ("float16", "bfloat16")
 """Reduced-precision element types a job may ask its features to travel in (besides "", the
 stored type); see :mod:`graphfeed.loader.wire`."""

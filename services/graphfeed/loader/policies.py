@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CachePolicy, LruCache, NoCache, StaticDegreeCache
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
+from graphfeed.loader.cache import CachePolicy, LruCache, NoCache, StaticDegreeCache
 from graphfeed.loader.cache_options import CacheOptions, check_policy
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
@@ -24,7 +25,7 @@ def make_cache(
     row_shape: Sequence[int],
     dtype: np.dtype | type,
     num_nodes: int,
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    max_ids_per_request: int = FETCH_IDS_PER_CALL,
     options: CacheOptions | None = None,
 ) -> CachePolicy:
     """A cache of ``policy`` (one of :data:`~graphfeed.loader.cache_options.POLICIES`) over a host

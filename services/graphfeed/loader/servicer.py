@@ -9,8 +9,9 @@ from contextlib import contextmanager
 import grpc
 
 from graphfeed.common import blocks, codec
-from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, Outgoing
+from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import ResourceExhausted
+from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.shm import Backpressure
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
@@ -123,19 +124,24 @@ class StreamSlots:
 
 
 class LoaderServicer(pb_grpc.LoaderServiceServicer):
-    """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core."""
+    """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core.
+
+    ``slots`` has no default: an unbounded one would let a client that never reads take every
+    handler thread. The server derives them from its settings (``max_workers``,
+    ``max_streams_per_client``).
+    """
 
     def __init__(
         self,
         loader: Loader,
+        slots: StreamSlots,
         transport: ServerTransport | None = None,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        slots: StreamSlots | None = None,
+        chunk_bytes: int = STREAM_CHUNK_BYTES,
     ) -> None:
         self._loader = loader
+        self._slots = slots
         self._transport = transport or ServerTransport(None)
         self._chunk_bytes = chunk_bytes  # bulk bytes per stream message without shared memory
-        self._slots = slots or StreamSlots(1 << 30, 1 << 30)
 
     def DescribeJob(self, request: pb.DescribeJobRequest, context: grpc.ServicerContext) -> pb.DescribeJobResponse:
         return info_to_proto(self._loader.describe(job_from_proto(request.job)))

@@ -9,6 +9,7 @@ the command line overrides the environment. Nothing is read at import time: :fun
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import typing
 from pathlib import Path
@@ -119,6 +120,21 @@ class PeerServiceSettings(ServiceSettings):
     )
 
 
+def field_from(source: type, name: str, **overrides: typing.Any) -> typing.Any:
+    """A settings field declared by dataclass ``source``'s field ``name``: its default (or
+    default factory) and ``metadata["description"]``, then ``overrides`` (pydantic ``Field``
+    keywords), so a settings class repeats neither. A field with no default stays required."""
+    (spec,) = [f for f in dataclasses.fields(source) if f.name == name]
+    kw: dict[str, typing.Any] = {"description": spec.metadata.get("description")}
+    if "default" in overrides or "default_factory" in overrides:
+        pass
+    elif spec.default is not dataclasses.MISSING:
+        kw["default"] = spec.default
+    elif spec.default_factory is not dataclasses.MISSING:
+        kw["default_factory"] = spec.default_factory
+    return Field(**{**kw, **overrides})
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -129,7 +145,7 @@ def _help(cls: type[BaseSettings], name: str, info: FieldInfo) -> str:
     text = f"{info.description or ''} [env {cls.model_config.get('env_prefix', '')}{name.upper()}]"
     if info.is_required():
         return text + " (required)"
-    if info.default_factory is None and info.annotation is not bool and info.default not in (None, ""):
+    if info.default_factory is None and info.default not in (None, ""):
         return text + f" (default {info.default!r})"
     return text
 

@@ -16,29 +16,11 @@ from graphfeed.common.shm import Backpressure
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
 from graphfeed.loader.gather import ShmSink
-from graphfeed.loader.job import JobInfo, JobSpec
+from graphfeed.loader.job import JobInfo
+from graphfeed.loader.job_proto import job_from_proto
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
-
-
-def job_from_proto(msg: pb.JobSpec) -> JobSpec:
-    """The domain job; an empty feature_name means "feat"; label_name is "label" when unset, "" for none."""
-    return JobSpec(
-        job_id=msg.job_id,
-        job_seed=msg.job_seed,
-        split=msg.split,
-        batch_size=msg.batch_size,
-        fanouts=tuple(msg.fanouts),
-        replace=msg.replace,
-        shuffle=msg.shuffle,
-        drop_last=msg.drop_last,
-        rank=msg.rank,
-        world_size=msg.world_size,
-        feature_name=msg.feature_name or "feat",
-        label_name=msg.label_name if msg.HasField("label_name") else "label",
-        feature_wire_dtype=msg.feature_wire_dtype,
-    )
 
 
 def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:

@@ -14,7 +14,7 @@ import sys
 import typing
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -120,6 +120,15 @@ class PeerServiceSettings(ServiceSettings):
     )
 
 
+def split_commas(value: typing.Any) -> typing.Any:
+    """``["a:1,b:2"]`` (a flag's form) or ``"a:1,b:2"`` -> ``["a:1", "b:2"]``: a list setting's
+    ``BeforeValidator``, so its flag takes comma-separated values as well as separate ones."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        return value
+    return [part for item in items for part in (item.split(",") if isinstance(item, str) else [item]) if part != ""]
+
+
 def field_from(source: type, name: str, **overrides: typing.Any) -> typing.Any:
     """A settings field declared by dataclass ``source``'s field ``name``: its default (or
     default factory) and ``metadata["description"]``, then ``overrides`` (pydantic ``Field``
@@ -172,7 +181,9 @@ def add_settings_argument(
         kw["action"] = argparse.BooleanOptionalAction
     elif origin in (list, tuple):
         (item,) = {a for a in typing.get_args(ann) if a is not Ellipsis}
-        kw.update(nargs="+", type=item)
+        # A field with a before-validator parses its own text (e.g. split_commas: "10,5").
+        own_parser = any(isinstance(m, BeforeValidator) for m in info.metadata)
+        kw.update(nargs="+", type=str if own_parser else item)
     else:
         args = [a for a in typing.get_args(ann) if a is not type(None)] if origin else [ann]
         kw["type"] = args[0] if args and args[0] in (int, float, str, Path) else str

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from graphfeed.common.config import field_from
+from graphfeed.common.config import field_from, split_commas
 from graphfeed.loader.cache_options import CachePolicyName
 from graphfeed.loader.config import LoaderSettings
 from graphfeed.loader.job import JobSpec
@@ -32,14 +32,6 @@ JOB_SETTINGS = {
 }
 """TrainConfig's job settings -> the JobSpec field each one is (default and description from there;
 ``shuffle`` is no setting: the trainer shuffles train and not eval)."""
-
-
-def _split_commas(value: Any) -> Any:
-    """``["a:1,b:2"]`` (the flag's form) or ``"a:1,b:2"`` -> ``["a:1", "b:2"]``."""
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list):
-        return value
-    return [part for item in items for part in (item.split(",") if isinstance(item, str) else [item]) if part != ""]
 
 
 def _loader_field(name: str) -> Any:
@@ -82,7 +74,7 @@ class TrainConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GRAPHFEED_TRAIN_", extra="forbid")
 
     loader_address: str = Field(default="", description="host:port of the loader service.")
-    graph_stores: Annotated[list[str], BeforeValidator(_split_commas)] = Field(
+    graph_stores: Annotated[list[str], BeforeValidator(split_commas)] = Field(
         default_factory=list,
         description="Comma-separated host:port of every graph-store: run the loader inside this process "
         "(needs --sampler; with --device cuda, features are gathered on the GPU).",

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.loader.job import MAX_BATCH_SIZE, MAX_LAYERS, MAX_WORLD_SIZE, JobSpec
+from graphfeed.common.limits import MAX_BATCH_SIZE, MAX_LAYERS, MAX_WORLD_SIZE
+from graphfeed.loader.job import JobSpec
 
 
 def spec(**changes: Any) -> JobSpec:

@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError, Message
 
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import DataLoss
+from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.v1 import tensor_pb2
 
 M = TypeVar("M", bound=Message)
@@ -39,8 +40,6 @@ M = TypeVar("M", bound=Message)
 BULK_FIELD = 15
 _BULK_KEY = bytes([(BULK_FIELD << 3) | 2])  # field 15, wire type LEN: one byte
 ALIGN = 64  # byte alignment of each tensor in the bulk (as in shared-memory segments)
-DEFAULT_CHUNK_BYTES = 1 << 20
-"""Bulk bytes per stream message (:meth:`BulkLayout.frames`)."""
 _ZEROS = bytes(ALIGN)
 Bulk = bytes | memoryview | np.ndarray
 """A message's bulk bytes: a view of the received buffer, a pooled uint8 array, or the
@@ -316,7 +315,7 @@ class BulkLayout:
             lead = -(1 + len(varint(size + lead))) % ALIGN
         return Outgoing(message, self._lay_out(lead)[0])
 
-    def frames(self, message: Message, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Outgoing]:
+    def frames(self, message: Message, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[Outgoing]:
         """``message`` with the first ``chunk_bytes`` of its bulk, then continuation frames of at
         most ``chunk_bytes`` each (the receiver joins them: :func:`assemble`)."""
         parts, total = self._lay_out(0)

@@ -20,6 +20,7 @@ import numpy as np
 
 from graphfeed.common.bulk import Bulk, BulkLayout, view
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.limits import MAX_TENSOR_DIMS
 from graphfeed.common.v1 import tensor_pb2
 
 if TYPE_CHECKING:
@@ -49,8 +50,6 @@ _TO_PROTO: dict[np.dtype, tensor_pb2.DType] = {
 }
 _FROM_PROTO: dict[int, np.dtype] = {v: k.newbyteorder("<") for k, v in _TO_PROTO.items()}
 
-MAX_DIMS = 32
-"""Most dimensions a decoded tensor may have (numpy's own limit in 1.x)."""
 _MAX_BYTES = 2**63 - 1  # largest byte count a numpy array (an int64 size) can describe
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
@@ -172,8 +171,8 @@ def decode(
             a tensor there is a view of them.
 
     Raises:
-        InvalidArgument: unknown dtype, more than :data:`MAX_DIMS` dims, negative dims, a size
-            beyond what an array can hold, a byte count that does not match, or a shared-memory
+        InvalidArgument: unknown dtype, more than :data:`~graphfeed.common.limits.MAX_TENSOR_DIMS` dims,
+            negative dims, a size beyond what an array can hold, a byte count that does not match, or a shared-memory
             reference this side did not ask for.
         DataLoss: a bulk reference outside the message's bulk bytes.
     """
@@ -200,8 +199,10 @@ def decode(
 def _checked_shape(msg: tensor_pb2.Tensor, what: str, dtype: np.dtype) -> tuple[int, ...]:
     """The message's shape, checked before any array is sized by it (exact integer products:
     numpy's int64 ones wrap around silently)."""
-    if len(msg.shape) > MAX_DIMS:
-        raise InvalidArgument(f"{what}: shape has {len(msg.shape)} dimensions, more than the limit of {MAX_DIMS}")
+    if len(msg.shape) > MAX_TENSOR_DIMS:
+        raise InvalidArgument(
+            f"{what}: shape has {len(msg.shape)} dimensions, more than the limit of {MAX_TENSOR_DIMS}"
+        )
     shape = tuple(int(d) for d in msg.shape)
     if any(d < 0 for d in shape):
         raise InvalidArgument(f"{what}: negative dimension in shape {shape}")

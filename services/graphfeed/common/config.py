@@ -9,11 +9,12 @@ the command line overrides the environment. Nothing is read at import time: :fun
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import typing
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -119,6 +120,30 @@ class PeerServiceSettings(ServiceSettings):
     )
 
 
+def split_commas(value: typing.Any) -> typing.Any:
+    """``["a:1,b:2"]`` (a flag's form) or ``"a:1,b:2"`` -> ``["a:1", "b:2"]``: a list setting's
+    ``BeforeValidator``, so its flag takes comma-separated values as well as separate ones."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        return value
+    return [part for item in items for part in (item.split(",") if isinstance(item, str) else [item]) if part != ""]
+
+
+def field_from(source: type, name: str, **overrides: typing.Any) -> typing.Any:
+    """A settings field declared by dataclass ``source``'s field ``name``: its default (or
+    default factory) and ``metadata["description"]``, then ``overrides`` (pydantic ``Field``
+    keywords), so a settings class repeats neither. A field with no default stays required."""
+    (spec,) = [f for f in dataclasses.fields(source) if f.name == name]
+    kw: dict[str, typing.Any] = {"description": spec.metadata.get("description")}
+    if "default" in overrides or "default_factory" in overrides:
+        pass
+    elif spec.default is not dataclasses.MISSING:
+        kw["default"] = spec.default
+    elif spec.default_factory is not dataclasses.MISSING:
+        kw["default_factory"] = spec.default_factory
+    return Field(**{**kw, **overrides})
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -129,7 +154,7 @@ def _help(cls: type[BaseSettings], name: str, info: FieldInfo) -> str:
     text = f"{info.description or ''} [env {cls.model_config.get('env_prefix', '')}{name.upper()}]"
     if info.is_required():
         return text + " (required)"
-    if info.default_factory is None and info.annotation is not bool and info.default not in (None, ""):
+    if info.default_factory is None and info.default not in (None, ""):
         return text + f" (default {info.default!r})"
     return text
 
@@ -156,7 +181,9 @@ def add_settings_argument(
         kw["action"] = argparse.BooleanOptionalAction
     elif origin in (list, tuple):
         (item,) = {a for a in typing.get_args(ann) if a is not Ellipsis}
-        kw.update(nargs="+", type=item)
+        # A field with a before-validator parses its own text (e.g. split_commas: "10,5").
+        own_parser = any(isinstance(m, BeforeValidator) for m in info.metadata)
+        kw.update(nargs="+", type=str if own_parser else item)
     else:
         args = [a for a in typing.get_args(ann) if a is not type(None)] if origin else [ann]
         kw["type"] = args[0] if args and args[0] in (int, float, str, Path) else str

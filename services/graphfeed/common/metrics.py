@@ -14,8 +14,6 @@ from graphfeed.common.errors import InvalidArgument
 
 # RPC latencies span sub-millisecond lookups to multi-second epoch streams.
 RPC_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
-# Message sizes from a few bytes to ~1 GB minibatches.
-BYTES_BUCKETS = tuple(float(4**k) for k in range(3, 16))
 
 
 @dataclass

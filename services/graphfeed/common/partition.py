@@ -43,10 +43,10 @@ import numpy as np
 from rocksdict import AccessType, Options, Rdict, WriteOptions
 
 from graphfeed.common.errors import FailedPrecondition
+from graphfeed.common.limits import ROCKSDB_VALUE_BYTES
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
-CHUNK_BYTES = 1 << 20  # target size of one RocksDB value holding node-data rows
 
 
 def part_dir_name(p: int) -> str:
@@ -124,7 +124,7 @@ class GraphManifest:
 
 def rows_per_chunk(dtype: np.dtype, row_shape: tuple[int, ...]) -> int:
     row_bytes = np.dtype(dtype).itemsize * max(1, int(np.prod(row_shape, dtype=np.int64)))
-    return max(1, CHUNK_BYTES // row_bytes)
+    return max(1, ROCKSDB_VALUE_BYTES // row_bytes)
 
 
 def _db_options() -> Options:

@@ -15,8 +15,9 @@ from google.protobuf.message import Message
 from numpy.typing import DTypeLike
 
 from graphfeed.common import codec
-from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, BulkLayout, Outgoing
+from graphfeed.common.bulk import BulkLayout, Outgoing
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
+from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.placement import Placed, Placement
 from graphfeed.common.shm import Arena, Backpressure, Segment, SegmentPool, SegmentRegistry, ShmQuota
 from graphfeed.common.shm.placement import ShmPlaced, ShmPlacement
@@ -129,7 +130,7 @@ class Response:
         layout, self._layout = self._layout, BulkLayout()
         return layout.frame(message)
 
-    def frames(self, message: Message, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Message | Outgoing]:
+    def frames(self, message: Message, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[Message | Outgoing]:
         """Like :meth:`framed` for a stream: the bulk bytes cut into continuation messages of at
         most ``chunk_bytes`` each, which the reader joins (:func:`graphfeed.common.bulk.assemble`)."""
         if not self._layout:

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from graphfeed.common import bulk, security
 from graphfeed.common.errors import RETRYABLE_CODES, GraphfeedError, from_rpc_error
+from graphfeed.common.limits import MAX_MESSAGE_BYTES
 from graphfeed.common.metrics import RpcMetrics, counting_deserializer, counting_serializer, decoded
 from graphfeed.common.readiness import LIVENESS_SERVICE, set_serving
 from graphfeed.common.security import ServerSecurity
@@ -30,12 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Large enough for a minibatch of the 1M-node preset (~114 MB of features); requests are
-# limited separately by each service's own `max_*` settings.
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 
-
-def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     """Options for channels and servers: message limits and keepalive."""
     return [
         ("grpc.max_send_message_length", max_message_bytes),
@@ -77,7 +74,7 @@ def client_channel(
     address: str,
     service: ServiceDescriptor,
     idempotent: Iterable[str],
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> grpc.Channel:
     """An insecure channel to ``address`` for clients of ``service``; its ``idempotent`` methods
     are retried as :func:`retry_service_config` says, every other method is never retried.
@@ -253,7 +250,7 @@ def start_server(
     host: str = "127.0.0.1",
     port: int = 0,
     max_workers: int = 16,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
     serving: bool = True,
     max_connection_age_s: float = 0.0,
     max_connection_age_grace_s: float = 0.0,

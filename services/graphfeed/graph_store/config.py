@@ -8,6 +8,7 @@ from pydantic import ByteSize, Field
 from pydantic_settings import SettingsConfigDict
 
 from graphfeed.common.config import ServiceSettings
+from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_FANOUT, NODE_DATA_CHUNK_BYTES
 
 
 class GraphStoreSettings(ServiceSettings):
@@ -17,13 +18,15 @@ class GraphStoreSettings(ServiceSettings):
 
     part_dir: Path = Field(..., description="Partition directory to serve, e.g. <graph root>/part-00000.")
     max_ids_per_request: int = Field(
-        default=4_000_000, ge=1, description="Most seeds or ids accepted in one request (RESOURCE_EXHAUSTED beyond)."
+        default=GRAPH_STORE_MAX_IDS_PER_REQUEST,
+        ge=1,
+        description="Most seeds or ids accepted in one request (RESOURCE_EXHAUSTED beyond).",
     )
     max_fanout: int = Field(
-        default=1000, ge=0, description="Largest fanout accepted by SampleNeighbors besides -1 (all)."
+        default=MAX_FANOUT, ge=0, description="Largest fanout accepted by SampleNeighbors besides -1 (all)."
     )
     chunk_bytes: int = Field(
-        default=4 << 20,
+        default=NODE_DATA_CHUNK_BYTES,
         ge=1,
         description="Most bytes of rows per GetNodeData response message (at least one row is sent).",
     )

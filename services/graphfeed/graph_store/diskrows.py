@@ -30,9 +30,9 @@ import numpy as np
 from numba import types
 
 from graphfeed.common.errors import DataLoss, FailedPrecondition
+from graphfeed.common.limits import DISK_ROWS_READ_BYTES
 
 DIRECT_ALIGN = 4096  # O_DIRECT alignment where the device's logical block size cannot be read
-MAX_READ_BYTES = 256 << 10  # one pread at most; longer runs of wanted rows are split
 # Bytes of reads one thread does before copying its rows out. Small, so that a small request
 # is still several pieces in flight: 1000 random rows, O_DIRECT, 8 threads read 7k rows/s in
 # 512 KiB pieces (one piece, one thread) and 33k rows/s in 64 KiB pieces.
@@ -126,7 +126,7 @@ class FlatRows:
         *,
         direct: bool = False,
         pool: ThreadPoolExecutor | None = None,
-        max_read_bytes: int = MAX_READ_BYTES,
+        max_read_bytes: int = DISK_ROWS_READ_BYTES,
         piece_bytes: int = PIECE_BYTES,
     ) -> None:
         self.path, self.num_rows, self.row_bytes, self.direct = Path(path), num_rows, row_bytes, direct

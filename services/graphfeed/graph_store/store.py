@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, name_ids
+from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_FANOUT, NODE_DATA_CHUNK_BYTES
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_csr
@@ -88,9 +89,9 @@ class GraphStore:
         self,
         reader: PartitionReader,
         *,
-        max_ids_per_request: int = 4_000_000,
-        max_fanout: int = 1000,
-        chunk_bytes: int = 4 << 20,
+        max_ids_per_request: int = GRAPH_STORE_MAX_IDS_PER_REQUEST,
+        max_fanout: int = MAX_FANOUT,
+        chunk_bytes: int = NODE_DATA_CHUNK_BYTES,
         memory_budget: int = 0,
         direct_io: bool = False,
         io_threads: int = 8,

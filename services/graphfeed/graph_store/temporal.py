@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_APPEND_EDGES_PER_REQUEST, MAX_FANOUT
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store import temporal_index as ti
 from graphfeed.graph_store import temporal_snapshot
@@ -85,9 +86,9 @@ class TemporalStore:
         layout: ti.Layout,
         append_log: TemporalLog | None,
         *,
-        max_append_edges: int = 1_000_000,
-        max_ids_per_request: int = 4_000_000,
-        max_fanout: int = 1000,
+        max_append_edges: int = MAX_APPEND_EDGES_PER_REQUEST,
+        max_ids_per_request: int = GRAPH_STORE_MAX_IDS_PER_REQUEST,
+        max_fanout: int = MAX_FANOUT,
         max_blocks: int = 256,
         compact_min_edges: int = 1_000_000,
         snapshot_min_edges: int = 0,

@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from graphfeed.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from graphfeed.common.limits import TEMPORAL_ROOTS_PER_CALL
 from graphfeed.common.owners import group_by_owner
 from graphfeed.common.retry import retry_transient
 from graphfeed.common.seeds import derive_seed
@@ -88,7 +89,7 @@ class TemporalClient:
         attempt_timeout_s: float = 30.0,
         retry_deadline_s: float = 120.0,
         max_backoff_s: float = 2.0,
-        max_ids_per_request: int = 1_000_000,
+        max_ids_per_request: int = TEMPORAL_ROOTS_PER_CALL,
     ) -> None:
         self.partitions = partitions
         self.client_id = client_id or uuid.uuid4().hex[:12]

@@ -26,14 +26,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.fanout import fan_out_requests, fetch_rows, merge_arrays
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache_options import POLICIES, CacheOptions
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher
+from graphfeed.loader.fetch import Prefetcher
 from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
 
 __all__ = [
-    "DEFAULT_MAX_IDS_PER_REQUEST",
     "POLICIES",
     "AccessKey",
     "CacheOptions",
@@ -178,7 +178,7 @@ class StaticDegreeCache(CachePolicy):
 
     admits = False
 
-    def __init__(self, tier: HostTier, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> None:
+    def __init__(self, tier: HostTier, max_ids_per_request: int = FETCH_IDS_PER_CALL) -> None:
         super().__init__(tier)
         self.max_ids_per_request = max_ids_per_request
 
@@ -232,9 +232,7 @@ class LruCache(CachePolicy):
         self._last_used[self.tier.insert(ids, kept)] = self._clock
 
 
-def in_degrees(
-    partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
-) -> np.ndarray:
+def in_degrees(partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = FETCH_IDS_PER_CALL) -> np.ndarray:
     """In-degree of every node, from the graph-stores (8 bytes per node over the wire)."""
     all_ids = np.arange(num_nodes, dtype=np.int64)
     pending = fan_out_requests(

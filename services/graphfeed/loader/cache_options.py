@@ -76,7 +76,3 @@ class CacheOptions:
             first = err.errors()[0]
             name = ".".join(str(part) for part in first["loc"])
             raise InvalidArgument(f"{name}: {first['msg']}, got {first['input']!r}") from None
-
-    def validate(self) -> CacheOptions:
-        """Returns self: the fields were checked when it was made (kept for callers that check again)."""
-        return self

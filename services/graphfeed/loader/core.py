@@ -20,9 +20,10 @@ import numpy as np
 
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.common.placement import HostPlacement, Placement
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CacheOptions, TierStats
+from graphfeed.loader.cache import CacheOptions, TierStats
 from graphfeed.loader.cache_options import check_policy
 from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.job import JobInfo, JobSpec
@@ -77,7 +78,7 @@ class Loader:
         lookahead_steps: int = 8,
         max_inflight: int = 2,
         sample_workers: int = 2,
-        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        max_ids_per_request: int = FETCH_IDS_PER_CALL,
         on_minibatch: Callable[[ReadyMinibatch], None] | None = None,
         pack_root: Path | None = None,
         pack_read_threads: int = 4,
@@ -95,7 +96,7 @@ class Loader:
         self.sampler = sampler
         self.cache_policy = cache_policy
         self.cache_bytes = cache_bytes
-        self.cache_options = (cache_options or CacheOptions()).validate()
+        self.cache_options = cache_options or CacheOptions()  # checked when it was made
         self.gpu_cache_bytes = gpu_cache_bytes
         self.lookahead_steps = lookahead_steps
         self.max_inflight = max_inflight

@@ -17,20 +17,18 @@ from collections.abc import Callable
 
 import numpy as np
 
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
-
-# Ids per graph-store request; keeps each request under the servers' per-request limits.
-DEFAULT_MAX_IDS_PER_REQUEST = 1 << 16
 
 RowsFetcher = Callable[[np.ndarray], np.ndarray]
 """``fetch(ids) -> rows`` in ``ids`` order; raises what the graph-stores raised."""
 
 
 def node_data_fetcher(
-    partitions: PartitionSet, name: str, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
+    partitions: PartitionSet, name: str, max_ids_per_request: int = FETCH_IDS_PER_CALL
 ) -> RowsFetcher:
     """``fetch(ids)``: the rows of node-data ``name`` for ``ids``, from their owners.
 

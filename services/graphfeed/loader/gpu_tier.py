@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.gpu_kernels import kernels
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
 from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
 from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import (
-    DEFAULT_MAX_IDS_PER_REQUEST,
     AccessKey,
     CachePolicy,
     DeviceCachePolicy,
@@ -146,7 +146,7 @@ class GpuTieredCache(DeviceCachePolicy):
         inner: CachePolicy,
         gpu: GpuTier,
         *,
-        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        max_ids_per_request: int = FETCH_IDS_PER_CALL,
         pin_host: bool = True,
     ) -> None:
         super().__init__(inner.tier)
@@ -270,7 +270,7 @@ def with_gpu_tier(
     policy: CachePolicy,
     gpu_cache_bytes: int,
     *,
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    max_ids_per_request: int = FETCH_IDS_PER_CALL,
     backend: Backend | None = None,
 ) -> CachePolicy:
     """``policy`` behind a GPU tier of ``gpu_cache_bytes``, or ``policy`` itself when the budget

@@ -7,44 +7,59 @@ them without importing the loader.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.limits import MAX_BATCH_SIZE, MAX_LAYERS, MAX_WORLD_SIZE
 
-__all__ = ["FEATURE_WIRE_DTYPES", "MAX_BATCH_SIZE", "MAX_LAYERS", "MAX_WORLD_SIZE", "JobInfo", "JobSpec"]
+__all__ = ["FEATURE_WIRE_DTYPES", "JobInfo", "JobSpec"]
 
-# Bounds on what one request may make the loader hold: an epoch plan is padded to a multiple
-# of world_size, and every layer is one sampling hop whose frontier can grow by the fanout.
-MAX_WORLD_SIZE = 1 << 16
-"""Most ranks in one job."""
-MAX_BATCH_SIZE = 1 << 20
-"""Most seeds per minibatch (a sampler refuses more than its ``max_seeds_per_request`` anyway)."""
-MAX_LAYERS = 16
-"""Most sampling layers (fanouts); each fanout's own upper bound is the sampler's ``max_fanout``."""
 FEATURE_WIRE_DTYPES = ("float16", "bfloat16")
 """Reduced-precision element types a job may ask its features to travel in (besides "", the
 stored type); see :mod:`graphfeed.loader.wire`."""
 
 
+def _doc(description: str) -> dict[str, str]:
+    return {"description": description}
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobSpec:
-    """A trainer's job, as loader.proto's JobSpec (see there for each field)."""
+    """A trainer's job, as loader.proto's JobSpec; the one declaration of its fields.
 
-    job_id: str = ""
-    job_seed: int = 0
-    split: str = "train"
-    batch_size: int
-    fanouts: tuple[int, ...]
-    replace: bool = False
-    shuffle: bool = False
-    drop_last: bool = False
-    rank: int = 0
-    world_size: int = 1
-    feature_name: str = "feat"
-    label_name: str = "label"  # "" attaches no labels
-    feature_wire_dtype: str = ""  # "" sends the stored dtype; else one of FEATURE_WIRE_DTYPES
+    Each field's default and ``metadata["description"]`` are what the data loaders
+    (:func:`graphfeed.trainer.job.job_spec`), ``graphfeed train`` and ``graphfeed pack`` offer,
+    and the proto mappings go over these fields by name (:mod:`graphfeed.loader.job_proto`).
+    """
+
+    job_id: str = field(default="graphfeed-job", metadata=_doc("Job name (loader logs and shared cache state)."))
+    job_seed: int = field(
+        default=0, metadata=_doc("Job seed: shuffling and every sampling choice derive from (seed, epoch, step).")
+    )
+    split: str = field(default="train", metadata=_doc('Seed nodes: "train", "val" or "test".'))
+    batch_size: int = field(default=1024, metadata=_doc("Seeds per minibatch."))
+    fanouts: tuple[int, ...] = field(metadata=_doc("Neighbors per layer, input layer first (DGL order); -1 takes all."))
+    replace: bool = field(default=False, metadata=_doc("Sample neighbors with replacement."))
+    shuffle: bool = field(
+        default=True, metadata=_doc("Reshuffle the split each epoch (seeded by the job seed and epoch).")
+    )
+    drop_last: bool = field(default=False, metadata=_doc("Drop the last partial minibatch."))
+    rank: int = field(default=0, metadata=_doc("This trainer's rank, in [0, world_size)."))
+    world_size: int = field(default=1, metadata=_doc("Number of trainers of the job."))
+    feature_name: str = field(
+        default="feat",
+        metadata={**_doc("Node-data name of the input features."), "proto_empty_is_default": True},
+    )
+    label_name: str = field(default="label", metadata=_doc('Node-data name of the labels; "" attaches none.'))
+    feature_wire_dtype: str = field(
+        default="",
+        metadata=_doc(
+            'Type input features travel in from the loader: "" the stored one; float16 or bfloat16 halve the '
+            "bytes (rounded by the loader; the data loaders upcast them to float32). See graphfeed.loader.wire."
+        ),
+    )
 
     def validate(self) -> None:
         """Checks what needs no graph, before anything is sized by these fields.

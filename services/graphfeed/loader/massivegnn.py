@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.common.seeds import rng
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import (
-    DEFAULT_MAX_IDS_PER_REQUEST,
     AccessKey,
     CacheOptions,
     CachePolicy,
@@ -56,9 +56,7 @@ class MassiveGnnCache(CachePolicy):
     name = "massivegnn"
     admits = False  # demand misses never enter (see admit): the loader need not hand their rows over
 
-    def __init__(
-        self, tier: HostTier, options: CacheOptions, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
-    ) -> None:
+    def __init__(self, tier: HostTier, options: CacheOptions, max_ids_per_request: int = FETCH_IDS_PER_CALL) -> None:
         super().__init__(tier)
         self.options = options
         self.max_ids_per_request = max_ids_per_request

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from graphfeed.common.limits import PACK_READ_CHUNK_BYTES
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.pack_format import ALIGN, RESIDENT, GraphIdentity, PackCorrupt, PackFile, PackManifest
 
 __all__ = ["LoadedPack", "PackReader"]
-
-DEFAULT_CHUNK_BYTES = 8 << 20  # one pread: large enough to stream, small enough to spread over threads
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class PackReader:
         *,
         threads: int = 4,
         direct: bool = False,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        chunk_bytes: int = PACK_READ_CHUNK_BYTES,
     ) -> None:
         self.pack_dir = Path(pack_dir)
         self.manifest = manifest

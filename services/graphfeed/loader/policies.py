@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphfeed.loader.cache import DEFAULT_MAX_IDS_PER_REQUEST, CachePolicy, LruCache, NoCache, StaticDegreeCache
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
+from graphfeed.loader.cache import CachePolicy, LruCache, NoCache, StaticDegreeCache
 from graphfeed.loader.cache_options import CacheOptions, check_policy
 from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.massivegnn import MassiveGnnCache
@@ -24,7 +25,7 @@ def make_cache(
     row_shape: Sequence[int],
     dtype: np.dtype | type,
     num_nodes: int,
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+    max_ids_per_request: int = FETCH_IDS_PER_CALL,
     options: CacheOptions | None = None,
 ) -> CachePolicy:
     """A cache of ``policy`` (one of :data:`~graphfeed.loader.cache_options.POLICIES`) over a host
@@ -34,7 +35,7 @@ def make_cache(
         InvalidArgument: unknown policy or bad options.
     """
     check_policy(policy)
-    options = (options or CacheOptions()).validate()
+    options = options or CacheOptions()  # checked when it was made
     tier = HostTier(0 if policy == "none" else capacity_bytes, row_shape, dtype, num_nodes)
     if policy == "none":
         return NoCache(tier)

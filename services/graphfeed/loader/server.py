@@ -115,7 +115,7 @@ def start(
         max_backoff_s=settings.peer_backoff_max_s,
     )
     slots = StreamSlots(max_streams(settings.max_workers), settings.max_streams_per_client)
-    servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, transport, slots=slots))
+    servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, slots, transport))
     running = start_service_server(
         settings,
         register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(cast(Any, servicer), server),

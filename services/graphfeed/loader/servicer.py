@@ -9,34 +9,17 @@ from contextlib import contextmanager
 import grpc
 
 from graphfeed.common import blocks, codec
-from graphfeed.common.bulk import DEFAULT_CHUNK_BYTES, Outgoing
+from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import ResourceExhausted
+from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
-from graphfeed.loader.job import JobInfo, JobSpec
+from graphfeed.loader.job import JobInfo
+from graphfeed.loader.job_proto import job_from_proto
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.stream import MinibatchStream
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
-
-
-def job_from_proto(msg: pb.JobSpec) -> JobSpec:
-    """The domain job; an empty feature_name means "feat"; label_name is "label" when unset, "" for none."""
-    return JobSpec(
-        job_id=msg.job_id,
-        job_seed=msg.job_seed,
-        split=msg.split,
-        batch_size=msg.batch_size,
-        fanouts=tuple(msg.fanouts),
-        replace=msg.replace,
-        shuffle=msg.shuffle,
-        drop_last=msg.drop_last,
-        rank=msg.rank,
-        world_size=msg.world_size,
-        feature_name=msg.feature_name or "feat",
-        label_name=msg.label_name if msg.HasField("label_name") else "label",
-        feature_wire_dtype=msg.feature_wire_dtype,
-    )
 
 
 def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
@@ -130,19 +113,24 @@ class StreamSlots:
 
 
 class LoaderServicer(pb_grpc.LoaderServiceServicer):
-    """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core."""
+    """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core.
+
+    ``slots`` has no default: an unbounded one would let a client that never reads take every
+    handler thread. The server derives them from its settings (``max_workers``,
+    ``max_streams_per_client``).
+    """
 
     def __init__(
         self,
         loader: Loader,
+        slots: StreamSlots,
         transport: ServerTransport | None = None,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        slots: StreamSlots | None = None,
+        chunk_bytes: int = STREAM_CHUNK_BYTES,
     ) -> None:
         self._loader = loader
+        self._slots = slots
         self._transport = transport or ServerTransport(None)
         self._chunk_bytes = chunk_bytes  # bulk bytes per stream message without shared memory
-        self._slots = slots or StreamSlots(1 << 30, 1 << 30)
 
     def DescribeJob(self, request: pb.DescribeJobRequest, context: grpc.ServicerContext) -> pb.DescribeJobResponse:
         return info_to_proto(self._loader.describe(job_from_proto(request.job)))

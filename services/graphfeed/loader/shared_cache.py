@@ -8,16 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import CachePolicy, DeviceCachePolicy
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST, Prefetcher, node_data_fetcher
+from graphfeed.loader.fetch import Prefetcher, node_data_fetcher
 
 
 class SharedCache:
     """A cache policy shared by the streams that read one feature, behind one lock (which its
     background prefetches take too), and the streams it may hear future accesses from."""
 
-    def __init__(self, policy: CachePolicy, max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST) -> None:
+    def __init__(self, policy: CachePolicy, max_ids_per_request: int = FETCH_IDS_PER_CALL) -> None:
         self.policy = policy
         self.lock = threading.Lock()
         self.max_ids_per_request = max_ids_per_request

@@ -25,10 +25,10 @@ from typing import Literal
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache import in_degrees, top_by_degree
-from graphfeed.loader.fetch import DEFAULT_MAX_IDS_PER_REQUEST
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.pack_format import (
     MANIFEST,
@@ -71,7 +71,7 @@ class PackOptions:
     resident: Literal["reuse", "degree"] = "reuse"
     resident_bytes: int = 0
     sample_workers: int = 2
-    max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST
+    max_ids_per_request: int = FETCH_IDS_PER_CALL
 
 
 def pack_epoch(

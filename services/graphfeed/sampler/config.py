@@ -6,6 +6,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from graphfeed.common.config import PeerServiceSettings
+from graphfeed.common.limits import MAX_FANOUT, SAMPLE_SEEDS_PER_CALL, SAMPLER_MAX_SEEDS_PER_REQUEST
 
 
 class SamplerSettings(PeerServiceSettings):
@@ -19,15 +20,15 @@ class SamplerSettings(PeerServiceSettings):
         description="host:port of every graph-store, one per partition, any order (env: a JSON list).",
     )
     max_seeds_per_request: int = Field(
-        default=1_000_000,
+        default=SAMPLER_MAX_SEEDS_PER_REQUEST,
         ge=1,
         description="Most seeds accepted in one SampleBlocks request (RESOURCE_EXHAUSTED beyond).",
     )
     max_fanout: int = Field(
-        default=1000, ge=0, description="Largest fanout accepted per layer besides -1 (all neighbors)."
+        default=MAX_FANOUT, ge=0, description="Largest fanout accepted per layer besides -1 (all neighbors)."
     )
     max_ids_per_request: int = Field(
-        default=1 << 20,
+        default=SAMPLE_SEEDS_PER_CALL,
         ge=1,
         description="Most seeds sent to one graph-store in one call; a hop's larger share goes out in several "
         "concurrent calls (same sample). Keep it within the graph-stores' own max_ids_per_request.",

@@ -20,14 +20,13 @@ import numpy as np
 
 from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound, ResourceExhausted
+from graphfeed.common.limits import MAX_FANOUT, SAMPLE_SEEDS_PER_CALL, SAMPLER_MAX_SEEDS_PER_REQUEST
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.fanout import Chunk, fan_out_requests
 from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
 from graphfeed.sampler.compact import SlotTables, compact_hop
 
 _SHOW_IDS = 5  # offending ids quoted in an error message
-# Seeds per graph-store call (8 MiB of ids; a graph-store accepts 4M by default).
-DEFAULT_MAX_IDS_PER_REQUEST = 1 << 20
 
 
 class MultiHopSampler:
@@ -48,9 +47,9 @@ class MultiHopSampler:
         self,
         partitions: PartitionSet,
         *,
-        max_seeds: int = 1_000_000,
-        max_fanout: int = 1000,
-        max_ids_per_request: int = DEFAULT_MAX_IDS_PER_REQUEST,
+        max_seeds: int = SAMPLER_MAX_SEEDS_PER_REQUEST,
+        max_fanout: int = MAX_FANOUT,
+        max_ids_per_request: int = SAMPLE_SEEDS_PER_CALL,
     ) -> None:
         if max_ids_per_request < 1:
             raise InvalidArgument(f"max_ids_per_request must be >= 1, got {max_ids_per_request}")

@@ -14,18 +14,24 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from graphfeed.common.config import field_from, split_commas
 from graphfeed.loader.cache_options import CachePolicyName
 from graphfeed.loader.config import LoaderSettings
+from graphfeed.loader.job import JobSpec
 
-__all__ = ["TrainConfig"]
+__all__ = ["JOB_SETTINGS", "TrainConfig"]
 
-
-def _split_commas(value: Any) -> Any:
-    """``["a:1,b:2"]`` (the flag's form) or ``"a:1,b:2"`` -> ``["a:1", "b:2"]``."""
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list):
-        return value
-    return [part for item in items for part in (item.split(",") if isinstance(item, str) else [item]) if part != ""]
+JOB_SETTINGS = {
+    "batch_size": "batch_size",
+    "fanouts": "fanouts",
+    "seed": "job_seed",
+    "rank": "rank",
+    "world_size": "world_size",
+    "job_id": "job_id",
+    "feature_wire_dtype": "feature_wire_dtype",
+}
+"""TrainConfig's job settings -> the JobSpec field each one is (default and description from there;
+``shuffle`` is no setting: the trainer shuffles train and not eval)."""
 
 
 def _loader_field(name: str) -> Any:
@@ -45,11 +51,14 @@ def _env_int(*names: str, default: int) -> int:
 
 def _rank() -> int:
     # torchrun and Kubeflow's PyTorchJob set RANK; a Kubernetes indexed Job numbers its pods.
-    return _env_int("RANK", "JOB_COMPLETION_INDEX", default=0)
+    return _env_int("RANK", "JOB_COMPLETION_INDEX", default=_JOB_DEFAULTS.rank)
 
 
 def _world_size() -> int:
-    return _env_int("WORLD_SIZE", default=1)
+    return _env_int("WORLD_SIZE", default=_JOB_DEFAULTS.world_size)
+
+
+_JOB_DEFAULTS = JobSpec(fanouts=())
 
 
 def _local_rank() -> int:
@@ -65,7 +74,7 @@ class TrainConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GRAPHFEED_TRAIN_", extra="forbid")
 
     loader_address: str = Field(default="", description="host:port of the loader service.")
-    graph_stores: Annotated[list[str], BeforeValidator(_split_commas)] = Field(
+    graph_stores: Annotated[list[str], BeforeValidator(split_commas)] = Field(
         default_factory=list,
         description="Comma-separated host:port of every graph-store: run the loader inside this process "
         "(needs --sampler; with --device cuda, features are gathered on the GPU).",
@@ -79,9 +88,13 @@ class TrainConfig(BaseSettings):
         "with a CUDA --device, else none.",
     )
     epochs: int = Field(default=10, description="Epochs to train (counting resumed ones).")
-    batch_size: int = Field(default=256, description="Seeds per minibatch.")
-    fanouts: list[int] = Field(
-        default_factory=lambda: [10, 10], description="Neighbors per layer, input layer first (default 10 10)."
+    batch_size: int = field_from(JobSpec, "batch_size")
+    # JobSpec requires fanouts (they set the model's depth); the example model's are 10 10.
+    fanouts: list[int] = field_from(
+        JobSpec,
+        "fanouts",
+        default_factory=lambda: [10, 10],
+        description=f"{JobSpec.__dataclass_fields__['fanouts'].metadata['description']} (default 10 10)",
     )
     eval_fanouts: list[int] = Field(
         default_factory=lambda: [-1, -1], description="Neighbors per layer when evaluating (default -1 -1: all)."
@@ -90,12 +103,20 @@ class TrainConfig(BaseSettings):
     lr: float = Field(default=0.01, description="Adam learning rate.")
     weight_decay: float = Field(default=5e-4, description="Adam weight decay.")
     dropout: float = Field(default=0.5, description="Dropout between layers.")
-    seed: int = Field(default=0, description="Job seed: model init and every sampling choice derive from it.")
-    rank: int = Field(
-        default_factory=_rank, description="Trainer rank (default: $RANK, else $JOB_COMPLETION_INDEX, else 0)."
+    seed: int = field_from(
+        JobSpec, "job_seed", description="Job seed: model init and every sampling choice derive from it."
     )
-    world_size: int = Field(
-        default_factory=_world_size, description="Number of trainers (default: $WORLD_SIZE, else 1)."
+    rank: int = field_from(
+        JobSpec,
+        "rank",
+        default_factory=_rank,
+        description=f"Trainer rank (default: $RANK, else $JOB_COMPLETION_INDEX, else {_JOB_DEFAULTS.rank}).",
+    )
+    world_size: int = field_from(
+        JobSpec,
+        "world_size",
+        default_factory=_world_size,
+        description=f"Number of trainers (default: $WORLD_SIZE, else {_JOB_DEFAULTS.world_size}).",
     )
     local_rank: int = Field(
         default_factory=_local_rank,
@@ -118,7 +139,7 @@ class TrainConfig(BaseSettings):
         le=65535,
         description="Prometheus /metrics port of local rank 0 (local rank r serves on port + r); 0 disables it.",
     )
-    job_id: str = Field(default="graphsage", description="Job name (loader logs and shared cache state).")
+    job_id: str = field_from(JobSpec, "job_id")
     checkpoint: Path | None = Field(default=None, description="Checkpoint file; resumed from when it exists.")
     checkpoint_every: int = Field(default=1, description="Steps between checkpoints.")
     device: str = Field(default="cpu", description="Torch device of the model and minibatches, e.g. cuda:0.")
@@ -127,11 +148,7 @@ class TrainConfig(BaseSettings):
         description="Directory offered to the loader for minibatch tensors when it shares it (same host, same "
         'mount); "" for inline gRPC only.',
     )
-    feature_wire_dtype: Literal["", "float16", "bfloat16"] = Field(
-        default="",
-        description='Type input features travel in from the loader: "" the stored one; float16 or bfloat16 '
-        "halve the bytes (rounded by the loader, upcast to float32 on --device).",
-    )
+    feature_wire_dtype: Literal["", "float16", "bfloat16"] = field_from(JobSpec, "feature_wire_dtype")
     tls_ca: str = Field(default="", description="CA to verify the loader / graph-stores / samplers with: TLS to them.")
     tls_client_cert: str = Field(default="", description="PEM certificate to present (mutual TLS).")
     tls_client_key: str = Field(default="", description="PEM private key of --tls-client-cert.")

@@ -262,11 +262,12 @@ class RemoteDataLoader(_StepLoader):
         shm_dir: shared-memory directory offered to the loader: when the loader is on this host
             and sees the same directory, minibatch tensors arrive through it instead of inside
             the gRPC messages (identical contents). "" or None: always inline.
-        **job: the job: ``fanouts`` (required), ``batch_size`` (default 1024), ``shuffle`` (True),
-            ``drop_last``, ``replace`` (False), ``seed``, ``rank`` (0), ``world_size`` (1),
-            ``job_id`` ("graphfeed-job"), ``feature_name`` ("feat"), ``label_name`` ("label"; ""
-            for none), ``feature_wire_dtype`` ("": stored type; "float16" or "bfloat16": half the
-            bytes, upcast to float32 on ``device``); see :func:`graphfeed.trainer.job.job_spec`.
+        **job: the job (:class:`~graphfeed.trainer.job.JobArgs`): ``fanouts`` (required) and
+            any other field of :class:`~graphfeed.loader.job.JobSpec` (``seed`` for ``job_seed``),
+            with its defaults: ``batch_size`` 1024, ``shuffle`` True, ``job_id`` "graphfeed-job",
+            ``feature_name`` "feat", ``label_name`` "label" ("" for none), ``feature_wire_dtype``
+            "" (stored type; "float16" or "bfloat16": half the bytes, upcast to float32 on
+            ``device``); see :func:`graphfeed.trainer.job.job_spec`.
     """
 
     def __init__(

@@ -1,28 +1,104 @@
-"""The TGN job's settings (no torch: the ``graphfeed`` CLI builds its flags from them)."""
+"""The TGN job's settings (no torch: the ``graphfeed`` CLI builds its flags from them).
+
+:class:`TGNConfig` is what the trainer reads, each field with its default and description;
+:class:`TGNSettings` is the command line and environment (``GRAPHFEED_TRAIN_TEMPORAL_*``) of
+``graphfeed train-temporal`` / ``python -m graphfeed.trainer.temporal``, its model fields taken
+from TGNConfig.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from graphfeed.common.config import field_from
+
+__all__ = ["TGNConfig", "TGNSettings"]
+
+
+def _doc(description: str) -> dict[str, str]:
+    return {"description": description}
 
 
 @dataclass(frozen=True)
 class TGNConfig:
     """Hyper-parameters and run settings (defaults as in PyG's TGN example)."""
 
-    seed: int = 0
-    epochs: int = 1
-    batch_size: int = 200  # events per batch
-    fanout: int = 10  # most recent neighbours attended to
-    memory_dim: int = 100
-    time_dim: int = 100
-    embed_dim: int = 100
-    heads: int = 2
-    lr: float = 1e-4
-    mrr_negatives: int = (
-        19  # val/test negatives per event: MRR ranks the positive among 1 + this many; AP uses the first
+    seed: int = field(default=0, metadata=_doc("Job seed: initial weights and every negative."))
+    epochs: int = field(default=1, metadata=_doc("Passes over the stream."))
+    batch_size: int = field(default=200, metadata=_doc("Events per batch."))
+    fanout: int = field(default=10, metadata=_doc("Most recent neighbours attended to."))
+    memory_dim: int = field(default=100, metadata=_doc("Width of the memory."))
+    time_dim: int = field(default=100, metadata=_doc("Width of the time encoding."))
+    embed_dim: int = field(default=100, metadata=_doc("Width of the embedding."))
+    heads: int = field(default=2, metadata=_doc("Attention heads."))
+    lr: float = field(default=1e-4, metadata=_doc("Adam learning rate."))
+    mrr_negatives: int = field(
+        default=19,
+        metadata=_doc("Val/test negatives per event: MRR ranks the positive among 1 + this many; AP uses the first."),
     )
-    chunks: int = 10  # metric lines per epoch (one per 10 % of the events by default)
-    checkpoint: Path | None = None
-    checkpoint_every: int = 50  # batches
-    crash_after_batches: int | None = None  # tests: SIGKILL this process after that many batches of this run
+    chunks: int = field(default=10, metadata=_doc("Metric lines per epoch (one per 10 % of the events by default)."))
+    checkpoint: Path | None = field(default=None, metadata=_doc("Checkpoint file; resumed from when present."))
+    checkpoint_every: int = field(default=50, metadata=_doc("Batches between checkpoints."))
+    crash_after_batches: int | None = field(
+        default=None, metadata=_doc("Tests: SIGKILL this process after that many batches of this run.")
+    )
+
+
+class TGNSettings(BaseSettings):
+    """The TGN command: a dataset, the model (defaults: :class:`TGNConfig`'s) and where its
+    neighbours live (in process, or graph-stores that take the events as appends)."""
+
+    model_config = SettingsConfigDict(env_prefix="GRAPHFEED_TRAIN_TEMPORAL_", extra="forbid")
+
+    dataset: str = Field(default="collegemsg", description="Event stream: collegemsg or lastfm.")
+    events: int | None = Field(default=None, description="Use only the first N events (re-split 70/15/15).")
+    epochs: int = field_from(TGNConfig, "epochs")
+    batch_size: int = field_from(TGNConfig, "batch_size")
+    fanout: int = field_from(TGNConfig, "fanout")
+    lr: float = field_from(TGNConfig, "lr")
+    dim: int = field_from(
+        TGNConfig, "memory_dim", description="Width of the memory, time encoding and embedding (all three)."
+    )
+    mrr_negatives: int = field_from(TGNConfig, "mrr_negatives")
+    seed: int = field_from(TGNConfig, "seed")
+    checkpoint: Path | None = field_from(TGNConfig, "checkpoint")
+    checkpoint_every: int = field_from(TGNConfig, "checkpoint_every")
+    threads: int | None = Field(default=None, description="Torch CPU threads (default: torch's choice).")
+    mmap_threshold_kib: int = Field(
+        default=1024,
+        description="Fix glibc's mmap threshold (KiB) so memory stays bounded; 0: glibc's dynamic one, up to 2x "
+        "faster, but resident memory grows by GBs over a LastFM epoch.",
+    )
+    graph_stores: str = Field(
+        default="",
+        description="host:port of every graph-store started with --append-dir, comma-separated (or one {p} "
+        "template): the events are appended there, durably, and neighbours sampled there; default: an "
+        "in-process neighbour source.",
+    )
+    job_id: str = Field(
+        default="tgn", description="Names the job's append batches (unique per job; a resumed job reuses it)."
+    )
+    json_path: Path | None = Field(default=None, description="Write the metrics and wall time here.")
+    save_weights: Path | None = Field(default=None, description="Write the final model state_dict here.")
+    crash_after_batches: int | None = field_from(TGNConfig, "crash_after_batches")
+
+    def tgn_config(self) -> TGNConfig:
+        """The :class:`TGNConfig` these settings describe."""
+        return TGNConfig(
+            seed=self.seed,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            fanout=self.fanout,
+            lr=self.lr,
+            memory_dim=self.dim,
+            time_dim=self.dim,
+            embed_dim=self.dim,
+            mrr_negatives=self.mrr_negatives,
+            checkpoint=self.checkpoint,
+            checkpoint_every=self.checkpoint_every,
+            crash_after_batches=self.crash_after_batches,
+        )

@@ -1,0 +1,82 @@
+"""Settings of ``graphfeed pack`` (env prefix ``GRAPHFEED_PACK_``): its flags are generated from them.
+
+The job fields are :class:`~graphfeed.loader.job.JobSpec`'s (default and description from there,
+so a pack is keyed as the trainer's loader will look it up); the packing ones default to
+:class:`~graphfeed.pack.writer.PackOptions`'.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from graphfeed.common.config import field_from, split_commas
+from graphfeed.loader.job import JobSpec
+from graphfeed.pack.writer import PackOptions
+
+__all__ = ["PACK_JOB_FIELDS", "PackSettings"]
+
+PACK_JOB_FIELDS = (
+    "job_seed",
+    "split",
+    "batch_size",
+    "fanouts",
+    "replace",
+    "shuffle",
+    "drop_last",
+    "rank",
+    "world_size",
+    "feature_name",
+)
+"""The JobSpec fields a pack depends on (:class:`~graphfeed.loader.pack_format.PackedJob`), each a setting."""
+
+
+class PackSettings(BaseSettings):
+    """Where the graph is (``data`` or ``graph_stores``), where packs go, which job and epochs."""
+
+    model_config = SettingsConfigDict(env_prefix="GRAPHFEED_PACK_", extra="forbid")
+
+    data: Path | None = Field(default=None, description="Partition root (opened in this process).")
+    graph_stores: str = Field(default="", description="host:port of every graph-store, comma-separated.")
+    out: Path = Field(..., description="Pack root (a loader's --pack-root).")
+    epochs: str = Field(default="0:1", description="Epochs to pack, START:END (end exclusive).")
+    job_seed: int = field_from(JobSpec, "job_seed")
+    split: str = field_from(JobSpec, "split")
+    batch_size: int = field_from(JobSpec, "batch_size")
+    fanouts: Annotated[list[int], BeforeValidator(split_commas)] = field_from(
+        JobSpec, "fanouts", min_length=1, description="Neighbors per layer, comma-separated, input layer first."
+    )
+    replace: bool = field_from(JobSpec, "replace")
+    shuffle: bool = field_from(JobSpec, "shuffle", description="Reshuffle the split each epoch, as the trainer's.")
+    drop_last: bool = field_from(JobSpec, "drop_last")
+    rank: int = field_from(JobSpec, "rank")
+    world_size: int = field_from(JobSpec, "world_size")
+    feature_name: str = field_from(JobSpec, "feature_name")
+    steps_per_pack: int = field_from(PackOptions, "steps_per_pack", description="Most consecutive steps in one pack.")
+    max_pack_bytes: int = field_from(
+        PackOptions, "max_pack_bytes", description="A pack closes before its steps' rows pass this many bytes."
+    )
+    resident: Literal["reuse", "degree"] = field_from(
+        PackOptions,
+        "resident",
+        description="Which rows stay out of the packs: reuse (most reused) or degree (highest in-degree, "
+        "as static_degree).",
+    )
+    resident_bytes: int = field_from(
+        PackOptions, "resident_bytes", description="Bytes of rows left to the memory tiers (the loader's cache_bytes)."
+    )
+    sample_workers: int = field_from(PackOptions, "sample_workers", description="Threads sampling ahead.")
+
+    def job(self) -> JobSpec:
+        """The job to pack."""
+        values = {name: getattr(self, name) for name in PACK_JOB_FIELDS}
+        return JobSpec(**{**values, "fanouts": tuple(self.fanouts)})
+
+    def options(self) -> PackOptions:
+        """How to pack."""
+        return PackOptions(
+            self.steps_per_pack, self.max_pack_bytes, self.resident, self.resident_bytes, self.sample_workers
+        )

@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Generator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -203,7 +205,7 @@ def stream_steps(address: str, args: argparse.Namespace, shm_dir: str = "") -> d
     t_first = t_last = t0
     try:
         while n < args.e2e_steps:  # Cora has 2 steps an epoch
-            epoch = iter(loader)
+            epoch = cast("Generator[Any, None, None]", iter(loader))  # a generator: closing cancels its stream
             for _input_nodes, _seeds, blocks in epoch:
                 blocks[0].srcdata["feat"].sum()  # touch the bytes, as training would
                 n += 1
@@ -211,7 +213,7 @@ def stream_steps(address: str, args: argparse.Namespace, shm_dir: str = "") -> d
                 t_first = t_last if n == 1 else t_first
                 if n == args.e2e_steps:
                     break
-            epoch.close()  # the stream is cancelled now, not when collected
+            epoch.close()
             s = loader.stats
             hits, misses, remote = hits + s.cache_hits, misses + s.cache_misses, remote + s.remote_feature_bytes
     finally:

@@ -148,16 +148,17 @@ class Child:
     name: str
     proc: subprocess.Popen
     stderr: IO[bytes]
+    key: str = "grpc"  # the READY line's field that holds its address
     ready: dict[str, str] = field(default_factory=dict)
     got: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
-    def spawn(cls, name: str, module_args: list[str], prefix: Iterable[str] = ()) -> Child:
+    def spawn(cls, name: str, module_args: list[str], prefix: Iterable[str] = (), key: str = "grpc") -> Child:
         """Starts ``python -m <module_args>`` behind ``prefix``; :meth:`wait_ready` awaits it."""
         err = tempfile.TemporaryFile()  # noqa: SIM115 - a file, not a pipe: the child never blocks on it
         cmd = [*prefix, sys.executable, "-m", *module_args]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
-        child = cls(name, proc, err)
+        child = cls(name, proc, err, key)
         threading.Thread(target=child._read_stdout, daemon=True, name=f"{name}-stdout").start()
         return child
 
@@ -169,17 +170,21 @@ class Child:
                 self.ready.update(parsed)
                 self.got.set()
 
-    def wait_ready(self, key: str, timeout_s: float = 60.0) -> str:
-        """The address its READY line gives under ``key``; RuntimeError (with its stderr) if it
+    @property
+    def address(self) -> str:
+        return self.ready[self.key]
+
+    def wait_ready(self, timeout_s: float = 60.0) -> str:
+        """The address its READY line gives (under :attr:`key`); RuntimeError (with its stderr) if it
         died or did not get there within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while not self.got.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
                 raise RuntimeError(f"{self.name} failed to start (exit {self.proc.wait()}):\n{self.tail()}")
-        if key not in self.ready:
-            raise RuntimeError(f"{self.name} is ready without {key}=: {self.ready}\n{self.tail()}")
-        return self.ready[key]
+        if self.key not in self.ready:
+            raise RuntimeError(f"{self.name} is ready without {self.key}=: {self.ready}\n{self.tail()}")
+        return self.address
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds of the process so far (all its threads)."""

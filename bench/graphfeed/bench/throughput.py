@@ -164,7 +164,7 @@ def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
     gather = 3 * out.nbytes / (time.perf_counter() - t0) / 1e9
     server = systems.Child.spawn("loopback", ["graphfeed.bench.loopback"])
     try:
-        address = server.wait_ready("grpc")
+        address = server.wait_ready()
         grpc_gbps = statistics.median(measure(address) for _ in range(3))
     finally:
         server.stop()

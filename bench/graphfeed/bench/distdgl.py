@@ -28,7 +28,6 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -110,12 +109,6 @@ def _tool(name: str) -> str:
     if path is None:
         raise RuntimeError(f"DistDGL's emulated machines need `{name}` on PATH (util-linux, iproute2)")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -242,8 +235,10 @@ class DistDGLSystem:
 
     def start(self) -> None:
         """Starts both servers, waits for them to listen, then starts and awaits the trainer."""
+        from graphfeed.bench.systems import free_port  # not in the DistDGL processes: they need no gRPC
+
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        ports = [_free_port() for _ in range(NUM_MACHINES)]
+        ports = [free_port() for _ in range(NUM_MACHINES)]
         ip_config = self.log_dir / "distdgl-ip_config.txt"
         ip_config.write_text("".join(f"127.0.0.1 {p}\n" for p in ports))
         env = {

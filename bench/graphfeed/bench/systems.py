@@ -16,6 +16,7 @@ remote graph-stores and sampler.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import tempfile
@@ -134,6 +135,13 @@ class Cluster(LocalCluster):
 
 
 # --- the benchmarks' own helper processes -----------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free now on 127.0.0.1 (for a process that must bind the same one again)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -51,10 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "cache policies vs Belady: hit rate, remote bytes, minibatches/s",
         add_arguments,
         run,
-        preset="small",
-        workdir=Path("runs/bench"),
-        batch_size=1024,
-        fanouts=(15, 10, 5),
+        **harness.DATASET,
     )
 
 

@@ -34,10 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         run,
         steps=20,
         repeats=3,
-        preset="small",
-        workdir=Path("runs/bench"),
-        batch_size=1024,
-        fanouts=(15, 10, 5),
+        **harness.DATASET,
     )
 
 

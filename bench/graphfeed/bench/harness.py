@@ -28,6 +28,8 @@ from graphfeed.bench import report
 log = logging.getLogger(__name__)
 
 RESULTS = Path("bench/results")
+# the dataset flags of the benchmarks that run graphfeed's job on a synthetic preset
+DATASET: dict[str, Any] = {"preset": "small", "workdir": Path("runs/bench"), "batch_size": 1024, "fanouts": (15, 10, 5)}
 Run = Callable[[argparse.Namespace], "int | None"]
 AddArguments = Callable[[argparse.ArgumentParser], None]
 

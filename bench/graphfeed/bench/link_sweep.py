@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 
 from graphfeed.bench import harness, runs, systems
 
@@ -33,10 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         run,
         steps=30,
         repeats=3,
-        preset="small",
-        workdir=Path("runs/bench"),
-        batch_size=1024,
-        fanouts=(15, 10, 5),
+        **harness.DATASET,
     )
 
 

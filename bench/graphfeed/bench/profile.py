@@ -47,10 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_arguments,
         run,
         steps=40,
-        preset="small",
-        workdir=Path("runs/bench"),
-        batch_size=1024,
-        fanouts=(15, 10, 5),
+        **harness.DATASET,
     )
 
 

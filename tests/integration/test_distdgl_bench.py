@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from graphfeed.bench.distdgl import GRAPH_NAME, DistDGLSystem, ensure_partitions
-from graphfeed.bench.throughput import load_global
+from graphfeed.bench.harness import load_global
 
 pytestmark = [
     pytest.mark.integration,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from graphfeed.bench.append import kill_trials, two_partitions
+from graphfeed.bench.append import kill_trials
+from graphfeed.bench.temporal import temporal_graph
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ SNAPSHOTS = ("--temporal-max-blocks", "4", "--temporal-snapshot-min-edges", "100
 
 @pytest.mark.parametrize("snapshots", [False, True], ids=["log-only", "snapshots"])
 def test_no_acknowledged_edge_is_lost_or_applied_twice_across_kill_9(tmp_path: Path, snapshots: bool) -> None:
-    root = two_partitions(tmp_path / "g", nodes=2_000, edges=20_000, seed=1)
+    root = temporal_graph(tmp_path / "g", nodes=2_000, edges=20_000, seed=1, partitions=2)
     trials = kill_trials(
         root,
         tmp_path / "work",

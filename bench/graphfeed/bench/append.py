@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,97 +38,52 @@ from pathlib import Path
 
 import numpy as np
 
-from graphfeed.bench import report
-from graphfeed.bench.cli import run_alone
-from graphfeed.bench.temporal import T_SPAN, _baseline, _best, _graph
+from graphfeed.bench import harness
+from graphfeed.bench.systems import free_port
+from graphfeed.bench.temporal import COMMON, T_SPAN, _baseline, _best, temporal_graph
+from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.partition import part_dir_name
-from graphfeed.common.service import parse_ready_line
 from graphfeed.graph_store.client import GraphStoreClient
+from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.temporal import TemporalStore
 from graphfeed.graph_store.temporal_client import TemporalClient
-from graphfeed.ingest.graph import GraphData
-from graphfeed.ingest.partition import write_partitioned
 
 BIG_T = np.iinfo(np.int64).max
 APPENDED = 1 << 62  # the eid bit of an appended edge
 
 
-def free_port() -> int:
-    """A TCP port free now on 127.0.0.1 (a restarted graph-store binds it again)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class StoreProcess:
-    """One ``graphfeed serve graph-store`` process on a fixed port, restartable in place."""
+    """One ``graphfeed serve graph-store --append-dir`` process on a fixed port, restartable in place."""
 
     part_dir: Path
     append_dir: Path
     log_dir: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen | None = None
-    starts: int = 0
     extra_args: list[str] = field(default_factory=list)  # more ``serve graph-store`` flags
+    port: int = field(default_factory=free_port)
+    process: ServiceProcess | None = None
+    starts: int = 0
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 120.0) -> None:
-        """Starts the process and waits for its READY line (or its death)."""
+    def start(self) -> None:
+        """Starts the process and waits for it to serve (or its death)."""
         self.starts += 1
-        log = open(self.log_dir / f"{self.part_dir.name}-{self.starts}.log", "wb")  # noqa: SIM115 - the child's stderr
-        cmd = [
-            sys.executable,
-            "-m",
-            "graphfeed",
-            "serve",
-            "graph-store",
-            "--part-dir",
-            str(self.part_dir),
-            "--append-dir",
-            str(self.append_dir),
-            "--port",
-            str(self.port),
-            "--metrics-port",
-            "-1",
-            *self.extra_args,
-        ]
-        self.proc = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        ready = threading.Event()
-
-        def read() -> None:
-            for line in proc.stdout or ():  # keeps draining: the child never blocks on a full pipe
-                if parse_ready_line(line.strip()):
-                    ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + timeout_s
-        while not ready.wait(0.05):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"graph-store {self.part_dir} did not start (exit {proc.poll()}), see {log.name}")
+        argv = ["graph-store", "--part-dir", str(self.part_dir), "--append-dir", str(self.append_dir)]
+        argv += ["--port", str(self.port), "--metrics-port", "-1", *self.extra_args]
+        self.process = start_service(f"{self.part_dir.name}-{self.starts}", argv, self.log_dir)
 
     def kill9(self) -> None:
         """SIGKILL, and wait for the process to be gone."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(30)
+        if self.process is not None:
+            self.process.proc.kill()
+            self.process.proc.wait(30)
 
     def stop(self) -> int:
-        """SIGTERM (graceful); the exit code (SIGKILL after 15 s)."""
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return int(self.proc.returncode)
+        """SIGTERM (graceful); the exit code."""
+        return 0 if self.process is None else self.process.stop()
 
 
 class Writer(threading.Thread):
@@ -216,8 +169,7 @@ def kill_trials(
     ``extra_args``: more ``serve graph-store`` flags (e.g. small snapshot thresholds)."""
     (work / "logs").mkdir(parents=True, exist_ok=True)
     stores = [
-        StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs", extra_args=list(extra_args))
-        for p in range(2)
+        StoreProcess(root / part_dir_name(p), work / f"appends-{p}", work / "logs", list(extra_args)) for p in range(2)
     ]
     results: list[dict] = []
     acked_all: list[np.ndarray] = []  # every trial's acknowledged edges: the stores keep them all
@@ -225,8 +177,9 @@ def kill_trials(
     try:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda s: s.start(), stores))
-        client = TemporalClient([s.address for s in stores], client_id="durability", timeout_s=10, retry_deadline_s=120)
-        num_nodes = int(client.node_offsets[-1])
+        partitions = RemotePartitionSet([s.address for s in stores], timeout_s=10)
+        client = TemporalClient(partitions, client_id="durability", attempt_timeout_s=10, retry_deadline_s=120)
+        num_nodes = int(partitions.info.num_nodes)
         for k in range(trials):
             writer = Writer(client, num_nodes, batch_edges, seed + k, first_t=10**9 + 10**6 * k)
             writer.start()
@@ -462,33 +415,17 @@ def _table(
     return "\n".join(lines)
 
 
-def two_partitions(root: Path, nodes: int, edges: int, seed: int) -> Path:
-    """A synthetic temporal graph in 2 partitions (halves of the ids); returns its root."""
-    rng = np.random.default_rng(seed)
-    g = GraphData(
-        name=f"temporal2-{nodes}-{edges}",
-        num_nodes=nodes,
-        src=rng.integers(0, nodes, edges),
-        dst=rng.integers(0, nodes, edges),
-        node_data={},
-        splits={},
-        edge_ts=rng.integers(0, T_SPAN, edges),
-    )
-    write_partitioned(g, root, 2, assignment=np.arange(nodes) * 2 // nodes)
-    return root
-
-
 def run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="append-", dir=args.workdir))
     try:
         trials: list[dict] = []
         if args.kill_trials:
-            root = two_partitions(work / "g2", 10_000, 100_000, args.seed)
+            root = temporal_graph(work / "g2", 10_000, 100_000, args.seed, partitions=2)
             trials = kill_trials(
                 root, work / "kill", args.kill_trials, seed=args.seed, on_trial=lambda r: print(r, flush=True)
             )
-        part = _graph(work / "graph", args.nodes, args.edges, args.seed)
-        store = StoreProcess(part, work / "appends", work, extra_args=_temporal_flags(args))
+        part = temporal_graph(work / "graph", args.nodes, args.edges, args.seed) / part_dir_name(0)
+        store = StoreProcess(part, work / "appends", work, _temporal_flags(args))
         store.start()
         try:
             samp = _sampling(store.address, part, args)
@@ -500,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {
-        "args": {k: str(v) for k, v in vars(args).items() if k != "func"},
+        "args": {k: str(v) for k, v in vars(args).items() if k not in ("func", "machine_start")},
         "durability": trials,
         "appends": tp,
         "sampling": samp,
@@ -508,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
         "restart_compare": compare,
         "graph_store_exit": code,
     }
-    report.write(args.out, result, _table(args, trials, tp, samp, restart, compare))
+    harness.write(args, result, _table(args, trials, tp, samp, restart, compare), "append")
     ok = code == 0 and all(r["identical"] for r in samp) and not any(t["lost"] or t["duplicated"] for t in trials)
     return 0 if ok else 1
 
@@ -535,7 +472,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-flight", type=int, default=2, help="concurrent writers, disjoint destinations (default 2)")
     p.add_argument("--roots", type=int, default=100_000, help="(node, time) roots per sample call (default 100,000)")
     p.add_argument("--fanout", type=int, default=10, help="neighbours per root (default 10)")
-    p.add_argument("--repeats", type=int, default=5, help="timed sampling rounds; the fastest is reported (default 5)")
     p.add_argument("--max-blocks", type=int, default=256, help="graph-store --temporal-max-blocks (default 256)")
     p.add_argument(
         "--compact-min-edges", type=int, default=1_000_000, help="--temporal-compact-min-edges (default 1,000,000)"
@@ -546,29 +482,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--restart-batches", type=int, default=0, help="(d) random batches, snapshots off / on (default 0: skip)"
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--workdir", type=Path, default=None, help="where graphs and append logs live (default: the temp dir)"
-    )
-    p.add_argument(
-        "--out", type=Path, default=Path("bench/results/append.json"), help="JSON output (markdown next to it)"
-    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """``graphfeed bench append``."""
-    p = sub.add_parser(
-        "append",
-        help="kill -9 durability, durable appends/s and temporal sampling through gRPC",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_arguments(p)
-    p.set_defaults(func=run)
+    help = "kill -9 durability, durable appends/s and temporal sampling through gRPC"
+    harness.register(sub, "append", __doc__, help, _add_arguments, run, **COMMON)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_alone(__doc__ or "", _add_arguments, run, argv)
+    return harness.main(__doc__, _add_arguments, run, argv, **COMMON)
 
 
 if __name__ == "__main__":

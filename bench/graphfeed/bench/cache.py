@@ -22,61 +22,45 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import tempfile
 import time
+from collections.abc import Generator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, cast
 
-import grpc
 import numpy as np
 
+from graphfeed.bench import harness, systems
 from graphfeed.bench.cache_replay import PolicyResult, record_trace, replay_belady, replay_policy
 from graphfeed.bench.scrape import samples
-from graphfeed.common import bulk, codec
-from graphfeed.common.buffers import BufferPool
-from graphfeed.common.partition import MANIFEST, GraphManifest, part_dir_name
-from graphfeed.common.rpc import channel_options
-from graphfeed.graph_store.partitions import LocalPartitionSet
-from graphfeed.graph_store.store import GraphStore
+from graphfeed.common.partition import GraphManifest
 from graphfeed.loader.cache import POLICIES, CacheOptions
 
 log = logging.getLogger(__name__)
 
-FANOUTS = (15, 10, 5)
 CAPACITIES = (0.05, 0.10, 0.20)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench cache``."""
-    p = subparsers.add_parser(
+    harness.register(
+        subparsers,
         "cache",
-        help="cache policies vs Belady: hit rate, remote bytes, minibatches/s",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "cache policies vs Belady: hit rate, remote bytes, minibatches/s",
+        add_arguments,
+        run,
+        **harness.DATASET,
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=("cora", "synthetic"), default="synthetic", help="graph (default synthetic)")
-    p.add_argument(
-        "--preset", choices=("tiny", "small", "medium", "large"), default="small", help="synthetic size (default small)"
-    )
-    p.add_argument(
-        "--data", type=Path, help="ingested graph root (default <work-dir>/<dataset>); ingested there if missing"
-    )
-    p.add_argument(
-        "--work-dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()) / "graphfeed-bench",
-        help="where graphs are ingested",
-    )
     p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES, help="policies (default all)")
     p.add_argument(
         "--capacities", nargs="+", type=float, default=list(CAPACITIES), help="fractions of the feature table"
     )
-    p.add_argument(
-        "--fanouts", nargs="+", type=int, default=list(FANOUTS), help="fanouts, input layer first (default 15 10 5)"
-    )
-    p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     p.add_argument("--epochs", type=int, default=1, help="epochs replayed (default 1; Cora has 2 steps an epoch)")
     p.add_argument("--max-steps", type=int, default=None, help="replay at most this many steps per epoch (default all)")
     p.add_argument("--lookahead-steps", type=int, default=8, help="look-ahead window K, replay and e2e (default 8)")
@@ -85,16 +69,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--e2e-capacity", type=float, default=0.20, help="capacity fraction of the end-to-end runs (default 0.2)"
     )
     p.add_argument("--e2e-rounds", type=int, default=2, help="end-to-end rounds, policy order alternating (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="job seed (default 0)")
-    p.add_argument("--out", type=Path, help="write the JSON here (and the markdown next to it, .md)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``bench cache``: replay, end to end, targets; prints the markdown, writes JSON."""
-    data = ensure_data(args)
+    if args.dataset == "cora":
+        args.preset = "cora"
+    data = harness.ensure_dataset(args)
     manifest = GraphManifest.load(data)
-    row_bytes = _row_bytes(data)
+    row_bytes = manifest.node_data["feat"].row_bytes
     result: dict = {
         "dataset": manifest.dataset,
         "data": str(data),
@@ -110,48 +93,16 @@ def run(args: argparse.Namespace) -> int:
         "options": asdict(CacheOptions()),
     }
     result["replay"], result["trace"] = replay_all(args, data, row_bytes)
-    result["e2e_runs"] = e2e_all(args, data) if args.e2e_steps > 0 else []
+    result["e2e_runs"] = e2e_all(args, data, row_bytes) if args.e2e_steps > 0 else []
     result["e2e"] = e2e_summary(result["e2e_runs"])
     result["targets"] = targets(result)
-    md = markdown(result)
-    print(md)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-        args.out.with_suffix(".md").write_text(md + "\n")
-        print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    harness.write(args, result, markdown(result), f"cache-{data.name}")
     return 0
-
-
-def ensure_data(args: argparse.Namespace) -> Path:
-    """The graph root, ingested (2 METIS partitions) if it has no manifest yet."""
-    name = "cora" if args.dataset == "cora" else f"synthetic-{args.preset}"
-    data = args.data or args.work_dir / name
-    if (data / MANIFEST).exists():
-        return data
-    from graphfeed.ingest.partition import write_partitioned
-    from graphfeed.ingest.sources import load_source
-
-    log.info("ingesting %s into %s", name, data)
-    kwargs = {} if args.dataset == "cora" else {"preset": args.preset}
-    g = load_source(args.dataset, **kwargs)
-    write_partitioned(g, data, 2, "metis", 0)
-    return data
-
-
-def _row_bytes(data: Path) -> int:
-    spec = GraphManifest.load(data).node_data["feat"]
-    return int(np.dtype(spec.dtype).itemsize * int(np.prod(spec.row_shape, dtype=np.int64)))
-
-
-def _open(data: Path) -> LocalPartitionSet:
-    m = GraphManifest.load(data)
-    return LocalPartitionSet([GraphStore.open(data / part_dir_name(p)) for p in range(m.num_partitions)])
 
 
 def replay_all(args: argparse.Namespace, data: Path, row_bytes: int) -> tuple[list[dict], dict]:
     """Every policy and Belady at every capacity over one recorded trace."""
-    parts = _open(data)
+    parts = harness.local_partitions(data)
     try:
         trace = record_trace(
             parts,
@@ -190,44 +141,29 @@ def replay_all(args: argparse.Namespace, data: Path, row_bytes: int) -> tuple[li
             s.close()
 
 
-def e2e_all(args: argparse.Namespace, data: Path) -> list[dict]:
+def e2e_all(args: argparse.Namespace, data: Path, row_bytes: int) -> list[dict]:
     """Streams ``e2e_steps`` minibatches per policy and round through real processes, each on a fresh loader."""
-    from graphfeed.cluster import LocalCluster, start_service
-
-    cap_bytes = int(args.e2e_capacity * GraphManifest.load(data).num_nodes) * _row_bytes(data)
+    cap_bytes = int(args.e2e_capacity * GraphManifest.load(data).num_nodes) * row_bytes
     policies = ["none", *[p for p in args.policies if p != "none"]]
     order = [p for r in range(args.e2e_rounds) for p in (policies if r % 2 == 0 else policies[::-1])]
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-cache-"))
     out: list[dict] = []
-    cluster = LocalCluster.start(data, log_dir, _loader_args(order[0], cap_bytes, args))
-    try:
-        assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
-        stores = [s.address for s in cluster.graph_stores]
+    with systems.Cluster.start(data, args.workdir.resolve() / "logs", _loader_args(order[0], cap_bytes, args)) as c:
         for i, policy in enumerate(order):
-            if i:
-                cluster.loader.stop()
-                argv = [
-                    "loader",
-                    "--graph-store-addresses",
-                    *stores,
-                    "--sampler-address",
-                    cluster.sampler.address,
-                    *_loader_args(policy, cap_bytes, args),
-                ]
-                cluster.loader = start_service(f"loader-{i}-{policy}", argv, log_dir)
-            r = stream_steps(cluster.loader.address, args)
+            loader = c.replace_loader(f"loader-{i}-{policy}", _loader_args(policy, cap_bytes, args)) if i else c.loader
+            assert loader is not None and loader.metrics_address is not None
+            r = stream_steps(loader.address, args, c.shm_dir)
             r.update(
                 policy=policy,
                 round=i // len(policies),
                 capacity_fraction=args.e2e_capacity,
-                prefetch_bytes=_scrape_prefetch_bytes(cluster.loader.metrics_address),
+                prefetch_bytes=sum(
+                    s.value for s in samples(loader.metrics_address, "graphfeed_loader_prefetch_bytes_total")
+                ),
             )
             log.info(
                 "e2e %s: %.2f minibatches/s, first after %.1fs", policy, r["minibatches_per_s"], r["first_minibatch_s"]
             )
             out.append(r)
-    finally:
-        cluster.stop()
     return out
 
 
@@ -253,49 +189,32 @@ def _loader_args(policy: str, cap_bytes: int, args: argparse.Namespace) -> list[
     return ["--cache-policy", policy, "--cache-bytes", str(cap_bytes), "--lookahead-steps", str(args.lookahead_steps)]
 
 
-def stream_steps(address: str, args: argparse.Namespace) -> dict:
-    """Streams the first ``e2e_steps`` minibatches (epoch 0, then 1, ...) and decodes their
-    features, as a trainer would; the rate is taken from the first minibatch to the last."""
-    from graphfeed.loader.v1 import loader_pb2 as pb
+def stream_steps(address: str, args: argparse.Namespace, shm_dir: str = "") -> dict:
+    """Streams the first ``e2e_steps`` minibatches (epoch 0, then 1, ...) through a
+    ``RemoteDataLoader`` and touches their features, as a trainer would; the rate is taken from
+    the first minibatch to the last."""
+    from graphfeed.trainer.dataloader import RemoteDataLoader
 
-    job = pb.JobSpec(
-        job_id="bench-cache",
-        job_seed=args.seed,
-        split="train",
-        batch_size=args.batch_size,
-        fanouts=args.fanouts,
-        shuffle=True,
-        world_size=1,
-    )
+    job = {"fanouts": list(args.fanouts), "batch_size": args.batch_size, "seed": args.seed, "job_id": "bench-cache"}
+    loader = RemoteDataLoader(address, "train", shm_dir=shm_dir, **job)
     hits = misses = remote = n = 0
     t0 = time.perf_counter()
     t_first = t_last = t0
-    buffers = BufferPool()
-    with grpc.insecure_channel(address, options=channel_options()) as ch:
-        stream = bulk.unary_stream(
-            ch,
-            pb.DESCRIPTOR.services_by_name["LoaderService"].full_name,
-            "StreamMinibatches",
-            pb.StreamMinibatchesRequest,
-            pb.Minibatch,
-        )
-        for epoch in range(args.e2e_steps):  # Cora has 2 steps an epoch
-            call = stream(pb.StreamMinibatchesRequest(job=job, epoch=epoch), timeout=3600)
-            for received in bulk.assemble(call, buffers, f"minibatch stream from {address}"):
-                mb = received.message
-                codec.decode(
-                    mb.input_features, "features", bulk=received.bulk
-                ).sum()  # touch the bytes, as training would
-                hits, misses = hits + mb.stats.cache_hits, misses + mb.stats.cache_misses
-                remote += mb.stats.remote_feature_bytes
+    try:
+        while n < args.e2e_steps:  # Cora has 2 steps an epoch
+            epoch = cast("Generator[Any, None, None]", iter(loader))  # a generator: closing cancels its stream
+            for _input_nodes, _seeds, blocks in epoch:
+                blocks[0].srcdata["feat"].sum()  # touch the bytes, as training would
                 n += 1
                 t_last = time.perf_counter()
                 t_first = t_last if n == 1 else t_first
                 if n == args.e2e_steps:
-                    call.cancel()
                     break
-            if n == args.e2e_steps:
-                break
+            epoch.close()
+            s = loader.stats
+            hits, misses, remote = hits + s.cache_hits, misses + s.cache_misses, remote + s.remote_feature_bytes
+    finally:
+        loader.close()
     rate = (n - 1) / (t_last - t_first) if n > 1 and t_last > t_first else 0.0
     return {
         "steps": n,
@@ -304,12 +223,6 @@ def stream_steps(address: str, args: argparse.Namespace) -> dict:
         "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
         "remote_bytes": remote,
     }
-
-
-def _scrape_prefetch_bytes(metrics_address: str | None) -> int:
-    if not metrics_address:
-        return 0
-    return int(sum(s.value for s in samples(metrics_address, "graphfeed_loader_prefetch_bytes_total")))
 
 
 def targets(result: dict) -> dict:

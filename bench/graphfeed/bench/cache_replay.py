@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from graphfeed.common.futures import completed
 from graphfeed.graph_store.partitions import ForwardingPartitionSet
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.graph_store.types import PartitionSet, RowsInto
 from graphfeed.loader.belady import belady
 from graphfeed.loader.cache import CacheOptions
 from graphfeed.loader.fetch import Prefetcher
@@ -91,18 +92,12 @@ class CountingZeros(ForwardingPartitionSet):
         super().__init__(inner)
         self.rows_read = 0
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
-        return _done(self.read(ids))
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
+        return completed(lambda: into.place(self.read(ids)))
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         self.rows_read += len(ids)
         return np.zeros(len(ids), dtype=np.uint8)
-
-
-def _done(value: np.ndarray) -> Future[np.ndarray]:
-    fut: Future[np.ndarray] = Future()
-    fut.set_result(value)
-    return fut
 
 
 @dataclass(frozen=True)

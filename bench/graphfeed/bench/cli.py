@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable, Sequence
 
 # name -> module exposing register(subparsers); add a benchmark by adding a line here.
 BENCHMARKS: dict[str, str] = {
@@ -34,16 +33,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     names = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     for module in BENCHMARKS.values():
         importlib.import_module(module).register(names)
-
-
-def run_alone(
-    doc: str,
-    add_arguments: Callable[[argparse.ArgumentParser], None],
-    run: Callable[[argparse.Namespace], int],
-    argv: Sequence[str] | None = None,
-) -> int:
-    """Runs one benchmark module as a script (``python bench/gpu.py``, ``python -m
-    graphfeed.bench.append``) with the arguments ``graphfeed bench <name>`` gives it."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

@@ -42,22 +42,21 @@ import os
 import socket
 import statistics
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import grpc
 import numpy as np
 import psutil
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from graphfeed.bench import harness
+from graphfeed.bench.systems import Child
 from graphfeed.common.bulk import parse, varint
 
 ROW_BYTES = 128 * 4  # one float32 feature row of width 128
@@ -266,70 +265,7 @@ def serve_main(argv: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ServerProcess:
-    """A server child process: its address once ready, and its CPU time (psutil)."""
-
-    name: str
-    proc: subprocess.Popen
-    stderr: IO[bytes]
-    ready: dict[str, str] = field(default_factory=dict)
-    _got: threading.Event = field(default_factory=threading.Event)
-
-    @classmethod
-    def launch(cls, name: str, args: list[str]) -> ServerProcess:
-        """Starts ``python -m graphfeed.bench.dataplane ARGS``; :meth:`wait_ready` waits for it."""
-        cmd = [sys.executable, "-m", "graphfeed.bench.dataplane", *args]
-        err = tempfile.TemporaryFile()  # noqa: SIM115 - a file, not a pipe: the child never blocks on it
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
-        server = cls(name, proc, err)
-        threading.Thread(target=server._read_stdout, daemon=True, name=f"{name}-stdout").start()
-        return server
-
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None  # stdout=PIPE
-        for line in self.proc.stdout:  # keeps draining so the child never blocks on a full pipe
-            if line.startswith("GRAPHFEED_READY "):
-                self.ready.update(part.split("=", 1) for part in line.split()[1:])
-                self._got.set()
-
-    def wait_ready(self, timeout_s: float = 60.0) -> str:
-        """Its ``host:port`` once it printed its READY line; RuntimeError (with its stderr) if it
-        died or did not get there within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while not self._got.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError(
-                    f"server {self.name} failed to start (exit {self.proc.wait()}):\n{self._stderr_tail()}"
-                )
-        return self.ready["address"]
-
-    @property
-    def address(self) -> str:
-        return self.ready["address"]
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU seconds of the server process so far (all its threads)."""
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Closes its stdin so it exits (killed after ``timeout_s``); RuntimeError with its
-        stderr if it exited with an error."""
-        if self.proc.poll() is None:
-            try:
-                self.proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.communicate()
-                return
-        if self.proc.returncode != 0:
-            raise RuntimeError(f"server {self.name} exited with {self.proc.returncode}:\n{self._stderr_tail()}")
-
-    def _stderr_tail(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")[-3000:]
+ServerProcess = Child  # a server of this module, ``python -m graphfeed.bench.dataplane KIND ...``
 
 
 # ---------------------------------------------------------------------------------------------
@@ -617,7 +553,7 @@ def start_servers(keys: list[tuple[str, ...]], max_bytes: int) -> dict[tuple[str
             args = [key[0], str(max_bytes)]
             if key[0] == "grpc":
                 args += [key[2], json.dumps(options(key[1]))]
-            servers[key] = ServerProcess.launch("-".join(key), args)
+            servers[key] = Child.spawn("-".join(key), ["graphfeed.bench.dataplane", *args], key="address")
         for server in servers.values():
             server.wait_ready()
     except BaseException:
@@ -631,7 +567,7 @@ def stop_servers(servers: dict[tuple[str, ...], ServerProcess]) -> None:
     errors = []
     for server in servers.values():
         try:
-            server.stop()
+            server.stop(check=True)
         except RuntimeError as exc:
             errors.append(str(exc))
     if errors:
@@ -845,12 +781,17 @@ QUICK = {"rows": [217_000, 2_000], "rounds": 2, "chunks_kib": [1024, 4096]}
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench dataplane``."""
-    p = subparsers.add_parser(
+    harness.register(
+        subparsers,
         "dataplane",
-        help="bulk bytes: proto inline vs raw gRPC chunks vs Arrow Flight vs raw TCP",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "bulk bytes: proto inline vs raw gRPC chunks vs Arrow Flight vs raw TCP",
+        add_arguments,
+        run,
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rows",
         type=int,
@@ -885,13 +826,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="111 MB and 1 MB, 2 rounds, 1 and 4 MiB chunks, no sweep")
     p.add_argument("--list", action="store_true", help="print the variants and their gRPC options, run nothing")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path("bench/results/dataplane.json"),
-        help="JSON; the markdown goes next to it (.md)",
-    )
-    p.set_defaults(func=run)
 
 
 def plan_of(args: argparse.Namespace) -> tuple[Plan, list[int], int]:
@@ -922,31 +856,19 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     cells = run_rounds(todo, sizes, rounds, int(args.sample_mb * 1e6))
     rows = [c.summary() for c in cells]
-    command = "graphfeed bench dataplane " + " ".join(
-        sys.argv[sys.argv.index("dataplane") + 1 :] if "dataplane" in sys.argv else []
-    )
     import pyarrow
 
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    machine = (
-        f"{os.cpu_count()} CPUs, load average {load} at the end, grpcio {grpc.__version__}, "
-        f"pyarrow {pyarrow.__version__}"
-    )
+    machine = f"{os.cpu_count()} CPUs, grpcio {grpc.__version__}, pyarrow {pyarrow.__version__}"
     line = verdict(
         rows, Variant("grpc_raw_chunks", plan.sweep_chunk, plan.tuned).name, Variant("flight", plan.sweep_chunk).name
     )
-    text = markdown(rows, command.strip(), machine, line)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
-        "command": command.strip(),
         "seconds": time.monotonic() - t0,
         "machine": machine,
         "options": {name: options(name) for name in dict.fromkeys([plan.tuned, *plan.sweep, "graphfeed"])},
     }
-    args.out.write_text(json.dumps({"meta": meta, "verdict": line, "copies": COPIES, "results": rows}, indent=1))
-    args.out.with_suffix(".md").write_text(text)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')} in {time.monotonic() - t0:.0f} s")
+    result = {"meta": meta, "verdict": line, "copies": COPIES, "results": rows}
+    harness.write(args, result, markdown(rows, harness.command(), machine, line), "dataplane")
     return 0
 
 

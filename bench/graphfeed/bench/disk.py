@@ -40,9 +40,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import gc
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,12 +53,19 @@ from typing import Any
 
 import numpy as np
 
-from graphfeed.bench import report
-from graphfeed.bench.disk_stores import BudgetedStores, RemoteRows, read_bytes, reset_peak_rss, status_bytes
-from graphfeed.common.partition import GraphManifest, part_dir_name
-from graphfeed.graph_store.partitions import ForwardingPartitionSet, LocalPartitionSet, RemotePartitionSet
-from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.bench import harness
+from graphfeed.bench.disk_stores import (
+    BudgetedStores,
+    RemoteRows,
+    drop_caches,
+    read_bytes,
+    reset_peak_rss,
+    status_bytes,
+)
+from graphfeed.common.futures import completed
+from graphfeed.common.partition import GraphManifest, flat_node_data_path, part_dir_name
+from graphfeed.graph_store.partitions import ForwardingPartitionSet, RemotePartitionSet
+from graphfeed.graph_store.types import PartitionSet, RowsInto
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.pack.offline import plan_epoch, sample_steps
@@ -73,15 +82,20 @@ FLAT_SYSTEM = "unpacked, flat file read by the loader"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    harness.register(
+        sub,
         "disk",
-        help="out of core: packed vs on-demand vs memmap vs in-memory features",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "out of core: packed vs on-demand vs memmap vs in-memory features",
+        add_arguments,
+        run,
+        workdir=Path("/tmp/gf-disk"),
+        batch_size=256,
+        fanouts=(10, 5),
     )
-    p.add_argument(
-        "--workdir", type=Path, default=Path("/tmp/gf-disk"), help="where the graph and packs go (kept between runs)"
-    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=1_000_000)
     p.add_argument("--edges", type=int, default=5_000_000, help="undirected edges (default 5M)")
     p.add_argument("--feat-dim", type=int, default=128, help="float32 features per node (a row must divide 4 KiB)")
@@ -90,8 +104,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-pack-bytes", type=int, default=24 << 20, help="per pack; 2 are held, the rest of the budget is cache"
     )
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--fanouts", default="10,5")
     p.add_argument("--threads", default="1,4", help="pread threads of the packed system, comma-separated")
     p.add_argument(
         "--store-budget-bytes",
@@ -112,37 +124,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)"
     )
-    p.add_argument("--out", type=Path, default=Path("bench/results/disk.json"))
-    p.set_defaults(func=run)
 
 
 def ensure_graph(args: argparse.Namespace) -> Path:
     """The synthetic graph in 2 random partitions plus its flat feature file (made on first use)."""
-    root = args.workdir / f"graph-{args.nodes}-{args.edges}-{args.feat_dim}-{args.train_fraction}"
-    if (root / FLAT).exists():
-        return root
-    from graphfeed.ingest.partition import write_partitioned
     from graphfeed.ingest.synthetic import generate
 
     tf = args.train_fraction
-    g = generate(
-        args.nodes, args.edges, args.feat_dim, 16, fractions=(tf, 0.01, 0.01), name="disk-bench", progress=True
+    make = functools.partial(
+        generate,
+        args.nodes,
+        args.edges,
+        args.feat_dim,
+        16,
+        fractions=(tf, 0.01, 0.01),
+        name="disk-bench",
+        progress=True,
     )
-    write_partitioned(g, root, 2, "random")
-    orig = np.load(root / "orig_ids.npy")
-    g.node_data["feat"][orig].tofile(root / f"{FLAT}.tmp")  # gid order: row g at byte g * row_bytes
-    os.replace(root / f"{FLAT}.tmp", root / FLAT)
+    root = harness.dataset(args.workdir, f"graph-{args.nodes}-{args.edges}-{args.feat_dim}-{tf}", 2, "random", make)
+    if not (root / FLAT).exists():  # partitions own consecutive gids: their flat tables concatenate in gid order
+        with open(root / f"{FLAT}.tmp", "wb") as out:
+            for p in range(2):
+                with open(flat_node_data_path(root / part_dir_name(p), "feat"), "rb") as part:
+                    shutil.copyfileobj(part, out, 16 << 20)
+        os.replace(root / f"{FLAT}.tmp", root / FLAT)
     return root
-
-
-def drop_caches() -> bool:
-    """Writes back and drops the page cache; False where not permitted."""
-    os.sync()
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError:
-        return False
-    return True
 
 
 class FlatFileRows(ForwardingPartitionSet):
@@ -161,12 +167,10 @@ class FlatFileRows(ForwardingPartitionSet):
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flat-pread")
         self.threads = threads
 
-    def get_node_data(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
+    def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
         if name != self.name:
-            return self.inner.get_node_data(p, name, ids)
-        fut: Future[np.ndarray] = Future()
-        fut.set_result(self.read(np.asarray(ids, dtype=np.int64)))
-        return fut
+            return self.inner.read_node_data(p, name, ids, into)
+        return completed(lambda: into.place(self.read(np.asarray(ids, dtype=np.int64))))
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``ids`` in ``ids`` order."""
@@ -337,16 +341,15 @@ def run_memmap(
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO)
     root = ensure_graph(args)
     m = GraphManifest.load(root)
-    parts = LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(m.num_partitions)])
+    parts = harness.local_partitions(root)
     row_bytes = m.node_data["feat"].row_bytes
     job = JobSpec(
         job_id="disk",
         job_seed=1,
         batch_size=args.batch_size,
-        fanouts=tuple(int(f) for f in args.fanouts.split(",")),
+        fanouts=tuple(args.fanouts),
         shuffle=True,
     )
     cache_bytes = args.budget_bytes - 2 * args.max_pack_bytes
@@ -380,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
     naive_budget = lambda: run_memmap(parts, job, root / FLAT, args.budget_bytes, args.slow_steps)  # noqa: E731
     results.append(measure("naive np.memmap, page cache held to the budget", naive_budget, row_bytes, root))
     result = summarize(args, m, manifest.stats, pack_s, results, cache_bytes)
-    report.write(args.out, result, markdown(result))
+    harness.write(args, result, markdown(result), "disk")
     return 0
 
 

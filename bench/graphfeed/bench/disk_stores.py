@@ -1,10 +1,12 @@
-"""The unpacked system of ``graphfeed bench disk`` as a user runs it: one budgeted graph-store
+"""The /proc readings of the out-of-core benchmarks (disk reads, memory, the page cache) and the
+unpacked system of ``graphfeed bench disk`` as a user runs it: one budgeted graph-store
 process per partition (``--memory-budget``, ``--direct-io``) serving its rows over gRPC, plus the
 ``/proc`` readings that count those processes' disk reads and memory with the loader's.
 """
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,17 @@ def status_bytes(pid: int | str, key: str) -> int:
         if line.startswith(f"{key}:"):
             return int(line.split()[1]) * 1024
     raise KeyError(f"no {key} in /proc/{pid}/status")
+
+
+def drop_caches(level: int = 3) -> bool:
+    """Writes dirty pages back and drops the page cache (``/proc/sys/vm/drop_caches``: 1 pages,
+    3 pages and slab); False where not permitted (not root)."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text(f"{level}\n")
+    except OSError:
+        return False
+    return True
 
 
 def reset_peak_rss(pid: int | str = "self") -> bool:
@@ -132,12 +145,6 @@ class RemoteRows(ForwardingPartitionSet):
 
     def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
         return self.local.get_degrees(p, ids)
-
-    def read_node_data_into(
-        self, p: int, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray
-    ) -> Future[int]:
-        """Rows straight into ``out[positions]`` as each answer arrives (the remote loader's path)."""
-        return self.remote.read_node_data_into(p, name, ids, out, positions)
 
     def close(self) -> None:
         self.remote.close()

@@ -28,14 +28,15 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from graphfeed.bench.runs import Run
 
 log = logging.getLogger(__name__)
 
@@ -45,23 +46,6 @@ NUM_MACHINES = 2  # one partition per machine, one server per machine
 # one the launcher holds (for CPU accounting and for stopping it).
 _PRIVATE_SHM = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"'
 _PR_SET_PDEATHSIG = 1
-
-
-@dataclass
-class DistDGLRun:
-    """One timed run of the trainer: ``minibatches`` sampled and their features pulled."""
-
-    minibatches: int
-    seconds: float
-    sampled_edges: int
-    # TCP payload bytes each server sent plus received meanwhile, keyed "<server> rpc wire" (the
-    # keys of graphfeed's throughput Run); servers talk only to the trainer, so each byte counts once
-    traffic: dict[str, int] = field(default_factory=dict)
-    cpu_seconds: dict[str, float] = field(default_factory=dict)  # by process: trainer, server-0, server-1
-
-    @property
-    def minibatches_per_s(self) -> float:
-        return self.minibatches / self.seconds
 
 
 # --- partitions ------------------------------------------------------------------------------
@@ -79,7 +63,7 @@ def ensure_partitions(root: Path, workdir: Path, load: Callable[[Path], tuple[An
         root: a graphfeed partitioned dataset (holds ``manifest.json``).
         workdir: where the DistDGL partitions are kept (``distdgl-<name>-<key>/``).
         load: ``root -> (DGLGraph in global id space, float32 features, training ids)``, called
-            only when the partitions are not cached yet (``graphfeed.bench.throughput.load_global``).
+            only when the partitions are not cached yet (``graphfeed.bench.harness.load_global``).
     """
     from graphfeed.common.partition import MANIFEST
 
@@ -125,12 +109,6 @@ def _tool(name: str) -> str:
     if path is None:
         raise RuntimeError(f"DistDGL's emulated machines need `{name}` on PATH (util-linux, iproute2)")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -257,8 +235,10 @@ class DistDGLSystem:
 
     def start(self) -> None:
         """Starts both servers, waits for them to listen, then starts and awaits the trainer."""
+        from graphfeed.bench.systems import free_port  # not in the DistDGL processes: they need no gRPC
+
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        ports = [_free_port() for _ in range(NUM_MACHINES)]
+        ports = [free_port() for _ in range(NUM_MACHINES)]
         ip_config = self.log_dir / "distdgl-ip_config.txt"
         ip_config.write_text("".join(f"127.0.0.1 {p}\n" for p in ports))
         env = {
@@ -319,7 +299,7 @@ class DistDGLSystem:
             self._kill_all()
             raise
 
-    def run(self, steps: int) -> DistDGLRun:
+    def run(self, steps: int) -> Run:
         """Samples ``steps`` minibatches in the trainer (crossing into a new shuffled epoch when
         one ends) and pulls their features; CPU seconds are those of each process meanwhile."""
         import psutil
@@ -331,7 +311,9 @@ class DistDGLSystem:
         got = self._answer(self.run_timeout_s)
         cpu = {name: sum(p.cpu_times()[:2]) - cpu[name] for name, p in procs.items()}
         traffic = {f"{name} rpc wire": n - wire[name] for name, n in _wire_bytes(servers).items()}
-        return DistDGLRun(steps, float(got["seconds"]), int(got["edges"]), traffic, cpu)
+        # TCP payload bytes each server sent plus received, keyed "<server> rpc wire"; servers talk
+        # only to the trainer, so each byte counts once
+        return Run("distdgl", steps, float(got["seconds"]), int(got["edges"]), traffic, cpu)
 
     def close(self) -> dict[str, int]:
         """Stops the trainer (whose exit shuts the servers down), then every process left;

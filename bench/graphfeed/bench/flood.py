@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from graphfeed.bench import report
+from graphfeed.bench import harness
 from graphfeed.bench.scrape import samples
 
 JOB = {"fanouts": [10, 10], "batch_size": 128}
@@ -108,11 +108,8 @@ def declined(metrics_address: str | None) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     from graphfeed.cluster import LocalCluster
-    from graphfeed.demo import ingest_cora
 
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    data = args.workdir / "cora-metis-2"
-    ingest_cora(data, 2, "metis", 0)
+    data = harness.dataset(args.workdir, "cora")
     with shared_dir(args) as shm:
         loader_args = ["--shm-client-quota-mb", str(args.quota_mb)] if args.quota_mb else []
         cluster = LocalCluster.start(data, args.workdir / "logs", loader_args=loader_args, shm_dir=str(shm))
@@ -167,22 +164,19 @@ def run(args: argparse.Namespace) -> int:
             ),
         ]
     )
-    report.write(args.out, result, table + "\n")
+    harness.write(args, result, table + "\n", "flood")
     for i, o in enumerate(outcome):
         print(f"epoch {i}: {o}")
     return 0 if ok == len(outcome) else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "flood",
-        help="clients that never read their streams, beside a trainer that does",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--workdir", type=Path, default=Path("runs/bench-flood"), help="data, logs and the tmpfs mount point"
-    )
+    help = "clients that never read their streams, beside a trainer that does"
+    p = harness.register(sub, "flood", __doc__, help, add_arguments, run, workdir=Path("runs/bench-flood"))
+    p.set_defaults(out=Path("runs/bench-flood/flood.json"))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shm-dir", default="", help="shared-memory directory to use (default: mount a fresh tmpfs, root only)"
     )
@@ -194,10 +188,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--epochs", type=int, default=3, help="the reading trainer's epochs (default 3)")
     p.add_argument("--settle-s", type=float, default=5.0, help="seconds the flood runs before the trainer starts")
-    p.add_argument(
-        "--out", type=Path, default=Path("runs/bench-flood/flood.json"), help="JSON output (markdown next to it)"
-    )
-    p.set_defaults(func=run)
 
 
 if __name__ == "__main__":  # a flooder process: python -m graphfeed.bench.flood ADDRESS SHM_DIR STREAMS

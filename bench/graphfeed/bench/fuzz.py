@@ -29,6 +29,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from graphfeed.bench import harness
+
 BAD_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 _INTS = [0, 1, -1, 2, 7, 255, 1 << 31, -(1 << 31), (1 << 63) - 1, -(1 << 63), 1 << 40, 10**6]
 _UINTS = [0, 1, 2, 7, 255, 1 << 31, (1 << 64) - 1, 1 << 63, 1 << 40, 10**6]
@@ -205,12 +207,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "fuzz",
-        help="random and malformed requests against every RPC of running services",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    help = "random and malformed requests against every RPC of running services"
+    harness.register(sub, "fuzz", __doc__, help, add_arguments, run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
         action="append",
@@ -219,5 +220,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="graph-store=..., sampler=... or loader=...; repeat for several",
     )
     p.add_argument("--requests", type=int, default=20_000, help="requests per method (default 20000)")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=run)

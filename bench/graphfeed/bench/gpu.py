@@ -44,7 +44,7 @@ ROW_DIM = 128  # float32 -> 512-byte rows
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 
 
-from graphfeed.bench.cli import run_alone  # noqa: E402
+from graphfeed.bench import harness  # noqa: E402
 from graphfeed.gpu_kernels import reference  # noqa: E402
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason  # noqa: E402
 
@@ -621,7 +621,7 @@ def _dgl_available() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Runs the requested part(s); writes ``<part>.json`` and the merged report to ``--out``."""
-    out: Path = args.out
+    out: Path = args.out or DEFAULT_OUT  # a folder
     out.mkdir(parents=True, exist_ok=True)
     sizes = QUICK if args.quick else FULL
     part = args.part
@@ -661,26 +661,18 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto (default): every part this machine can run, then merge",
     )
-    p.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT.relative_to(REPO)})"
-    )
     p.add_argument("--quick", action="store_true", help="1M-row table, 10k/100k batches, 200k-node graph: a smoke run")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """``graphfeed bench gpu``."""
-    p = sub.add_parser(
-        "gpu",
-        help="GPU data path: zero-copy gather, GPU cache, GPU sampling vs DGL",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    """``graphfeed bench gpu`` (``--out``: the results folder, default bench/results/gpu)."""
+    harness.register(
+        sub, "gpu", __doc__, "GPU data path: zero-copy gather, GPU cache, GPU sampling vs DGL", _add_arguments, run
     )
-    _add_arguments(p)
-    p.set_defaults(func=run)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_alone(__doc__ or "", _add_arguments, run, argv)
+    return harness.main(__doc__, _add_arguments, run, argv)
 
 
 if __name__ == "__main__":

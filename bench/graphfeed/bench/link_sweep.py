@@ -15,28 +15,28 @@ bytes over the link per minibatch, CPU seconds per minibatch per process.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import statistics
-import sys
-from pathlib import Path
-from typing import Any
 
-from graphfeed.bench import report
+from graphfeed.bench import harness, runs, systems
 
-log = logging.getLogger(__name__)
 DEFAULT_POLICIES = ("none", "static_degree", "lru", "massivegnn", "lookahead")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    harness.register(
+        sub,
         "link-sweep",
-        help="every cache policy end to end, graph-stores behind a shaped link",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "every cache policy end to end, graph-stores behind a shaped link",
+        add_arguments,
+        run,
+        steps=30,
+        repeats=3,
+        **harness.DATASET,
     )
-    p.add_argument("--preset", default="small", help="synthetic preset (default small)")
-    p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--link", default="10gbit", help='tc rate of the link, each direction (default 10gbit; "unlimited": unshaped)'
     )
@@ -44,98 +44,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--capacity", type=float, default=0.2, help="cache bytes as a fraction of the feature table (default 0.2)"
     )
-    p.add_argument("--steps", type=int, default=30, help="minibatches per run (default 30)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per system; the median is reported (default 3)")
-    p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
-    p.add_argument(
-        "--fanouts", type=int, nargs="+", default=[15, 10, 5], help="DGL order, input layer first (default 15 10 5)"
-    )
-    p.add_argument(
-        "--out", type=Path, default=None, help="JSON path (default bench/results/link-sweep-<preset>-<link>.json)"
-    )
-    p.set_defaults(func=run)
-
-
-def _feature_bytes(root: Path) -> int:
-    from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
-
-    m = GraphManifest.load(root)
-    reader = PartitionReader(root / part_dir_name(0))
-    try:
-        row = reader.node_data("feat")
-        return int(m.num_nodes) * int(row.itemsize * (row.size // max(1, len(row))))
-    finally:
-        reader.close()
 
 
 def run(args: argparse.Namespace) -> int:
     from graphfeed.bench.links import ShapedLink
-    from graphfeed.bench.throughput import (
-        Meter,
-        _alternate,
-        _dgl_runner,
-        _gf_e2e_runner,
-        ensure_dataset,
-        load_global,
-        summarize,
-    )
-    from graphfeed.cluster import LocalCluster, start_service
+    from graphfeed.common.partition import GraphManifest
 
-    workdir = args.workdir.resolve()
-    root = ensure_dataset(workdir, args.preset)
-    g, feat, train = load_global(root)
-    cache_bytes = int(args.capacity * _feature_bytes(root))
-    fanouts, bs, logs = list(args.fanouts), args.batch_size, workdir / "logs"
-    with contextlib.ExitStack() as stack:
-        link = stack.enter_context(ShapedLink(None if args.link == "unlimited" else args.link))
+    root = harness.ensure_dataset(args)
+    g, feat, train = harness.load_global(root)
+    cache_bytes = int(args.capacity * GraphManifest.load(root).num_nodes * feat[0].numpy().nbytes)
+    fanouts, bs = list(args.fanouts), args.batch_size
+    with ShapedLink(None if args.link == "unlimited" else args.link) as link:
         first, *rest = args.policies
-        cluster = LocalCluster.start(
-            root,
-            logs,
-            ["--cache-policy", first, "--cache-bytes", str(cache_bytes)],
-            shm_dir="/dev/shm",
-            store_placement=link.placement(),
-        )
-        stack.callback(cluster.stop)
-        assert cluster.loader is not None and cluster.sampler is not None, "LocalCluster.start starts both"
-        meter = Meter(cluster)
-        loaders = {first: cluster.loader.address}
-        for policy in rest:
-            extra = start_service(
-                f"loader-{policy}",
-                [
-                    "loader",
-                    "--graph-store-addresses",
-                    *[s.address for s in cluster.graph_stores],
-                    "--sampler-address",
-                    cluster.sampler.address,
-                    "--shm-dir",
-                    "/dev/shm",
-                    "--cache-policy",
-                    policy,
-                    "--cache-bytes",
-                    str(cache_bytes),
-                ],
-                logs,
-            )
-            stack.callback(extra.stop)
-            meter.add(f"loader-{policy}", extra)
-            loaders[policy] = extra.address
-        runners: dict[str, Any] = {"dgl_sample_gather": _dgl_runner(g, feat, train, fanouts, bs, gather=True)}
-        runners.update(
-            {f"gf_e2e[{p}]": _gf_e2e_runner(address, fanouts, bs, "/dev/shm") for p, address in loaders.items()}
-        )
-        runs = _alternate(runners, meter, args.steps, args.repeats)
+        loader_args = lambda policy: ["--cache-policy", policy, "--cache-bytes", str(cache_bytes)]  # noqa: E731
+        with systems.Cluster.start(
+            root, args.workdir.resolve() / "logs", loader_args(first), "shm", link.placement()
+        ) as c:
+            loaders = {first: c.loader, **{p: c.start_loader(f"loader-{p}", loader_args(p)) for p in rest}}
+            timed = {"dgl_sample_gather": systems.dgl_system(g, feat, train, fanouts, bs, gather=True)}
+            for policy, loader in loaders.items():
+                job = {"fanouts": fanouts, "batch_size": bs, "job_id": f"bench-{policy}"}
+                timed[f"gf_e2e[{policy}]"] = systems.loader_system(c.remote(loader, **job))
+            done = runs.alternate(timed, runs.Meter(c.services), args.steps, args.repeats)
         drops = link.drops()
-    result = _summary(summarize(runs, {}, args, list(runners)), args, cache_bytes, link.rate, drops)
-    report.write(
-        args.out or Path("bench/results") / f"link-sweep-{args.preset}-{args.link}.json", result, markdown(result)
-    )
+        rate = link.rate
+    result = _summary(runs.summarize(done, timed), args, cache_bytes, rate, drops)
+    harness.write(args, result, markdown(result), f"link-sweep-{args.preset}-{args.link}")
     return 0
 
 
-def _summary(base: dict, args: argparse.Namespace, cache_bytes: int, rate: str, drops: dict[str, int]) -> dict:
-    systems = base["systems"]
+def _summary(systems: dict, args: argparse.Namespace, cache_bytes: int, rate: str, drops: dict[str, int]) -> dict:
     none = systems.get("gf_e2e[none]", {}).get("minibatches_per_s")
     for name, s in systems.items():
         # bytes the graph-stores sent across the link (behind it: every graph-store RPC)
@@ -146,7 +84,6 @@ def _summary(base: dict, args: argparse.Namespace, cache_bytes: int, rate: str, 
             s["ratio_vs_no_cache"] = s["minibatches_per_s"] / none
     dgl = systems["dgl_sample_gather"]["minibatches_per_s"]
     return {
-        "command": "graphfeed bench link-sweep " + " ".join(sys.argv[3:]),
         "preset": args.preset,
         "link": rate,
         "cache_bytes": cache_bytes,

@@ -38,7 +38,6 @@ import itertools
 import json
 import os
 import re
-import selectors
 import shutil
 import socket
 import statistics
@@ -53,6 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
+from graphfeed.bench import harness
 from graphfeed.cluster import Placement
 
 SUBNET = ipaddress.ip_network("10.231.0.0/16")  # carved into /30s: .1 this side, .2 the namespace
@@ -356,38 +356,13 @@ def measure_tcp(address: str, total_bytes: int = 1 << 30, warmup_bytes: int = 16
 def server_in(link: ShapedLink, module_args: list[str], key: str, timeout_s: float = 60.0) -> Iterator[tuple[str, int]]:
     """Runs ``python -m <module_args>`` inside ``link``'s namespace; yields (the address its
     READY line gives under ``key``, its pid) and stops it on exit."""
-    from graphfeed.common.service import parse_ready_line
+    from graphfeed.bench.systems import Child
 
-    err = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr, read if it fails
-    proc = subprocess.Popen(
-        [*link.exec_prefix(), sys.executable, "-m", *module_args], stdout=subprocess.PIPE, stderr=err, text=True
-    )
+    child = Child.spawn(f"{module_args[0]} in {link.name}", module_args, link.exec_prefix(), key)
     try:
-        line = _first_line(proc, timeout_s)
-        ready = parse_ready_line(line.strip()) or {}
-        if key not in ready:
-            err.seek(0)
-            raise RuntimeError(
-                f"{module_args[0]} in {link.name} did not start: {line!r}\n"
-                f"{err.read().decode(errors='replace')[-2000:]}"
-            )
-        yield ready[key], proc.pid
+        yield child.wait_ready(timeout_s), child.proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        err.close()
-
-
-def _first_line(proc: subprocess.Popen, timeout_s: float) -> str:
-    """The child's first stdout line, or "" if it exits or stays silent for ``timeout_s``."""
-    assert proc.stdout is not None, "started with stdout=PIPE"
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        return proc.stdout.readline() if sel.select(timeout_s) else ""
+        child.stop()
 
 
 # --- measurement -------------------------------------------------------------------------------
@@ -497,34 +472,30 @@ def markdown(results: list[dict]) -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``bench link``."""
-    p = sub.add_parser(
+    harness.register(
+        sub,
         "link",
-        help="TCP and gRPC throughput through a tbf-shaped veth link (root)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "TCP and gRPC throughput through a tbf-shaped veth link (root)",
+        add_arguments,
+        run,
+        repeats=3,
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rate", nargs="+", default=["10gbit"], help="per-direction rates, tc units or 'unlimited' (default 10gbit)"
     )
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU, help=f"link MTU in bytes (default {DEFAULT_MTU})")
     p.add_argument("--bytes", type=int, default=1 << 30, dest="total_bytes", help="bytes per transfer (default 1 GiB)")
-    p.add_argument(
-        "--repeats", type=int, default=3, help="transfers per protocol and rate; the median is reported (default 3)"
-    )
-    p.add_argument("--out", type=Path, default=Path("bench/results/link.json"), help="JSON path; markdown beside it")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     for rate in args.rate:
         parse_rate(rate)  # a typo fails before any link is made
     results = [measure_link(rate, args.mtu, args.total_bytes, args.repeats) for rate in args.rate]
-    table = markdown(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"cpus": os.cpu_count(), "results": results}, indent=2))
-    args.out.with_suffix(".md").write_text(table)
-    print(table)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    harness.write(args, {"cpus": os.cpu_count(), "results": results}, markdown(results), "link")
     return 0
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import logging
 import shutil
 import signal
 import subprocess
@@ -20,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from graphfeed.bench import harness, systems
 
 # Frames that mean "this thread is waiting", not working; their samples are dropped.
 _IDLE = (
@@ -40,25 +39,23 @@ _IDLE = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    harness.register(
+        sub,
         "profile",
-        help="py-spy profile of every process on the hot path",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        __doc__,
+        "py-spy profile of every process on the hot path",
+        add_arguments,
+        run,
+        steps=40,
+        **harness.DATASET,
     )
-    p.add_argument("--preset", default="small", help="synthetic preset (default small)")
-    p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--system", choices=("gf_sampler", "gf_e2e"), default="gf_e2e", help="what to drive (default gf_e2e)"
     )
-    p.add_argument("--steps", type=int, default=40, help="minibatches to profile (default 40)")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
     p.add_argument("--top", type=int, default=12, help="functions listed per process (default 12)")
-    p.add_argument(
-        "--out", type=Path, default=None, help="output folder (default bench/results/profile-<preset>-<system>)"
-    )
-    p.set_defaults(func=run)
 
 
 def _frames(stack: str) -> list[str]:
@@ -84,29 +81,24 @@ def summarize(raw: Path, top: int) -> tuple[int, list[tuple[str, int]], list[tup
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphfeed.bench.throughput import _gf_e2e_runner, _gf_sampler_runner, ensure_dataset, load_global
-    from graphfeed.cluster import LocalCluster
-
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         print("py-spy not found: pip install py-spy", file=sys.stderr)
         return 2
-    out = args.out or Path("bench/results") / f"profile-{args.preset}-{args.system}"
+    out = args.out or Path("bench/results") / f"profile-{args.preset}-{args.system}"  # a folder
     out.mkdir(parents=True, exist_ok=True)
-    root = ensure_dataset(args.workdir.resolve(), args.preset)
-    cluster = LocalCluster.start(
-        root, args.workdir.resolve() / "logs", ["--cache-policy", "none", "--cache-bytes", "0"]
-    )
+    root = harness.ensure_dataset(args)
+    cluster = systems.Cluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"])
     spies = []
     try:
-        assert cluster.sampler is not None and cluster.loader is not None, "LocalCluster.start starts both"
+        assert cluster.sampler is not None
         if args.system == "gf_sampler":
-            _g, _f, train = load_global(root)
-            drive = _gf_sampler_runner(
-                cluster.sampler.address, train.numpy(), list(args.fanouts), args.batch_size, 4, "/dev/shm"
+            train = harness.load_global(root)[2].numpy()
+            drive = systems.sampler_system(
+                cluster.sampler.address, train, list(args.fanouts), args.batch_size, 4, systems.SHM
             )
         else:
-            drive = _gf_e2e_runner(cluster.loader.address, list(args.fanouts), args.batch_size, "/dev/shm")
+            drive = systems.loader_system(cluster.remote(fanouts=list(args.fanouts), batch_size=args.batch_size))
         drive(2)  # warm-up outside the profile
         procs = {s.name: s.proc.pid for s in cluster.services}
         procs["client"] = __import__("os").getpid()

@@ -39,7 +39,8 @@ from typing import cast
 import numpy as np
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
-from graphfeed.bench.report import write
+from graphfeed.bench import harness
+from graphfeed.bench.disk_stores import drop_caches, read_bytes
 from graphfeed.common.partition import PartitionReader, flat_node_data_path, part_dir_name
 from graphfeed.graph_store.diskrows import FlatRows, direct_alignment
 from graphfeed.graph_store.store import GraphStore
@@ -49,21 +50,6 @@ from graphfeed.ingest.partition import write_partitioned
 F = 128  # float32 features: 512-byte rows
 ROW_BYTES = F * 4
 Reader = Callable[[np.ndarray], np.ndarray]
-
-
-def _read_bytes() -> int:
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
-
-
-def drop_caches() -> bool:
-    """Drops the page cache (root only); False where that is not allowed."""
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("1\n")
-        return True
-    except OSError:
-        return False
 
 
 def _warm(path: Path) -> None:
@@ -186,13 +172,13 @@ def measure(
     times, disk = [], 0
     for batch in ids:
         if cold:
-            drop_caches()
+            drop_caches(1)
         read, close = opener()
         try:
-            before, t0 = _read_bytes(), time.perf_counter()
+            before, t0 = read_bytes(), time.perf_counter()
             rows = read(batch)
             times.append(time.perf_counter() - t0)
-            disk += _read_bytes() - before
+            disk += read_bytes() - before
         finally:
             close()
         if not np.array_equal(rows, expect[batch]):
@@ -202,7 +188,7 @@ def measure(
     return {"seconds": t, "rows_per_s": len(ids[0]) / t, "disk_bytes": disk, "amplification": disk / asked}
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> int:
     """Builds the partition, runs every method cold and warm, writes JSON + markdown."""
     if args.quick:
         args.rows, args.batches, args.samples = 200_000, [10_000], 1
@@ -216,7 +202,7 @@ def run(args: argparse.Namespace) -> None:
         read, close = _flat(part, True, 1)  # compiled code loaded now, not in the first cold sample
         read(np.arange(2, dtype=np.int64))
         close()
-        can_drop = not args.no_drop and drop_caches()
+        can_drop = not args.no_drop and drop_caches(1)
         rng = np.random.default_rng(1)
         results = []
         for batch in args.batches:
@@ -241,7 +227,8 @@ def run(args: argparse.Namespace) -> None:
         "direct_alignment": align,
         "results": results,
     }
-    write(args.out, result, _table(result))
+    harness.write(args, result, _table(result), "rowstore")
+    return 0
 
 
 def _table(result: dict) -> str:
@@ -264,12 +251,11 @@ def _table(result: dict) -> str:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds ``bench rowstore``."""
-    p = subparsers.add_parser(
-        "rowstore",
-        help="random rows from disk: RocksDB vs flat file (pread, O_DIRECT) vs memmap",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    help = "random rows from disk: RocksDB vs flat file (pread, O_DIRECT) vs memmap"
+    harness.register(subparsers, "rowstore", __doc__, help, add_arguments, run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=int, default=500_000, help="rows of 512 bytes in the table (default 500000)")
     p.add_argument(
         "--batches",
@@ -287,7 +273,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="200k rows, 10k-row batches, 1 sample")
     p.add_argument("--no-drop", action="store_true", help="warm runs only: leave the (machine-wide) page cache alone")
-    p.add_argument(
-        "--out", type=Path, default=Path("bench/results/rowstore.json"), help="JSON; the markdown goes next to it (.md)"
-    )
-    p.set_defaults(func=run)

@@ -33,9 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphfeed.bench import report
-from graphfeed.bench.cli import run_alone
-from graphfeed.common.partition import PartitionReader
+from graphfeed.bench import harness
+from graphfeed.common.partition import PartitionReader, part_dir_name
 from graphfeed.gpu_kernels.reference import SMALL_FANOUT, _floyd, _reservoir, _segment_arange  # its vectorized draws
 from graphfeed.graph_store.temporal import TemporalSample, TemporalStore
 from graphfeed.ingest.graph import GraphData
@@ -91,7 +90,9 @@ def _baseline() -> tuple[str, Callable[..., tuple[np.ndarray, ...]]]:
     return "bench.temporal.numpy_sample_temporal", numpy_sample_temporal
 
 
-def _graph(root: Path, nodes: int, edges: int, seed: int) -> Path:
+def temporal_graph(root: Path, nodes: int, edges: int, seed: int, partitions: int = 1) -> Path:
+    """A synthetic temporal graph (uniform random edges, base times in ``[0, T_SPAN)``) written
+    to ``root`` in ``partitions`` partitions of consecutive ids; returns ``root``."""
     rng = np.random.default_rng(seed)
     g = GraphData(
         name=f"temporal-{nodes}-{edges}",
@@ -102,8 +103,8 @@ def _graph(root: Path, nodes: int, edges: int, seed: int) -> Path:
         splits={},
         edge_ts=rng.integers(0, T_SPAN, edges),
     )
-    write_partitioned(g, root, 1, assignment=np.zeros(nodes, dtype=np.int64))
-    return root / "part-00000"
+    write_partitioned(g, root, partitions, assignment=np.arange(nodes) * partitions // nodes)
+    return root
 
 
 def _open(part: Path, log_dir: Path, args: argparse.Namespace) -> TemporalStore:
@@ -253,7 +254,7 @@ def _table(args: argparse.Namespace, app: dict, samp: list[dict]) -> str:
 def run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="temporal-", dir=args.workdir))
     try:
-        part = _graph(work / "graph", args.nodes, args.edges, args.seed)
+        part = temporal_graph(work / "graph", args.nodes, args.edges, args.seed) / part_dir_name(0)
         store = _open(part, work / "log", args)
         try:
             app = _appends(store, args)
@@ -262,8 +263,12 @@ def run(args: argparse.Namespace) -> int:
             store.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {"args": {k: str(v) for k, v in vars(args).items() if k != "func"}, "appends": app, "sampling": samp}
-    report.write(args.out, result, _table(args, app, samp))
+    result = {
+        "args": {k: str(v) for k, v in vars(args).items() if k not in ("func", "machine_start")},
+        "appends": app,
+        "sampling": samp,
+    }
+    harness.write(args, result, _table(args, app, samp), "temporal")
     return 0 if all(r["identical"] for r in samp) else 1
 
 
@@ -278,30 +283,20 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--edge-feat-dim", type=int, default=0, help="edge-feature columns (default 0)")
     p.add_argument("--roots", type=int, default=100_000, help="(node, time) roots per sample call (default 100,000)")
     p.add_argument("--fanout", type=int, default=10, help="neighbours per root (default 10)")
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds; the fastest is reported (default 5)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--workdir", type=Path, default=None, help="where the graph and the append log live (default: the temp dir)"
-    )
-    p.add_argument(
-        "--out", type=Path, default=Path("bench/results/temporal.json"), help="JSON output (markdown next to it)"
-    )
+
+
+# --repeats: timed rounds, the fastest reported; --workdir: where the graph and the append log live
+COMMON = {"repeats": 5, "workdir": Path(tempfile.gettempdir())}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """``graphfeed bench temporal``."""
-    p = sub.add_parser(
-        "temporal",
-        help="durable appends/s and temporal sampling vs NumPy (in process)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_arguments(p)
-    p.set_defaults(func=run)
+    help = "durable appends/s and temporal sampling vs NumPy (in process)"
+    harness.register(sub, "temporal", __doc__, help, _add_arguments, run, **COMMON)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_alone(__doc__ or "", _add_arguments, run, argv)
+    return harness.main(__doc__, _add_arguments, run, argv, **COMMON)
 
 
 if __name__ == "__main__":

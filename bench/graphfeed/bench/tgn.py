@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphfeed.bench.report import write
+from graphfeed.bench import harness
 
 
 def _one(dataset: str, events_n: int, epochs: int, partitions: int) -> dict:
@@ -71,17 +71,16 @@ def run(args: argparse.Namespace) -> int:
     command = "graphfeed bench tgn " + " ".join(
         f"--dataset {d} --events {n}" for d, n in zip(args.dataset, args.events)
     )
-    write(args.out, {"command": command, "rows": rows}, _table(rows, command))
+    harness.write(args, {"rows": rows}, _table(rows, command), "tgn")
     return 0 if all(abs(r["ap_difference_points"]) <= 1.0 for r in rows) else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "tgn",
-        help="TGN through graphfeed (durable appends, temporal sampling) vs in process: AP/MRR",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    help = "TGN through graphfeed (durable appends, temporal sampling) vs in process: AP/MRR"
+    harness.register(sub, "tgn", __doc__, help, add_arguments, _defaults_then_run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset", action="append", choices=("collegemsg", "lastfm"), help="repeat; default collegemsg and lastfm"
     )
@@ -90,8 +89,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--graph-stores", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path("bench/results/tgn.json"))
-    p.set_defaults(func=_defaults_then_run)
 
 
 def _defaults_then_run(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graphfeed.bench import report
+from graphfeed.bench import harness, systems
 
 log = logging.getLogger(__name__)
 STORED = "stored"  # the command line's name for "" (the stored dtype)
@@ -29,26 +29,18 @@ STORED = "stored"  # the command line's name for "" (the stored dtype)
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``wire-accuracy`` to ``graphfeed bench``."""
-    p = sub.add_parser(
-        "wire-accuracy",
-        help="accuracy cost of a float16/bfloat16 feature wire",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    harness.register(
+        sub, "wire-accuracy", __doc__, "accuracy cost of a float16/bfloat16 feature wire", add_arguments, run, **COMMON
     )
-    add_arguments(p)
-    p.set_defaults(func=run)
+
+
+COMMON = {"preset": "large", "workdir": Path("runs/bench"), "batch_size": 1024, "fanouts": (10, 10)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="large", help="synthetic preset (tiny, small, medium, large; default large)")
-    p.add_argument("--workdir", type=Path, default=Path("runs/bench"), help="datasets and logs (default runs/bench)")
     p.add_argument("--epochs", type=int, default=3, help="training epochs per run (default 3)")
     p.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="job seeds; the mean is reported (default 0 1 2)"
-    )
-    p.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
-    p.add_argument(
-        "--fanouts", type=int, nargs="+", default=[10, 10], help="DGL order, input layer first (default 10 10)"
     )
     p.add_argument(
         "--eval-fanouts", type=int, nargs="+", default=[10, 10], help="fanouts when evaluating (default 10 10)"
@@ -59,9 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=(STORED, "float16", "bfloat16"),
         default=[STORED, "float16", "bfloat16"],
         help="feature wire dtypes to train with (default: all three)",
-    )
-    p.add_argument(
-        "--out", type=Path, default=None, help="JSON path (default bench/results/wire-accuracy-<preset>.json)"
     )
 
 
@@ -91,23 +80,17 @@ def train_once(address: str, args: argparse.Namespace, seed: int, wire: str) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphfeed.bench.throughput import ensure_dataset
-    from graphfeed.cluster import LocalCluster
-
-    root = ensure_dataset(args.workdir.resolve(), args.preset)
-    cluster = LocalCluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"], shm_dir="")
+    root = harness.ensure_dataset(args)
     runs: dict[str, list[dict[str, float]]] = {}
-    try:
-        assert cluster.loader is not None, "LocalCluster.start starts a loader"
+    with systems.Cluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"], "grpc") as cluster:
+        assert cluster.loader is not None
         for wire in args.wire_dtypes:
             for seed in args.seeds:
                 acc, seconds = train_once(cluster.loader.address, args, seed, wire)
                 runs.setdefault(wire, []).append({"seed": seed, "test_acc": acc, "train_seconds": seconds})
                 log.info("%s seed %d: test acc %.4f (%.0f s)", wire, seed, acc, seconds)
-    finally:
-        cluster.stop()
     result = summarize(runs, args)
-    report.write(args.out or Path("bench/results") / f"wire-accuracy-{args.preset}.json", result, markdown(result))
+    harness.write(args, result, markdown(result), f"wire-accuracy-{args.preset}")
     return 0
 
 
@@ -115,7 +98,6 @@ def summarize(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace)
     means = {wire: statistics.mean(r["test_acc"] for r in rs) for wire, rs in runs.items()}
     base = means.get(STORED)
     return {
-        "command": "python -m graphfeed.bench.wire_accuracy " + " ".join(sys.argv[1:]),
         "preset": args.preset,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
@@ -147,14 +129,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m graphfeed.bench.wire_accuracy",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    return run(parser.parse_args(argv))
+    return harness.main(__doc__, add_arguments, run, argv, **COMMON)
 
 
 if __name__ == "__main__":

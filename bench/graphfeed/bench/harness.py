@@ -1,0 +1,202 @@
+"""What every ``graphfeed bench <name>`` shares: one argparse convention, datasets, the report.
+
+A benchmark module calls :func:`register` (or :func:`main` when run as a script) with its own
+arguments only; the harness adds the common ones (``--out``, ``--seed`` and, where the benchmark
+gives them defaults, ``--steps``, ``--repeats`` and the dataset flags ``--preset``, ``--root``,
+``--workdir``, ``--batch-size``, ``--fanouts``), records the machine's load before the run, and
+:func:`write` adds it after, with the command line, to the JSON and markdown of
+:mod:`graphfeed.bench.report`. Datasets are ingested once into the workdir (:func:`dataset`) and
+reused. Processes, clusters and systems are :mod:`graphfeed.bench.systems`; repeats, ratios and
+their summary are :mod:`graphfeed.bench.runs`.
+
+Only the standard library is imported at module level: ``bench/gpu.py`` runs this on a bare
+GPU image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphfeed.bench import report
+
+log = logging.getLogger(__name__)
+
+RESULTS = Path("bench/results")
+# the dataset flags of the benchmarks that run graphfeed's job on a synthetic preset
+DATASET: dict[str, Any] = {"preset": "small", "workdir": Path("runs/bench"), "batch_size": 1024, "fanouts": (15, 10, 5)}
+Run = Callable[[argparse.Namespace], "int | None"]
+AddArguments = Callable[[argparse.ArgumentParser], None]
+
+
+def add_common(
+    p: argparse.ArgumentParser,
+    *,
+    steps: int | None = None,
+    repeats: int | None = None,
+    preset: str | None = None,
+    workdir: Path | None = None,
+    batch_size: int | None = None,
+    fanouts: Sequence[int] | None = None,
+) -> None:
+    """The flags every benchmark spells alike. ``--out`` and ``--seed`` always; each other flag
+    where the benchmark gives its default (None: the benchmark has no such knob)."""
+    p.add_argument("--out", type=Path, default=None, help="JSON path; the markdown goes next to it (.md)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and the job (default 0)")
+    if steps is not None:
+        p.add_argument("--steps", type=int, default=steps, help=f"minibatches per run (default {steps})")
+    if repeats is not None:
+        p.add_argument(
+            "--repeats",
+            type=int,
+            default=repeats,
+            help=f"runs per system, alternated; median and mean (default {repeats})",
+        )
+    if preset is not None:
+        p.add_argument(
+            "--preset", default=preset, help=f"synthetic preset: tiny, small, medium, large; or cora (default {preset})"
+        )
+        p.add_argument("--root", "--data", type=Path, default=None, help="an ingested dataset instead of the preset's")
+    if workdir is not None:
+        p.add_argument(
+            "--workdir", "--work-dir", type=Path, default=workdir, help=f"datasets and logs (default {workdir})"
+        )
+    if batch_size is not None:
+        p.add_argument("--batch-size", type=int, default=batch_size, help=f"seeds per minibatch (default {batch_size})")
+    if fanouts is not None:
+        default = " ".join(map(str, fanouts))
+        p.add_argument(
+            "--fanouts", type=int, nargs="+", default=list(fanouts), help=f"input layer first (default {default})"
+        )
+
+
+def register(
+    sub: argparse._SubParsersAction,
+    name: str,
+    doc: str | None,
+    help: str,
+    add_arguments: AddArguments,
+    run: Run,
+    **common: Any,
+) -> argparse.ArgumentParser:
+    """Adds ``graphfeed bench <name>``: the common flags (:func:`add_common` with ``common``),
+    then the benchmark's own (``add_arguments``); running it calls ``run(args)``."""
+    p = sub.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p, **common)
+    add_arguments(p)
+    p.set_defaults(func=functools.partial(_started, run))
+    return p
+
+
+def main(
+    doc: str | None, add_arguments: AddArguments, run: Run, argv: Sequence[str] | None = None, **common: Any
+) -> int:
+    """Runs one benchmark module as a script (``python bench/gpu.py``, ``python -m
+    graphfeed.bench.append``) with the arguments ``graphfeed bench <name>`` gives it."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(parser, **common)
+    add_arguments(parser)
+    return _started(run, parser.parse_args(argv))
+
+
+def _started(run: Run, args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.machine_start = report.machine()
+    return run(args) or 0
+
+
+def command() -> str:
+    """The command line as a user types it: ``graphfeed bench <name> ...``."""
+    argv = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else [Path(sys.argv[0]).name, *sys.argv[1:]]
+    return " ".join(["graphfeed bench", *argv])
+
+
+def write(args: argparse.Namespace, result: dict, table: str, default_name: str) -> Path:
+    """Writes ``result`` (plus the command and the machine's load at start and end) to ``--out``
+    or ``bench/results/<default_name>.json``, and ``table`` next to it; returns the JSON path."""
+    out = args.out or RESULTS / f"{default_name}.json"
+    report.write(out, {"command": command(), **result}, table, getattr(args, "machine_start", None))
+    return out
+
+
+# --- datasets --------------------------------------------------------------------------------
+
+
+def dataset(
+    workdir: Path,
+    name: str,
+    partitions: int = 2,
+    method: str = "metis",
+    make: Callable[[], Any] | None = None,
+) -> Path:
+    """``workdir/<name>-<method>-<partitions>``, ingested on first use and reused after.
+
+    Args:
+        name: ``synthetic-<preset>`` (a preset of ``graphfeed.ingest.synthetic``), ``cora``, or
+            any name when ``make`` is given.
+        make: returns the ``GraphData`` to ingest (default: by ``name``).
+    """
+    from graphfeed.common.partition import MANIFEST
+
+    root = workdir.resolve() / f"{name}-{method}-{partitions}"
+    if not (root / MANIFEST).exists():
+        from graphfeed.ingest.partition import write_partitioned
+
+        log.info("ingesting %s into %s", name, root)
+        write_partitioned((make or functools.partial(_graph, name))(), root, partitions, method, progress=True)
+    return root
+
+
+def _graph(name: str) -> Any:
+    from graphfeed.ingest.sources import load_source
+    from graphfeed.ingest.synthetic import generate_preset
+
+    return load_source("cora") if name == "cora" else generate_preset(name.removeprefix("synthetic-"), progress=True)
+
+
+def ensure_dataset(args: argparse.Namespace) -> Path:
+    """The dataset the common flags name: ``--root``, or ``--preset`` in 2 METIS partitions under ``--workdir``."""
+    if args.root:
+        return Path(args.root).resolve()
+    return dataset(args.workdir, args.preset if args.preset == "cora" else f"synthetic-{args.preset}")
+
+
+def local_partitions(root: Path) -> Any:
+    """Every partition of ``root`` opened in this process (a ``LocalPartitionSet``; close it)."""
+    from graphfeed.common.partition import GraphManifest, part_dir_name
+    from graphfeed.graph_store.partitions import LocalPartitionSet
+    from graphfeed.graph_store.store import GraphStore
+
+    m = GraphManifest.load(root)
+    return LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(m.num_partitions)])
+
+
+def load_global(root: Path) -> tuple[Any, Any, Any]:
+    """The whole graph as one DGLGraph in gid space, its feature table and training ids (the
+    in-process DGL reference of every benchmark)."""
+    import dgl
+    import numpy as np
+    import torch
+
+    from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
+
+    m = GraphManifest.load(root)
+    readers = [PartitionReader(root / part_dir_name(p)) for p in range(m.num_partitions)]
+    # Partitions own consecutive gid ranges, so their in-CSRs concatenate into the global one.
+    edge_base = np.cumsum([0] + [len(r.indices) for r in readers])
+    indptr = np.concatenate([readers[0].indptr[:1]] + [r.indptr[1:] + b for r, b in zip(readers, edge_base)])
+    # int64 ids: DGL's default idtype (partitions may store int32), as a DGL user's graph has.
+    indices = np.concatenate([r.indices for r in readers]).astype(np.int64, copy=False)
+    eids = np.concatenate([r.edge_ids for r in readers]).astype(np.int64, copy=False)
+    csc = (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))
+    g = dgl.graph(("csc", csc), num_nodes=m.num_nodes)
+    feat = torch.from_numpy(np.concatenate([r.node_data("feat") for r in readers]))
+    train = torch.from_numpy(np.concatenate([r.split("train") for r in readers]))
+    for r in readers:
+        r.close()
+    return g, feat, train

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Each command's module is imported when the parser is built, not when graphfeed is.
     from graphfeed.bench.cli import register as register_bench  # noqa: PLC0415
     from graphfeed.demo import register as register_demo  # noqa: PLC0415
-    from graphfeed.graph_store.replay import register as register_append  # noqa: PLC0415
+    from graphfeed.graph_store.temporal.replay import register as register_append  # noqa: PLC0415
     from graphfeed.ingest.cli import register as register_ingest  # noqa: PLC0415
     from graphfeed.pack.cli import register as register_pack  # noqa: PLC0415
 

@@ -7,7 +7,7 @@ graph-stores someone else started.)
 The graph-stores start from partitions that hold the stream's nodes and no edge: every edge
 arrives by ``AppendEdges`` while the job trains (each batch of events is appended, acknowledged
 durable and visible, then trained on), routed to its owner by
-:class:`~graphfeed.graph_store.temporal_client.TemporalClient`.
+:class:`~graphfeed.graph_store.temporal.client.TemporalClient`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.partition import part_dir_name
 from graphfeed.graph_store.partitions import RemotePartitionSet
-from graphfeed.graph_store.temporal_client import TemporalClient, TemporalStoreView
+from graphfeed.graph_store.temporal.client import TemporalClient, TemporalStoreView
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
 from graphfeed.trainer.temporal.events import TemporalEvents

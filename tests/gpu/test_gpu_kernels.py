@@ -168,7 +168,9 @@ def test_temporal_uniform_before_t_is_uniform_over_subsets(cp, K) -> None:  # no
 
 
 def test_gpu_tier_round_trip_and_dlpack(cp) -> None:  # noqa: ANN001
-    tier = pytest.importorskip("graphfeed.loader.gpu_tier", reason="the loader's deps (grpc, ...) are not installed")
+    tier = pytest.importorskip(
+        "graphfeed.loader.cache.gpu_tier", reason="the loader's deps (grpc, ...) are not installed"
+    )
     t = tier.GpuTier(100 * 512, (128,), np.float32, 1000)
     ids = np.arange(0, 1000, 10)
     rows = np.random.default_rng(4).standard_normal((100, 128)).astype(np.float32)

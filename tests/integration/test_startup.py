@@ -143,7 +143,7 @@ def test_template_names_every_graph_store_and_partition_zero_gives_the_count(ari
 
 def test_the_temporal_client_takes_the_template_too(arith_root: Path, stores: Stores) -> None:
     from graphfeed.graph_store.partitions import RemotePartitionSet
-    from graphfeed.graph_store.temporal_client import TemporalClient
+    from graphfeed.graph_store.temporal.client import TemporalClient
 
     port = free_port("127.0.0.10")
     stores.start(arith_root, [("127.0.0.10", port), ("127.0.0.11", port)])

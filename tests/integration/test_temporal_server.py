@@ -25,7 +25,7 @@ from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.server import SERVICE_NAME, serve
 from graphfeed.graph_store.servicer import GraphStoreServicer
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.temporal_client import TemporalClient, TemporalStoreView
+from graphfeed.graph_store.temporal.client import TemporalClient, TemporalStoreView
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 from tests.unit.temporal_graphs import J, N, write_temporal

@@ -12,10 +12,10 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.partition import part_dir_name
 from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.loader.cache import CachePolicy, HostTier, LruCache, NoCache, StaticDegreeCache, TierStats
-from graphfeed.loader.lookahead import LookaheadCache
-from graphfeed.loader.massivegnn import MassiveGnnCache
-from graphfeed.loader.policies import make_cache
+from graphfeed.loader.cache.base import CachePolicy, HostTier, LruCache, NoCache, StaticDegreeCache, TierStats
+from graphfeed.loader.cache.lookahead import LookaheadCache
+from graphfeed.loader.cache.massivegnn import MassiveGnnCache
+from graphfeed.loader.cache.policies import make_cache
 
 ROW_BYTES = 8  # two float32
 

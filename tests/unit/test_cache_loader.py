@@ -17,14 +17,14 @@ from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, Unavailable
 from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.types import RowsInto
-from graphfeed.loader.cache import CacheOptions, TierStats
+from graphfeed.loader.cache.base import CacheOptions, TierStats
+from graphfeed.loader.cache.lookahead import LookaheadCache
+from graphfeed.loader.cache.policies import make_cache
 from graphfeed.loader.config import LoaderSettings
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
-from graphfeed.loader.lookahead import LookaheadCache
 from graphfeed.loader.metrics import LoaderMetrics
 from graphfeed.loader.minibatch import ReadyMinibatch
-from graphfeed.loader.policies import make_cache
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_features, arithmetic_labels
 

@@ -15,12 +15,12 @@ import pytest
 
 from graphfeed.common.errors import Unavailable
 from graphfeed.graph_store.types import NodeDataInfo, PartitionSet, RowsInto
-from graphfeed.loader.belady import NEVER, belady, next_use
-from graphfeed.loader.cache import CacheOptions, CachePolicy
-from graphfeed.loader.fetch import Prefetcher, RowsFetcher
-from graphfeed.loader.lookahead import LookaheadCache
-from graphfeed.loader.massivegnn import MassiveGnnCache
-from graphfeed.loader.policies import make_cache
+from graphfeed.loader.cache.base import CacheOptions, CachePolicy
+from graphfeed.loader.cache.belady import NEVER, belady, next_use
+from graphfeed.loader.cache.lookahead import LookaheadCache
+from graphfeed.loader.cache.massivegnn import MassiveGnnCache
+from graphfeed.loader.cache.policies import make_cache
+from graphfeed.loader.cache.prefetch import Prefetcher, RowsFetcher
 
 N = 10  # nodes of the hand-built graphs
 ROW = 2  # float32 values per row

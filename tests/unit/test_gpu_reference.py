@@ -286,7 +286,7 @@ def test_kernels_compile_with_nvrtc_as_cupy_does(cu: Path) -> None:
 def test_importing_the_gpu_modules_imports_no_cupy() -> None:
     code = (
         "import sys\n"
-        "import graphfeed.gpu_kernels.kernels, graphfeed.gpu_kernels.memory, graphfeed.loader.gpu_tier\n"
+        "import graphfeed.gpu_kernels.kernels, graphfeed.gpu_kernels.memory, graphfeed.loader.cache.gpu_tier\n"
         "import graphfeed.gpu_kernels.reference, graphfeed.gpu_kernels.emulator, graphfeed.bench.gpu\n"
         "assert not [m for m in sys.modules if m.startswith('cupy')]\n"
         "from graphfeed.gpu_kernels._cuda import auto_cache_bytes, gpu_available\n"

@@ -275,7 +275,7 @@ def test_emulated_temporal_sampling_edge_cases(emu: EmulatorBackend, strategy: s
 def test_graph_store_sampler_draws_what_the_reference_draws(strategy: str, fanout: int) -> None:
     """The graph-store's compiled sampler (CPU), the NumPy reference and (test above) the CUDA
     kernel: one set of draws, bit for bit."""
-    from graphfeed.graph_store.temporal_sampling import sample_temporal
+    from graphfeed.graph_store.temporal.sampling import sample_temporal
 
     rng = np.random.default_rng(fanout + 7)
     deg = rng.integers(0, 150, size=300)

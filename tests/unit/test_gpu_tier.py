@@ -15,15 +15,15 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.gpu_kernels._cuda import gpu_available
 from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
 from graphfeed.graph_store.partitions import LocalPartitionSet
-from graphfeed.loader import gpu_tier as tier_mod
-from graphfeed.loader.belady import NEVER
-from graphfeed.loader.cache import CacheOptions
+from graphfeed.loader.cache import gpu_tier as tier_mod
+from graphfeed.loader.cache.base import CacheOptions
+from graphfeed.loader.cache.belady import NEVER
+from graphfeed.loader.cache.gpu_tier import GpuTier, GpuTieredCache, with_gpu_tier
+from graphfeed.loader.cache.lookahead import LookaheadCache
+from graphfeed.loader.cache.policies import make_cache
+from graphfeed.loader.cache.prefetch import Prefetcher, node_data_fetcher
 from graphfeed.loader.core import Loader
-from graphfeed.loader.fetch import Prefetcher, node_data_fetcher
-from graphfeed.loader.gpu_tier import GpuTier, GpuTieredCache, with_gpu_tier
 from graphfeed.loader.job import JobSpec
-from graphfeed.loader.lookahead import LookaheadCache
-from graphfeed.loader.policies import make_cache
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_features
 

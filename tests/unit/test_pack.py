@@ -18,9 +18,9 @@ from graphfeed import cli
 from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
-from graphfeed.loader.pack_format import MANIFEST, GraphIdentity, PackManifest, PackMismatch, job_key
-from graphfeed.loader.pack_reader import PackReader
-from graphfeed.loader.pack_tier import PackStats, PackTier
+from graphfeed.loader.packs.format import MANIFEST, GraphIdentity, PackManifest, PackMismatch, job_key
+from graphfeed.loader.packs.reader import PackReader
+from graphfeed.loader.packs.tier import PackStats, PackTier
 from graphfeed.pack.offline import sample_epoch
 from graphfeed.pack.writer import PackOptions, pack_epoch
 from graphfeed.sampler.core import MultiHopSampler

@@ -10,7 +10,7 @@ from pydantic.fields import FieldInfo
 
 from graphfeed.cli import build_parser
 from graphfeed.common.config import add_settings_arguments
-from graphfeed.loader.cache_options import CacheOptions
+from graphfeed.loader.cache.options import CacheOptions
 from graphfeed.loader.config import CACHE_OPTION_SETTINGS, LoaderSettings
 from graphfeed.trainer.config import TrainConfig
 

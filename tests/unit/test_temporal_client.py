@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from graphfeed.common.owners import group_by_owner, owners
-from graphfeed.graph_store.temporal import TemporalSample, TemporalStore
-from graphfeed.graph_store.temporal_client import merge
+from graphfeed.graph_store.temporal.client import merge
+from graphfeed.graph_store.temporal.store import TemporalSample, TemporalStore
 from tests.unit.temporal_graphs import N, expected_count, write_temporal
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import FailedPrecondition
-from graphfeed.graph_store import temporal_index as ti
-from graphfeed.graph_store.temporal import TemporalStore
+from graphfeed.graph_store.temporal import index as ti
+from graphfeed.graph_store.temporal.store import TemporalStore
 from tests.unit.temporal_graphs import N, write_temporal
 
 

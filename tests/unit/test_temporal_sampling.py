@@ -13,7 +13,7 @@ import pytest
 from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.sampling import sample_csr
-from graphfeed.graph_store.temporal import TemporalSample, TemporalStore
+from graphfeed.graph_store.temporal.store import TemporalSample, TemporalStore
 from tests.unit.temporal_graphs import J, N, expected_count, write_temporal
 
 HUB, HUB_EDGES = 5, 150  # row 5 gets this many appended edges (above sample_csr's Floyd limit of 64)

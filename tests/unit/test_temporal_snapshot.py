@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from graphfeed.common.errors import FailedPrecondition
-from graphfeed.graph_store.temporal import TemporalStore
-from graphfeed.graph_store.temporal_log import TemporalLog
-from graphfeed.graph_store.temporal_snapshot import load_arrays
+from graphfeed.graph_store.temporal.append_log import TemporalLog
+from graphfeed.graph_store.temporal.snapshot import load_arrays
+from graphfeed.graph_store.temporal.store import TemporalStore
 from tests.unit.temporal_graphs import N, write_temporal
 
 APPENDED = 1 << 62
@@ -154,8 +154,8 @@ _CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
     import numpy as np
-    from graphfeed.graph_store import temporal_snapshot
-    from graphfeed.graph_store.temporal import TemporalStore
+    from graphfeed.graph_store.temporal import snapshot as temporal_snapshot
+    from graphfeed.graph_store.temporal.store import TemporalStore
     part, log_dir, step = sys.argv[1:4]
     seen = []
     def hook(name):  # kill -9 the second time the step is reached: an older snapshot exists by then

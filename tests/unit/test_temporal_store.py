@@ -18,7 +18,7 @@ import pytest
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.temporal import OutOfOrder, TemporalStore
+from graphfeed.graph_store.temporal.store import OutOfOrder, TemporalStore
 from tests.unit.temporal_graphs import J, N, write_temporal
 
 APPENDED = 1 << 62  # eid bit of an appended edge
@@ -213,7 +213,7 @@ _CHILD = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    from graphfeed.graph_store.temporal import TemporalStore
+    from graphfeed.graph_store.temporal.store import TemporalStore
     s = TemporalStore.open(sys.argv[1], sys.argv[2])
     for i in range(int(sys.argv[3]), 10**6):
         batch = json.loads(sys.argv[4].replace("T", str(1000 + i)).replace("I", str(i)))

@@ -194,7 +194,7 @@ def test_device_features_stay_at_the_stored_precision(
     """Features gathered on the GPU (here the kernel emulator) cross no wire: not converted."""
     from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
     from graphfeed.gpu_kernels.memory import to_torch
-    from graphfeed.loader import gpu_tier
+    from graphfeed.loader.cache import gpu_tier as gpu_tier
 
     if compiler() is None:
         pytest.skip("no C++20 compiler for the kernel emulator")

@@ -4,7 +4,7 @@ Three measurements (issue 16):
 
 (a) **Durability under kill -9** (``--kill-trials``): two graph-store processes serve a
     synthetic temporal graph; a writer appends batches in a loop through
-    :class:`~graphfeed.graph_store.temporal_client.TemporalClient` (new nodes included). Each
+    :class:`~graphfeed.graph_store.temporal.client.TemporalClient` (new nodes included). Each
     trial SIGKILLs one graph-store mid-stream and restarts it on the same partition, port and
     append dir; the writer retries its outstanding batch with the same batch id. After each
     trial every acknowledged edge must be present exactly once: SampleTemporal with fanout -1 at
@@ -45,8 +45,8 @@ from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.partition import part_dir_name
 from graphfeed.graph_store.client import GraphStoreClient
 from graphfeed.graph_store.partitions import RemotePartitionSet
-from graphfeed.graph_store.temporal import TemporalStore
-from graphfeed.graph_store.temporal_client import TemporalClient
+from graphfeed.graph_store.temporal.client import TemporalClient
+from graphfeed.graph_store.temporal.store import TemporalStore
 
 BIG_T = np.iinfo(np.int64).max
 APPENDED = 1 << 62  # the eid bit of an appended edge

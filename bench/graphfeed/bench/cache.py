@@ -35,7 +35,7 @@ from graphfeed.bench import harness, systems
 from graphfeed.bench.cache_replay import PolicyResult, record_trace, replay_belady, replay_policy
 from graphfeed.bench.scrape import samples
 from graphfeed.common.partition import GraphManifest
-from graphfeed.loader.cache import POLICIES, CacheOptions
+from graphfeed.loader.cache.base import POLICIES, CacheOptions
 
 log = logging.getLogger(__name__)
 

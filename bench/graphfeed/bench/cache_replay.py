@@ -23,11 +23,11 @@ import numpy as np
 from graphfeed.common.futures import completed
 from graphfeed.graph_store.partitions import ForwardingPartitionSet
 from graphfeed.graph_store.types import PartitionSet, RowsInto
-from graphfeed.loader.belady import belady
-from graphfeed.loader.cache import CacheOptions
-from graphfeed.loader.fetch import Prefetcher
+from graphfeed.loader.cache.base import CacheOptions
+from graphfeed.loader.cache.belady import belady
+from graphfeed.loader.cache.policies import make_cache
+from graphfeed.loader.cache.prefetch import Prefetcher
 from graphfeed.loader.plan import EpochPlan
-from graphfeed.loader.policies import make_cache
 from graphfeed.sampler.core import MultiHopSampler
 
 

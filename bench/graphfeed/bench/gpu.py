@@ -13,7 +13,7 @@ Parts (``--part``, default ``auto`` = every part this machine can run, then ``me
 * ``cpu``   (needs DGL): DGL's CPU ``sample_neighbors`` and graphfeed's NumPy sampler on the
   same CSR (built from integer hashes, so both machines build the identical graph); temporal
   sampling by the NumPy reference and, when it is there and verified against the reference,
-  the graph-store's compiled sampler (``graphfeed.graph_store.temporal_sampling``).
+  the graph-store's compiled sampler (``graphfeed.graph_store.temporal.sampling``).
 * ``merge``: joins ``gpu.json`` and ``cpu.json`` found in ``--out`` into ``gpu_bench.json`` and
   ``gpu_bench.md`` (ratios vs the issue's targets).
 * ``test``: runs tests/gpu with pytest (no conftest: the bare GPU image lacks the project's deps).
@@ -323,11 +323,11 @@ def run_gpu(sizes: Sizes) -> dict[str, Any]:
 
 
 def _graph_store_temporal(graph: TemporalCsr, rows: np.ndarray, times: np.ndarray) -> tuple[Any, str]:
-    """The graph-store's compiled temporal sampler (``graphfeed.graph_store.temporal_sampling``,
+    """The graph-store's compiled temporal sampler (``graphfeed.graph_store.temporal.sampling``,
     same arguments as the reference) when it is there and gives the reference's bytes on a
     sample of the roots, else None and why not."""
     try:
-        sample_temporal = importlib.import_module("graphfeed.graph_store.temporal_sampling").sample_temporal
+        sample_temporal = importlib.import_module("graphfeed.graph_store.temporal.sampling").sample_temporal
     except (ImportError, AttributeError) as e:
         return None, f"not available: {e}"
     for strategy in ("recent", "uniform"):

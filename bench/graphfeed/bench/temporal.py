@@ -4,7 +4,7 @@ Two measurements on a synthetic temporal graph (uniform random sources and desti
 partition; base timestamps uniform in ``[0, 10**6)``):
 
 (a) **Appends**: ``--batches`` batches of ``--batch-edges`` edges (random owned destinations)
-    into a :class:`~graphfeed.graph_store.temporal.TemporalStore` whose log is a RocksDB on
+    into a :class:`~graphfeed.graph_store.temporal.store.TemporalStore` whose log is a RocksDB on
     ``--workdir``: every append is fsync'd (WAL) before it returns. ``--appenders`` threads
     append at once (several clients: their fsyncs are shared, group commit).
     Reports durable edges/s, p50/p99 append latency and the bytes logged.
@@ -36,7 +36,7 @@ import numpy as np
 from graphfeed.bench import harness
 from graphfeed.common.partition import PartitionReader, part_dir_name
 from graphfeed.gpu_kernels.reference import SMALL_FANOUT, _floyd, _reservoir, _segment_arange  # its vectorized draws
-from graphfeed.graph_store.temporal import TemporalSample, TemporalStore
+from graphfeed.graph_store.temporal.store import TemporalSample, TemporalStore
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.partition import write_partitioned
 

@@ -18,7 +18,7 @@ from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError
 from graphfeed.common.futures import settle, then
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.transport import ClientTransport
-from graphfeed.graph_store.temporal import AppendAck, TemporalInfo, TemporalSample
+from graphfeed.graph_store.temporal.store import AppendAck, TemporalInfo, TemporalSample
 from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, RowsInto, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Reads, safe to send twice: retried on UNAVAILABLE (see graphfeed.common.rpc.client_channel).
 # AppendEdges is idempotent per batch id but not retried here: its batches may exceed gRPC's
-# retry buffer; graphfeed.graph_store.temporal_client retries it with the same batch id.
+# retry buffer; graphfeed.graph_store.temporal.client retries it with the same batch id.
 IDEMPOTENT_METHODS = (
     "GetPartitionInfo",
     "SampleNeighbors",
@@ -237,7 +237,7 @@ class GraphStoreClient:
         efeat: np.ndarray | None = None,
         timeout_s: float | None = None,
     ) -> Future[AppendAck]:
-        """Starts one AppendEdges call (not retried: see :mod:`graphfeed.graph_store.temporal_client`).
+        """Starts one AppendEdges call (not retried: see :mod:`graphfeed.graph_store.temporal.client`).
 
         Args:
             batch_id: the batch's id; a retry must send the same id and edges.

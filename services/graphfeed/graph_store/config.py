@@ -72,7 +72,7 @@ class GraphStoreSettings(ServiceSettings):
     )
 
     def temporal_limits(self) -> dict[str, int]:
-        """The :class:`~graphfeed.graph_store.temporal.TemporalStore` settings, by its keyword names."""
+        """The :class:`~graphfeed.graph_store.temporal.store.TemporalStore` settings, by its keyword names."""
         return {
             "max_blocks": self.temporal_max_blocks,
             "compact_min_edges": self.temporal_compact_min_edges,

@@ -8,7 +8,7 @@ sent; ones in flight finish on their own deadline) and the error is re-raised. E
 carries its own deadline (the partition set's clients set it).
 
 Used for the sampler's hops (merged by :func:`graphfeed.sampler.compact.compact_hop`), temporal
-hops (:mod:`graphfeed.graph_store.temporal_client`), degrees (:func:`merge_arrays`) and node data
+hops (:mod:`graphfeed.graph_store.temporal.client`), degrees (:func:`merge_arrays`) and node data
 (:class:`RowsRequest`, :func:`fetch_rows`: every reader of feature rows and labels).
 """
 

@@ -20,7 +20,7 @@ from graphfeed.common.errors import FailedPrecondition
 from graphfeed.graph_store.rowstore import RowStats
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.temporal import AppendAck, TemporalInfo, TemporalSample, TemporalStore
+from graphfeed.graph_store.temporal.store import AppendAck, TemporalInfo, TemporalSample, TemporalStore
 from graphfeed.graph_store.types import PartitionInfo, SampledNeighbors
 
 # One-hop sampling of a minibatch's seeds: tens of microseconds to about a second.
@@ -232,7 +232,7 @@ class TemporalMetrics:
 
 
 class MeteredTemporal:
-    """A partition's :class:`~graphfeed.graph_store.temporal.TemporalStore` (or its absence)
+    """A partition's :class:`~graphfeed.graph_store.temporal.store.TemporalStore` (or its absence)
     with :class:`TemporalMetrics` recorded around the calls the servicer makes."""
 
     def __init__(self, store: GraphStore, metrics: TemporalMetrics) -> None:

@@ -18,12 +18,12 @@ import numpy as np
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.futures import completed
 from graphfeed.graph_store.client import GraphStoreClient
-from graphfeed.graph_store.temporal_types import AppendAck, TemporalSample
+from graphfeed.graph_store.temporal.types import AppendAck, TemporalSample
 from graphfeed.graph_store.types import PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
 
 if TYPE_CHECKING:  # the in-process stores (RocksDB) are not loaded by a process that only dials graph-stores
     from graphfeed.graph_store.store import GraphStore
-    from graphfeed.graph_store.temporal import TemporalStore
+    from graphfeed.graph_store.temporal.store import TemporalStore
 
 PARTITION_PLACEHOLDER = "{p}"
 """In a graph-store address, stands for the partition id: ``graph-store-{p}.graph-store:50051``."""

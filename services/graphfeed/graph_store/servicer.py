@@ -22,7 +22,7 @@ from graphfeed.common.v1 import tensor_pb2
 from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore, MeteredTemporal, TemporalMetrics
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.temporal import TemporalInfo, TemporalSample
+from graphfeed.graph_store.temporal.store import TemporalInfo, TemporalSample
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 

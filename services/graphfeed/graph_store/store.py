@@ -18,7 +18,7 @@ from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_FANOUT,
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_csr
-from graphfeed.graph_store.temporal import TemporalStore
+from graphfeed.graph_store.temporal.store import TemporalStore
 from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class GraphStore:
         direct_io: with a budget, read the other rows with ``O_DIRECT`` (no page cache).
         io_threads: with a budget, threads reading rows from disk (default 8).
         append_dir: the temporal append log (RocksDB); with it, :attr:`temporal` takes appends.
-        temporal_limits: limits of the :class:`~graphfeed.graph_store.temporal.TemporalStore`.
+        temporal_limits: limits of the :class:`~graphfeed.graph_store.temporal.store.TemporalStore`.
 
     Attributes:
         temporal: the partition's temporal graph (appends, temporal sampling), created when the

@@ -12,7 +12,7 @@ import numpy as np
 from graphfeed.common.futures import then
 from graphfeed.common.owners import owners
 from graphfeed.common.placement import SharedRegion
-from graphfeed.graph_store.temporal_types import AppendAck, TemporalSample
+from graphfeed.graph_store.temporal.types import AppendAck, TemporalSample
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class PartitionSet(ABC):
         with_features: bool = True,
     ) -> Future[TemporalSample]:
         """Partition ``p``'s temporal sample of its ``nodes`` before ``times``
-        (:meth:`graphfeed.graph_store.temporal.TemporalStore.sample`)."""
+        (:meth:`graphfeed.graph_store.temporal.store.TemporalStore.sample`)."""
 
     @abstractmethod
     def close(self) -> None:

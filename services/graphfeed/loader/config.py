@@ -10,7 +10,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsConfigDict
 
 from graphfeed.common.config import PeerServiceSettings
-from graphfeed.loader.cache_options import CacheOptions, CachePolicyName, InitialFill
+from graphfeed.loader.cache.options import CacheOptions, CachePolicyName, InitialFill
 
 STREAMLESS_WORKERS = 4  # handler threads minibatch streams never take (DescribeJob, probes)
 

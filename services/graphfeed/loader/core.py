@@ -23,15 +23,15 @@ from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.common.placement import HostPlacement, Placement
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import CacheOptions, TierStats
-from graphfeed.loader.cache_options import check_policy
+from graphfeed.loader.cache.base import CacheOptions, TierStats
+from graphfeed.loader.cache.options import check_policy
+from graphfeed.loader.cache.policies import make_cache
+from graphfeed.loader.cache.shared import SharedCache
 from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
-from graphfeed.loader.pack_tier import PackStats, PackTier, open_pack_tier
+from graphfeed.loader.packs.tier import PackStats, PackTier, open_pack_tier
 from graphfeed.loader.plan import EpochPlan, split_ids
-from graphfeed.loader.policies import make_cache
-from graphfeed.loader.shared_cache import SharedCache
 from graphfeed.loader.stream import Channel, MinibatchStream, StreamWork
 from graphfeed.loader.wire import check_wire_dtype
 from graphfeed.sampler.types import BlockSampler
@@ -47,7 +47,7 @@ class Loader:
     Args:
         partitions: the graph's partitions (remote or in-process).
         sampler: multi-hop block sampler (remote or in-process).
-        cache_policy: one of :data:`~graphfeed.loader.cache.POLICIES`: "none", "static_degree",
+        cache_policy: one of :data:`~graphfeed.loader.cache.base.POLICIES`: "none", "static_degree",
             "lru", "massivegnn" or "lookahead".
         cache_bytes: host cache budget per feature name, in bytes.
         cache_options: tuning of the massivegnn and lookahead policies (default: their defaults).
@@ -60,7 +60,7 @@ class Loader:
         max_ids_per_request: ids per graph-store request.
         on_minibatch: called with each minibatch as the consumer takes it (for metrics).
         pack_root: where ``graphfeed pack`` wrote packed features; a stream whose job and epoch
-            have packs there serves its cache misses from them (:mod:`graphfeed.loader.pack_tier`).
+            have packs there serves its cache misses from them (:mod:`graphfeed.loader.packs.tier`).
             None: no pack tier.
         pack_read_threads: preads in flight per pack read (>= 1).
         pack_direct_io: read packs with ``O_DIRECT`` (bypassing the page cache).
@@ -166,7 +166,7 @@ class Loader:
                     options=self.cache_options,
                 )
                 if self.gpu_cache_bytes > 0:  # imported only when asked for: CPU-only loaders never load it
-                    from graphfeed.loader.gpu_tier import with_gpu_tier  # noqa: PLC0415 - the GPU kernels, for GPU tiers only
+                    from graphfeed.loader.cache.gpu_tier import with_gpu_tier  # noqa: PLC0415 - the GPU kernels, for GPU tiers only
 
                     policy = with_gpu_tier(policy, self.gpu_cache_bytes, max_ids_per_request=self.max_ids_per_request)
                 self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request)

@@ -30,10 +30,10 @@ from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.placement import Placed, Placement
 from graphfeed.graph_store.fanout import RowsRequest, fetch_rows
 from graphfeed.graph_store.types import PartitionSet, RowsInto
-from graphfeed.loader.cache import DeviceCachePolicy, Rows, RowsAt
+from graphfeed.loader.cache.base import DeviceCachePolicy, Rows, RowsAt
+from graphfeed.loader.cache.shared import SharedCache
 from graphfeed.loader.minibatch import MinibatchStats
-from graphfeed.loader.pack_tier import PackTier
-from graphfeed.loader.shared_cache import SharedCache
+from graphfeed.loader.packs.tier import PackTier
 
 
 class FeatureBuffer(ABC):

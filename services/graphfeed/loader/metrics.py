@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from graphfeed.loader.cache import TierStats
-from graphfeed.loader.pack_tier import PackStats
+from graphfeed.loader.cache.base import TierStats
+from graphfeed.loader.packs.tier import PackStats
 
 if TYPE_CHECKING:
     from graphfeed.loader.minibatch import ReadyMinibatch

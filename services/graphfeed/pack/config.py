@@ -31,7 +31,7 @@ PACK_JOB_FIELDS = (
     "world_size",
     "feature_name",
 )
-"""The JobSpec fields a pack depends on (:class:`~graphfeed.loader.pack_format.PackedJob`), each a setting."""
+"""The JobSpec fields a pack depends on (:class:`~graphfeed.loader.packs.format.PackedJob`), each a setting."""
 
 
 class PackSettings(BaseSettings):

@@ -1,4 +1,4 @@
-"""Writing one epoch's packs (format: :mod:`graphfeed.loader.pack_format`).
+"""Writing one epoch's packs (format: :mod:`graphfeed.loader.packs.format`).
 
 :func:`pack_epoch` samples the epoch (:mod:`graphfeed.pack.offline`), picks the
 memory-resident rows (the most reused over the epoch, or the highest in-degree ones, which is
@@ -28,9 +28,9 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import in_degrees, top_by_degree
+from graphfeed.loader.cache.base import in_degrees, top_by_degree
 from graphfeed.loader.job import JobSpec
-from graphfeed.loader.pack_format import (
+from graphfeed.loader.packs.format import (
     MANIFEST,
     RESIDENT,
     GraphIdentity,

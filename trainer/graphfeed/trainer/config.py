@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from graphfeed.common.config import field_from, split_commas
-from graphfeed.loader.cache_options import CachePolicyName
+from graphfeed.loader.cache.options import CachePolicyName
 from graphfeed.loader.config import LoaderSettings
 from graphfeed.loader.job import JobSpec
 

@@ -69,7 +69,7 @@ def run_settings(settings: TGNSettings) -> int:
         source = None
         if settings.graph_stores:
             from graphfeed.graph_store.partitions import RemotePartitionSet  # noqa: PLC0415 - --graph-stores only
-            from graphfeed.graph_store.temporal_client import TemporalClient, TemporalStoreView  # noqa: PLC0415 - --graph-stores only
+            from graphfeed.graph_store.temporal.client import TemporalClient, TemporalStoreView  # noqa: PLC0415 - --graph-stores only
             from graphfeed.trainer.temporal.store_source import StoreNeighbors  # noqa: PLC0415
 
             client = TemporalClient(RemotePartitionSet(settings.graph_stores.split(",")))

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.graph_store.temporal import TemporalSample
+from graphfeed.graph_store.temporal.store import TemporalSample
 
 
 class NeighborSource(Protocol):

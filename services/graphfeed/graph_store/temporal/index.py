@@ -23,7 +23,7 @@ rewritten. Ours is the same structure laid out for vectorized writes and a compi
   reads a snapshot, so it can run beside the writer; :func:`carry_over` then moves the blocks
   appended meanwhile onto the new base (O(those edges)).
 
-Sampling over a snapshot is :mod:`graphfeed.graph_store.temporal_sampling`.
+Sampling over a snapshot is :mod:`graphfeed.graph_store.temporal.sampling`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted, name_ids
 from graphfeed.common.owners import not_owned
-from graphfeed.graph_store.temporal_types import OutOfOrder
+from graphfeed.graph_store.temporal.types import OutOfOrder
 
 _I64_MIN = np.iinfo(np.int64).min
 _NO_ROW = 1 << 62  # row of an owned node that has no edge yet: beyond every array

@@ -1,4 +1,4 @@
-"""The values a :class:`~graphfeed.graph_store.temporal.TemporalStore` returns (re-exported there)."""
+"""The values a :class:`~graphfeed.graph_store.temporal.store.TemporalStore` returns (re-exported there)."""
 
 from __future__ import annotations
 

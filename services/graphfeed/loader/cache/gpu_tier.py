@@ -7,7 +7,7 @@ importing it does not import CuPy.
 :class:`GpuTier` keeps feature rows in a device-memory slab and a direct-mapped int32
 ``slot_of`` table over all node ids in device memory (plus a host mirror, so that
 ``contains``/``insert``/``evict`` need no device round trip). :class:`GpuTieredCache` wraps a
-policy from ``graphfeed.loader.cache`` and is a :class:`~graphfeed.loader.cache.DeviceCachePolicy`:
+policy from ``graphfeed.loader.cache.base`` and is a :class:`~graphfeed.loader.cache.base.DeviceCachePolicy`:
 the GPU tier is filled once at warm-up with the highest in-degree nodes (PaGraph's choice for
 GPU memory) and never changes; the wrapped policy runs its host tier exactly as before on
 whatever the GPU tier misses.
@@ -39,7 +39,7 @@ from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
 from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
 from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import (
+from graphfeed.loader.cache.base import (
     AccessKey,
     CachePolicy,
     DeviceCachePolicy,
@@ -47,8 +47,8 @@ from graphfeed.loader.cache import (
     in_degrees,
     top_by_degree,
 )
-from graphfeed.loader.fetch import Prefetcher
-from graphfeed.loader.tiers import CacheTier, SlotTier
+from graphfeed.loader.cache.prefetch import Prefetcher
+from graphfeed.loader.cache.tiers import CacheTier, SlotTier
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class GpuTieredCache(DeviceCachePolicy):
     be delegated here too.
 
     Args:
-        inner: the host-tier policy (from ``graphfeed.loader.cache.make_cache``).
+        inner: the host-tier policy (from ``graphfeed.loader.cache.base.make_cache``).
         gpu: an empty GPU tier with the same row shape, dtype and node count.
         max_ids_per_request: ids per graph-store request at warm-up.
         pin_host: move ``inner``'s host slab and slot table to pinned, mapped memory so that

@@ -23,10 +23,10 @@ import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition
 from graphfeed.graph_store.types import PartitionInfo
+from graphfeed.loader.cache.tiers import TierStats
 from graphfeed.loader.job import JobSpec
-from graphfeed.loader.pack_format import MANIFEST, GraphIdentity, PackCorrupt, job_key
-from graphfeed.loader.pack_reader import LoadedPack, PackReader
-from graphfeed.loader.tiers import TierStats
+from graphfeed.loader.packs.format import MANIFEST, GraphIdentity, PackCorrupt, job_key
+from graphfeed.loader.packs.reader import LoadedPack, PackReader
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import CachePolicy, DeviceCachePolicy
-from graphfeed.loader.fetch import Prefetcher, node_data_fetcher
+from graphfeed.loader.cache.base import CachePolicy, DeviceCachePolicy
+from graphfeed.loader.cache.prefetch import Prefetcher, node_data_fetcher
 
 
 class SharedCache:

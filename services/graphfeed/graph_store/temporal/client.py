@@ -35,8 +35,8 @@ from graphfeed.common.owners import group_by_owner
 from graphfeed.common.retry import retry_transient
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.fanout import Chunk, fan_out_requests
-from graphfeed.graph_store.temporal_index import int_array
-from graphfeed.graph_store.temporal_types import AppendAck, TemporalSample
+from graphfeed.graph_store.temporal.index import int_array
+from graphfeed.graph_store.temporal.types import AppendAck, TemporalSample
 from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,7 @@ class TemporalClient:
 
 class TemporalStoreView:
     """A :class:`TemporalClient` with the one-partition API of
-    :class:`~graphfeed.graph_store.temporal.TemporalStore` (``append(batch_id, ...)`` and a
+    :class:`~graphfeed.graph_store.temporal.store.TemporalStore` (``append(batch_id, ...)`` and a
     one-hop ``sample``), so code written against the in-process store runs over the wire.
     Partition ``p``'s share of a batch is sent as ``<batch_id>-<p>``."""
 

@@ -3,7 +3,7 @@
 For demos and benchmarks of issue 16's streaming appends. The edges come from a CSV
 (``src,dst,t[,feature...]``, one edge per line, an optional header line) or, when the temporal
 dataset loaders are installed, a named dataset (``--source collegemsg``: its node ids as the
-loader numbers them). They are sent through :class:`~graphfeed.graph_store.temporal_client.TemporalClient`
+loader numbers them). They are sent through :class:`~graphfeed.graph_store.temporal.client.TemporalClient`
 (routed by owner, durable on each ack, retried with the same batch id) in ``--batch-size``
 batches, paced to ``--rate`` edges/s; every second it prints the edges acknowledged in that
 second, and at the end the totals and the p50/p99 latency of a batch.
@@ -23,7 +23,7 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.graph_store.partitions import RemotePartitionSet
-from graphfeed.graph_store.temporal_client import TemporalClient
+from graphfeed.graph_store.temporal.client import TemporalClient
 
 SOURCES_MODULE = "graphfeed.ingest.temporal_sources"  # the temporal dataset loaders (optional)
 

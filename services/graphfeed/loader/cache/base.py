@@ -1,17 +1,17 @@
 """The loader's feature cache: storage tiers and the policies that decide what they hold.
 
-A :class:`~graphfeed.loader.tiers.CacheTier` stores rows (``HostTier``: a preallocated numpy
-slab, :mod:`graphfeed.loader.tiers`). A :class:`CachePolicy` owns its tier(s) and is driven by
-the loader through hooks: ``attach`` (a :class:`~graphfeed.loader.fetch.Prefetcher`) and ``warm_up`` once at job
-start, ``on_sampled`` when the look-ahead window learns a future step's input nodes,
-``on_access`` after every minibatch lookup, ``admit`` with the rows fetched for the misses,
+A :class:`~graphfeed.loader.cache.tiers.CacheTier` stores rows (``HostTier``: a preallocated
+numpy slab, :mod:`graphfeed.loader.cache.tiers`). A :class:`CachePolicy` owns its tier(s) and is
+driven by the loader through hooks: ``attach`` (a
+:class:`~graphfeed.loader.cache.prefetch.Prefetcher`) and ``warm_up`` once at job start,
+``on_sampled`` when the look-ahead window learns a future step's input nodes, ``on_access`` after every minibatch lookup, ``admit`` with the rows fetched for the misses,
 ``forget`` when a stream ends.
 
 Policies: ``none`` (never caches), ``static_degree`` (PaGraph: the highest in-degree nodes,
 loaded once, never evicted), ``lru`` (least recently used at minibatch granularity),
 ``massivegnn`` (score-decay eviction + periodic prefetch of the most-missed nodes,
-:mod:`graphfeed.loader.massivegnn`) and ``lookahead`` (Belady's rule over the sampled window,
-:mod:`graphfeed.loader.lookahead`). A GPU tier (:mod:`graphfeed.loader.gpu_tier`) wraps any of them
+:mod:`graphfeed.loader.cache.massivegnn`) and ``lookahead`` (Belady's rule over the sampled window,
+:mod:`graphfeed.loader.cache.lookahead`). A GPU tier (:mod:`graphfeed.loader.cache.gpu_tier`) wraps any of them
 as a :class:`DeviceCachePolicy`.
 
 Not thread-safe: the loader serialises access (one gather thread per stream, a lock per cache;
@@ -29,9 +29,9 @@ import numpy as np
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.fanout import fan_out_requests, fetch_rows, merge_arrays
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache_options import POLICIES, CacheOptions
-from graphfeed.loader.fetch import Prefetcher
-from graphfeed.loader.tiers import CacheTier, HostTier, TierStats
+from graphfeed.loader.cache.options import POLICIES, CacheOptions
+from graphfeed.loader.cache.prefetch import Prefetcher
+from graphfeed.loader.cache.tiers import CacheTier, HostTier, TierStats
 
 __all__ = [
     "POLICIES",

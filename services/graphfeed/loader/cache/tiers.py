@@ -1,7 +1,7 @@
 """Cache tiers: where cached feature rows live. A tier stores and counts; a policy decides.
 
 :class:`CacheTier` is the interface (lookup, contains, insert, evict, bytes, counters) the GPU
-tier (:mod:`graphfeed.loader.gpu_tier`) implements too; :class:`HostTier` keeps rows in a
+tier (:mod:`graphfeed.loader.cache.gpu_tier`) implements too; :class:`HostTier` keeps rows in a
 preallocated host-memory slab with a direct-mapped gid -> slot array, so looking up a whole
 minibatch is two fancy-indexing operations and nothing on the hot path loops over nodes in
 Python.

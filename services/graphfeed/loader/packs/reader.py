@@ -1,4 +1,4 @@
-"""Reading packed minibatch features (format: :mod:`graphfeed.loader.pack_format`).
+"""Reading packed minibatch features (format: :mod:`graphfeed.loader.packs.format`).
 
 :class:`PackReader` reads one pack file with a few large ``preadv`` calls (chunks of
 ``chunk_bytes`` spread over a thread pool; optionally ``O_DIRECT``, so the page cache is
@@ -22,7 +22,7 @@ import numpy as np
 
 from graphfeed.common.limits import PACK_READ_CHUNK_BYTES
 from graphfeed.loader.job import JobSpec
-from graphfeed.loader.pack_format import ALIGN, RESIDENT, GraphIdentity, PackCorrupt, PackFile, PackManifest
+from graphfeed.loader.packs.format import ALIGN, RESIDENT, GraphIdentity, PackCorrupt, PackFile, PackManifest
 
 __all__ = ["LoadedPack", "PackReader"]
 

@@ -22,7 +22,7 @@ so the policy uses the same capacity as the others.
 Scores are kept exactly without touching every slot each minibatch: a slot stores the score it
 started with, the minibatch it was inserted at and its hits since, so its score is
 ``base * (1 - alpha) ** (minibatches since insertion - hits)``, computed only at a round.
-Prefetches run on the :class:`~graphfeed.loader.fetch.Prefetcher` (never on the minibatch
+Prefetches run on the :class:`~graphfeed.loader.cache.prefetch.Prefetcher` (never on the minibatch
 path); a failed one leaves its slots empty, so those rows are plain misses.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.common.seeds import rng
 from graphfeed.graph_store.types import PartitionSet
-from graphfeed.loader.cache import (
+from graphfeed.loader.cache.base import (
     AccessKey,
     CacheOptions,
     CachePolicy,
@@ -41,7 +41,7 @@ from graphfeed.loader.cache import (
     in_degrees,
     top_by_degree,
 )
-from graphfeed.loader.tiers import HostTier
+from graphfeed.loader.cache.tiers import HostTier
 
 
 class MassiveGnnCache(CachePolicy):

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphfeed.graph_store import temporal_index as ti
+from graphfeed.graph_store.temporal import index as ti
 
 log = logging.getLogger(__name__)
 

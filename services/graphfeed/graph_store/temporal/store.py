@@ -1,15 +1,5 @@
-"""One partition's temporal graph: durable edge appends and temporal sampling, without gRPC.
-
-This is GNNFlow's dynamic-graph store (issue 16) inside a graph-store. The pieces:
-
-- :mod:`~graphfeed.graph_store.temporal_index`: the time-indexed adjacency (GNNFlow's per-node
-  block lists as a base CSR + append blocks chained per row) and immutable snapshots;
-- :mod:`~graphfeed.graph_store.temporal_log`: the RocksDB log that makes an append durable
-  before it is acknowledged and replays it at open;
-- :mod:`~graphfeed.graph_store.temporal_sampling`: the compiled recent / uniform-before-t sampler;
-- :mod:`~graphfeed.graph_store.temporal_compactor`: the background thread that compacts;
-- :mod:`~graphfeed.graph_store.temporal_snapshot`: the compacted graph on disk, so that the
-  log can be truncated and a restart replays only the batches after it.
+"""One partition's temporal graph (:class:`TemporalStore`): durable edge appends and temporal
+sampling, without gRPC.
 
 :class:`TemporalStore` validates every request and keeps the idempotence table (batch id ->
 ack). An append runs in two phases. Under the append lock (the order of batches): answer a
@@ -40,12 +30,12 @@ import numpy as np
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_APPEND_EDGES_PER_REQUEST, MAX_FANOUT
 from graphfeed.common.partition import PartitionReader
-from graphfeed.graph_store import temporal_index as ti
-from graphfeed.graph_store import temporal_snapshot
-from graphfeed.graph_store.temporal_compactor import Compactor
-from graphfeed.graph_store.temporal_log import LoggedAck, LoggedBatch, TemporalLog, content_digest
-from graphfeed.graph_store.temporal_sampling import gather_features, sample_snapshot
-from graphfeed.graph_store.temporal_types import AppendAck, OutOfOrder, TemporalInfo, TemporalSample
+from graphfeed.graph_store.temporal import index as ti
+from graphfeed.graph_store.temporal import snapshot as temporal_snapshot
+from graphfeed.graph_store.temporal.append_log import LoggedAck, LoggedBatch, TemporalLog, content_digest
+from graphfeed.graph_store.temporal.compactor import Compactor
+from graphfeed.graph_store.temporal.sampling import gather_features, sample_snapshot
+from graphfeed.graph_store.temporal.types import AppendAck, OutOfOrder, TemporalInfo, TemporalSample
 
 __all__ = ["AppendAck", "OutOfOrder", "TemporalInfo", "TemporalSample", "TemporalStore"]
 
@@ -68,7 +58,7 @@ class TemporalStore:
     newest valid snapshot onto the ingest base and replays only later batches.
 
     Args:
-        base: the partition's time-sorted CSR (see :func:`~graphfeed.graph_store.temporal_index.time_sorted_base`).
+        base: the partition's time-sorted CSR (see :func:`~graphfeed.graph_store.temporal.index.time_sorted_base`).
         layout: what the partition owns.
         append_log: the durable log, or None for a read-only store (appends refused).
         max_append_edges: most edges in one batch (default 1,000,000).

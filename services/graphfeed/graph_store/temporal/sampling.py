@@ -1,6 +1,6 @@
 """Temporal neighbour sampling over a time-indexed adjacency: compiled loops (numba, GIL released).
 
-The adjacency is a :class:`~graphfeed.graph_store.temporal_index.Snapshot`: a base time-sorted
+The adjacency is a :class:`~graphfeed.graph_store.temporal.index.Snapshot`: a base time-sorted
 CSR plus the append blocks since the last compaction, kept in an append-only arena. Row ``r``'s
 logical timeline is its base segment followed by its block *entries* (one per block that touched
 ``r``), oldest first; entries are chained newest to oldest (``e_prev``), starting at
@@ -37,7 +37,7 @@ from graphfeed.common.cacheline import prefetch
 from graphfeed.graph_store.sampling import SMALL_FANOUT, _draw, _insertion_sort, _row_key
 
 if TYPE_CHECKING:
-    from graphfeed.graph_store.temporal_index import Snapshot
+    from graphfeed.graph_store.temporal.index import Snapshot
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _AHEAD = 8  # roots prefetched ahead (their indptr entry twice as far), as in sampling.py
@@ -345,7 +345,7 @@ def sample_temporal(
     """The compiled sampler on a plain time-sorted CSR, with the signature of
     :func:`graphfeed.gpu_kernels.reference.sample_temporal` (for the GPU bench's CPU column and
     the test that CPU, NumPy and CUDA draw the same edges)."""
-    from graphfeed.graph_store.temporal_index import Csr, Snapshot, empty_arena  # noqa: PLC0415 - no cycle at import
+    from graphfeed.graph_store.temporal.index import Csr, Snapshot, empty_arena  # noqa: PLC0415 - no cycle at import
 
     if strategy not in ("recent", "uniform"):
         raise ValueError(f"strategy must be 'recent' or 'uniform', got {strategy!r}")

@@ -18,7 +18,7 @@ that sync at the same time share one fsync (group commit). The write batch holds
 
 A crash can only lose a batch whose write batch was not synced, i.e. one never acknowledged;
 RocksDB applies a write batch atomically, so a batch is either wholly in the log or absent.
-Once a snapshot of the compacted graph is on disk (:mod:`~graphfeed.graph_store.temporal_snapshot`),
+Once a snapshot of the compacted graph is on disk (:mod:`~graphfeed.graph_store.temporal.snapshot`),
 :meth:`TemporalLog.drop_batches` deletes the batches it covers; the ``id/`` acks are kept.
 ``meta/layout`` pins the partition and edge-feature width the log was written for.
 """

@@ -1,7 +1,7 @@
 """Builds a cache policy by name: the one place that knows every policy.
 
-Kept apart from :mod:`graphfeed.loader.cache` (the interface and the simple policies) because
-:mod:`~graphfeed.loader.massivegnn` and :mod:`~graphfeed.loader.lookahead` build on that module.
+Kept apart from :mod:`graphfeed.loader.cache.base` (the interface and the simple policies) because
+:mod:`~graphfeed.loader.cache.massivegnn` and :mod:`~graphfeed.loader.cache.lookahead` build on that module.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
-from graphfeed.loader.cache import CachePolicy, LruCache, NoCache, StaticDegreeCache
-from graphfeed.loader.cache_options import CacheOptions, check_policy
-from graphfeed.loader.lookahead import LookaheadCache
-from graphfeed.loader.massivegnn import MassiveGnnCache
-from graphfeed.loader.tiers import HostTier
+from graphfeed.loader.cache.base import CachePolicy, LruCache, NoCache, StaticDegreeCache
+from graphfeed.loader.cache.lookahead import LookaheadCache
+from graphfeed.loader.cache.massivegnn import MassiveGnnCache
+from graphfeed.loader.cache.options import CacheOptions, check_policy
+from graphfeed.loader.cache.tiers import HostTier
 
 
 def make_cache(
@@ -28,7 +28,7 @@ def make_cache(
     max_ids_per_request: int = FETCH_IDS_PER_CALL,
     options: CacheOptions | None = None,
 ) -> CachePolicy:
-    """A cache of ``policy`` (one of :data:`~graphfeed.loader.cache_options.POLICIES`) over a host
+    """A cache of ``policy`` (one of :data:`~graphfeed.loader.cache.options.POLICIES`) over a host
     tier of ``capacity_bytes``.
 
     Raises:

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphfeed.loader.belady import NEVER
-from graphfeed.loader.cache import AccessKey, CacheOptions, CachePolicy, Rows, RowsAt, all_rows
-from graphfeed.loader.tiers import HostTier
+from graphfeed.loader.cache.base import AccessKey, CacheOptions, CachePolicy, Rows, RowsAt, all_rows
+from graphfeed.loader.cache.belady import NEVER
+from graphfeed.loader.cache.tiers import HostTier
 
 _FREQ_MAX = np.int64(2**31 - 1)
 

@@ -4,8 +4,9 @@ A :class:`~graphfeed.loader.cache.tiers.CacheTier` stores rows (``HostTier``: a 
 numpy slab, :mod:`graphfeed.loader.cache.tiers`). A :class:`CachePolicy` owns its tier(s) and is
 driven by the loader through hooks: ``attach`` (a
 :class:`~graphfeed.loader.cache.prefetch.Prefetcher`) and ``warm_up`` once at job start,
-``on_sampled`` when the look-ahead window learns a future step's input nodes, ``on_access`` after every minibatch lookup, ``admit`` with the rows fetched for the misses,
-``forget`` when a stream ends.
+``on_sampled`` when the look-ahead window learns a future step's input nodes, ``on_access``
+after every minibatch lookup, ``admit`` with the rows fetched for the misses, ``forget`` when a
+stream ends.
 
 Policies: ``none`` (never caches), ``static_degree`` (PaGraph: the highest in-degree nodes,
 loaded once, never evicted), ``lru`` (least recently used at minibatch granularity),

@@ -35,7 +35,7 @@ from graphfeed.common.owners import group_by_owner
 from graphfeed.common.retry import retry_transient
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.fanout import Chunk, fan_out_requests
-from graphfeed.graph_store.temporal.index import int_array
+from graphfeed.graph_store.temporal.requests import int_array
 from graphfeed.graph_store.temporal.types import AppendAck, TemporalSample
 from graphfeed.graph_store.types import PartitionSet
 

@@ -32,8 +32,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted, name_ids
-from graphfeed.common.owners import not_owned
 from graphfeed.graph_store.temporal.types import OutOfOrder
 
 _I64_MIN = np.iinfo(np.int64).min
@@ -270,57 +268,6 @@ def new_rows_for(snap: Snapshot, gids: np.ndarray, num_owned: int) -> tuple[np.n
     return rows, new_gids, new_rows
 
 
-def int_array(a: np.ndarray, what: str) -> np.ndarray:
-    """``a`` as contiguous int64 after checking it is a 1-D integer array (InvalidArgument)."""
-    arr = np.asarray(a)
-    if arr.ndim != 1:
-        raise InvalidArgument(f"{what} must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
-        raise InvalidArgument(f"{what} must be an integer array, got dtype {arr.dtype}")
-    if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
-        raise InvalidArgument(f"{what} must fit int64, got {int(arr.max())}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def feat_array(efeat: np.ndarray | None, n: int, dim: int) -> np.ndarray:
-    """Edge features as float32 [n, dim] (an empty [n, 0] when dim is 0), checked (InvalidArgument)."""
-    if efeat is None:
-        if dim:
-            raise InvalidArgument(f"efeat is required: this graph has {dim} edge-feature columns")
-        return np.empty((n, 0), dtype=np.float32)
-    arr = np.asarray(efeat)
-    if arr.shape != (n, dim) or arr.dtype.kind != "f":
-        raise InvalidArgument(f"efeat must be float [{n}, {dim}], got {arr.dtype} {list(arr.shape)}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
-
-
-def check_batch(
-    lay: Layout,
-    dim: int,
-    max_edges: int,
-    batch_id: str,
-    src: np.ndarray,
-    dst: np.ndarray,
-    t: np.ndarray,
-    efeat: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """An append's ``(src, dst, t, efeat)`` as int64 / float32 arrays, checked (see ``TemporalStore.append``)."""
-    if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
-        raise InvalidArgument(f"batch_id must be a non-empty string of at most 256 characters, got {batch_id!r}")
-    arrays = [int_array(a, what) for a, what in ((src, "src"), (dst, "dst"), (t, "t"))]
-    n = len(arrays[0])
-    if any(len(a) != n for a in arrays):
-        raise InvalidArgument(f"src, dst and t must have the same length, got {[len(a) for a in arrays]}")
-    if n > max_edges:
-        raise ResourceExhausted(f"{n} edges in one batch exceed the limit of {max_edges}; split the batch")
-    for a, what in zip(arrays[:2], ("src", "dst"), strict=True):
-        if n and a.min() < 0:
-            raise InvalidArgument(f"{what} must be node ids >= 0, got {int(a.min())}")
-    feat = feat_array(efeat, n, dim)
-    check_owned(lay, arrays[1], "dst")
-    return arrays[0], arrays[1], arrays[2], feat
-
-
 def check_time_order(snap: Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.ndarray) -> None:
     """Raises :class:`OutOfOrder` when a row's oldest edge of a sorted batch is older than its last stored one."""
     if not len(rows):
@@ -333,18 +280,6 @@ def check_time_order(snap: Snapshot, rows: np.ndarray, dst: np.ndarray, t: np.nd
         raise OutOfOrder(
             f"edge into node {int(dst[i])} at t={int(t[i])} is older than its last stored edge at t={int(last[bad[0]])}"
             f" ({len(bad)} node(s) out of order); appends must not go back in time per node"
-        )
-
-
-def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:
-    """Raises NotFound naming (up to 5) ``gids`` this partition does not own (as the static
-    store does for ids outside its range: the id is unknown here)."""
-    bad = not_owned(gids, lay.partition_id, lay.start, lay.stop, lay.num_nodes, lay.num_partitions)
-    if bad.any():
-        raise NotFound(
-            f"{what} {name_ids(gids[bad])} not owned by partition {lay.partition_id} of {lay.num_partitions}, "
-            f"which owns [{lay.start}, {lay.stop}) and the new ids >= {lay.num_nodes} "
-            f"with id % {lay.num_partitions} == {lay.partition_id}"
         )
 
 
@@ -368,3 +303,54 @@ def rows_of(snap: Snapshot, lay: Layout, gids: np.ndarray) -> np.ndarray:
         found = snap.new_gids[at] == g if len(snap.new_gids) else np.zeros(len(g), dtype=bool)
         rows[new] = np.where(found, snap.new_rows[at] if len(snap.new_rows) else 0, _NO_ROW)
     return rows
+
+
+def initial_snapshot(base: Csr, layout: Layout) -> Snapshot:
+    """The snapshot of a partition with nothing appended yet."""
+    ts, empty = np.asarray(base.ts), np.empty(0, dtype=np.int64)
+    return Snapshot(
+        base=base,
+        arena=empty_arena(base.feat.shape[1]),
+        n_entries=0,
+        n_blocks=0,
+        n_arena_edges=0,
+        num_rows=layout.stop - layout.start,
+        new_gids=empty,
+        new_rows=empty,
+        seq=0,
+        num_appended=0,
+        min_t=int(ts.min()) if len(ts) else None,
+        max_t=int(ts.max()) if len(ts) else None,
+    )
+
+
+def with_block(
+    snap: Snapshot,
+    rows: np.ndarray,
+    new_gids: np.ndarray,
+    new_rows: np.ndarray,
+    src: np.ndarray,
+    t: np.ndarray,
+    eid: np.ndarray,
+    feat: np.ndarray,
+) -> Snapshot:
+    """``snap`` with one more batch (sorted by row, then time) as a block: the next sequence number."""
+    n = len(src)
+    arena = add_block(snap, rows, src, t, eid, feat) if n else snap.arena
+    m = int(np.count_nonzero(rows[1:] != rows[:-1])) + 1 if n else 0  # entries: rows are grouped
+    lo = [x for x in (snap.min_t, int(t[0:n].min()) if n else None) if x is not None]
+    hi = [x for x in (snap.max_t, int(t[0:n].max()) if n else None) if x is not None]
+    return replace(
+        snap,
+        arena=arena,
+        n_entries=snap.n_entries + m,
+        n_blocks=snap.n_blocks + (1 if n else 0),
+        n_arena_edges=snap.n_arena_edges + n,
+        num_rows=max(snap.num_rows, int(new_rows.max()) + 1 if len(new_rows) else 0),
+        new_gids=new_gids,
+        new_rows=new_rows,
+        seq=snap.seq + 1,
+        num_appended=snap.num_appended + n,
+        min_t=min(lo) if lo else None,
+        max_t=max(hi) if hi else None,
+    )

@@ -22,26 +22,25 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from graphfeed.common.errors import FailedPrecondition, ResourceExhausted
 from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_APPEND_EDGES_PER_REQUEST, MAX_FANOUT
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.temporal import index as ti
+from graphfeed.graph_store.temporal import requests
 from graphfeed.graph_store.temporal import snapshot as temporal_snapshot
 from graphfeed.graph_store.temporal.append_log import LoggedAck, LoggedBatch, TemporalLog, content_digest
 from graphfeed.graph_store.temporal.compactor import Compactor
+from graphfeed.graph_store.temporal.recovery import log_layout, partition_base, recover
 from graphfeed.graph_store.temporal.sampling import gather_features, sample_snapshot
 from graphfeed.graph_store.temporal.types import AppendAck, OutOfOrder, TemporalInfo, TemporalSample
 
 __all__ = ["AppendAck", "OutOfOrder", "TemporalInfo", "TemporalSample", "TemporalStore"]
 
 log = logging.getLogger(__name__)
-
-_STRATEGIES = ("recent", "uniform")
 
 
 class TemporalStore:
@@ -84,16 +83,9 @@ class TemporalStore:
         snapshot_min_edges: int = 0,
     ) -> None:
         self.layout = layout
-        self.max_append_edges, self.max_ids_per_request, self.max_fanout = (
-            max_append_edges,
-            max_ids_per_request,
-            max_fanout,
-        )
-        self.max_blocks, self.compact_min_edges, self.snapshot_min_edges = (
-            max_blocks,
-            compact_min_edges,
-            snapshot_min_edges,
-        )
+        self.max_append_edges, self.max_ids_per_request = max_append_edges, max_ids_per_request
+        self.max_fanout, self.max_blocks = max_fanout, max_blocks
+        self.compact_min_edges, self.snapshot_min_edges = compact_min_edges, snapshot_min_edges
         self._log = append_log
         self._lock = threading.Lock()  # orders appends: staging, the log's WAL, the blocks
         self._publish_lock = threading.Lock()
@@ -104,24 +96,9 @@ class TemporalStore:
         self._inflight = 0
         self._closed = False
         self._broken: str | None = None  # why the log failed: appends are refused until reopened
-        ts = np.asarray(base.ts)
-        empty = np.empty(0, dtype=np.int64)
-        self._latest = ti.Snapshot(
-            base=base,
-            arena=ti.empty_arena(base.feat.shape[1]),
-            n_entries=0,
-            n_blocks=0,
-            n_arena_edges=0,
-            num_rows=layout.stop - layout.start,
-            new_gids=empty,
-            new_rows=empty,
-            seq=0,
-            num_appended=0,
-            min_t=int(ts.min()) if len(ts) else None,
-            max_t=int(ts.max()) if len(ts) else None,
-        )
+        self._latest = ti.initial_snapshot(base, layout)
         if append_log is not None:
-            self._replay(append_log)
+            self._latest, self._snapshot_at = recover(append_log, self._latest, self._replay_one)
             self._compactor = Compactor(self._cond, self._compact_round, f"temporal-compactor-{layout.partition_id}")
         self._snap = self._latest  # what samples read: only batches whose WAL is synced
 
@@ -149,35 +126,8 @@ class TemporalStore:
         Raises:
             FailedPrecondition: layout mismatch, or a log written for another layout.
         """
-        if isinstance(reader_or_part_dir, PartitionReader):
-            reader, owned = reader_or_part_dir, False
-        else:
-            reader, owned = PartitionReader(Path(reader_or_part_dir)), True
-        try:
-            m = reader.manifest
-            layout = ti.Layout(reader.partition_id, m.num_partitions, m.num_nodes, reader.start, reader.stop)
-            if (num_partitions, partition_id) != (None, None) and (num_partitions, partition_id) != (
-                m.num_partitions,
-                reader.partition_id,
-            ):
-                raise FailedPrecondition(
-                    f"{reader.path} is partition {reader.partition_id} of {m.num_partitions}, "
-                    f"not {partition_id} of {num_partitions}"
-                )
-            ts = reader.edge_ts if reader.edge_ts is not None else np.zeros(len(reader.indices), dtype=np.int64)
-            base = ti.time_sorted_base(
-                reader.indptr, nbr=reader.indices, ts=ts, eid=reader.edge_ids, feat=getattr(reader, "edge_feat", None)
-            )
-        finally:
-            if owned:
-                reader.close()
-        dim = base.feat.shape[1]
-        layout_record = {
-            "partition_id": layout.partition_id,
-            "num_partitions": layout.num_partitions,
-            "edge_feat_dim": dim,
-        }
-        append_log = None if log_dir is None else TemporalLog(Path(log_dir), layout_record)
+        base, layout = partition_base(reader_or_part_dir, num_partitions, partition_id)
+        append_log = None if log_dir is None else TemporalLog(Path(log_dir), log_layout(layout, base))
         return cls(base, layout, append_log, **limits)
 
     # -- appends -------------------------------------------------------------------------
@@ -201,7 +151,7 @@ class TemporalStore:
             NotFound: a dst not owned here. FailedPrecondition: the id reused with other content; no log.
         """
         self._writable_log()
-        src, dst, t, feat = ti.check_batch(
+        src, dst, t, feat = requests.check_batch(
             self.layout, self.edge_feat_dim, self.max_append_edges, batch_id, src, dst, t, efeat
         )
         digest = content_digest(src, dst, t, feat)
@@ -275,26 +225,8 @@ class TemporalStore:
         feat: np.ndarray,
     ) -> None:
         """Adds one sorted batch as a block to the latest (unpublished) snapshot (lock held)."""
-        n = len(src)
-        eid = self._eid(snap.num_appended) + np.arange(n, dtype=np.int64)
-        arena = ti.add_block(snap, rows, src, t, eid, feat) if n else snap.arena
-        m = int(np.count_nonzero(rows[1:] != rows[:-1])) + 1 if n else 0  # entries: rows are grouped
-        lo = [x for x in (snap.min_t, int(t[0:n].min()) if n else None) if x is not None]
-        hi = [x for x in (snap.max_t, int(t[0:n].max()) if n else None) if x is not None]
-        self._latest = replace(
-            snap,
-            arena=arena,
-            n_entries=snap.n_entries + m,
-            n_blocks=snap.n_blocks + (1 if n else 0),
-            n_arena_edges=snap.n_arena_edges + n,
-            num_rows=max(snap.num_rows, int(new_rows.max()) + 1 if len(new_rows) else 0),
-            new_gids=new_gids,
-            new_rows=new_rows,
-            seq=snap.seq + 1,
-            num_appended=snap.num_appended + n,
-            min_t=min(lo) if lo else None,
-            max_t=max(hi) if hi else None,
-        )
+        eid = self._eid(snap.num_appended) + np.arange(len(src), dtype=np.int64)
+        self._latest = ti.with_block(snap, rows, new_gids, new_rows, src, t, eid, feat)
         if self._over(self._latest, 1):
             if self._compactor is None:
                 self._latest = ti.compact(self._latest)  # replay at open: nobody waits for an ack
@@ -343,41 +275,11 @@ class TemporalStore:
                 compacted.seq,
             )
 
-    def _replay(self, append_log: TemporalLog) -> None:
-        """Loads the newest snapshot, then applies the later logged batches in order (checked when acknowledged)."""
-        loaded = temporal_snapshot.load_newest(append_log.path / "snapshots", append_log.layout, self._latest)
-        if loaded is not None:
-            snap, path = loaded
-            if snap.seq > append_log.seq():
-                raise FailedPrecondition(
-                    f"snapshot {path} holds batch {snap.seq} but the log ends at {append_log.seq()}; damaged"
-                )
-            self._latest, self._snapshot_at = snap, snap.num_appended
-            temporal_snapshot.remove_others(path.parent, keep=path)  # leftovers of a crash
-        count = 0
-        for batch in append_log.batches(self._latest.seq + 1):
-            self._replay_one(batch)
-            count += 1
-        if self._latest.seq != append_log.seq():  # e.g. a damaged snapshot that covered every batch left
-            raise FailedPrecondition(
-                f"append log: {append_log.seq()} batches were acknowledged, {self._latest.seq} found; "
-                "the log is damaged"
-            )
-        if count:
-            log.info(
-                "partition %d: replayed %d appended batches (%d edges) from %s",
-                self.layout.partition_id,
-                count,
-                self._latest.num_appended,
-                append_log.path,
-            )
-
-    def _replay_one(self, batch: LoggedBatch) -> None:
-        snap = self._latest
-        if batch.seq != snap.seq + 1 or batch.first_edge_seq != snap.num_appended:
-            raise FailedPrecondition(f"append log: batch {batch.seq} follows batch {snap.seq}; the log is damaged")
+    def _replay_one(self, snap: ti.Snapshot, batch: LoggedBatch) -> ti.Snapshot:
+        """Applies one logged batch at open (what :func:`recover` calls for each)."""
         rows, new_gids, new_rows = ti.rows_for_append(snap, self.layout, batch.dst)
         self._apply(snap, rows, new_gids, new_rows, batch.src, batch.t, batch.efeat)
+        return self._latest
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -408,24 +310,12 @@ class TemporalStore:
             NotFound: a node not owned by this partition (up to 5 named).
         """
         self._check_open()
-        if strategy not in _STRATEGIES:
-            raise InvalidArgument(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
-        if not isinstance(fanout, (int, np.integer)) or not -1 <= fanout <= self.max_fanout:
-            raise InvalidArgument(f"fanout must be -1 (all) or in [0, {self.max_fanout}], got {fanout!r}")
-        if not 0 <= int(seed) < 1 << 64 or not 0 <= int(first_position) < 1 << 63:
-            raise InvalidArgument(
-                f"seed must be in [0, 2**64) and first_position in [0, 2**63), got {seed}, {first_position}"
-            )
-        gids, times = ti.int_array(nodes, "nodes"), ti.int_array(times, "times")
-        if len(gids) != len(times):
-            raise InvalidArgument(f"nodes and times must have the same length, got {len(gids)} and {len(times)}")
+        gids, times = requests.check_sample(nodes, times, fanout, strategy, seed, first_position, self.max_fanout)
         if len(gids) > self.max_ids_per_request:
             raise ResourceExhausted(
                 f"{len(gids)} roots exceed the limit of {self.max_ids_per_request}; split the request"
             )
-        if len(gids) and gids.min() < 0:
-            raise InvalidArgument(f"nodes must be ids >= 0, got {int(gids.min())}")
-        ti.check_owned(self.layout, gids, "nodes")
+        requests.check_owned(self.layout, gids, "nodes")
         snap = self._snap  # one read: the whole call sees this snapshot
         want = with_features and self.edge_feat_dim > 0
         offsets, nbr, ts, eid, pos = sample_snapshot(

@@ -11,7 +11,6 @@ BENCHMARKS: dict[str, str] = {
     "throughput": "graphfeed.bench.throughput",
     "gpu": "graphfeed.bench.gpu",
     "profile": "graphfeed.bench.profile",
-    "dataplane": "graphfeed.bench.dataplane",
     "distdgl": "graphfeed.bench.distdgl_bench",
     "wire-accuracy": "graphfeed.bench.wire_accuracy",
     "link-sweep": "graphfeed.bench.link_sweep",

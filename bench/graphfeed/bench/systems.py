@@ -149,7 +149,7 @@ class Child:
     """``python -m <module> ...`` (behind ``prefix``, e.g. a network namespace's ``ip netns
     exec``) that prints a ``GRAPHFEED_READY ... key=host:port`` line; stderr to a file.
 
-    Use :meth:`spawn`; :meth:`stop` closes its stdin (a server of ``bench dataplane`` exits on
+    Use :meth:`spawn`; :meth:`stop` closes its stdin (a server of ``bench link`` exits on
     that) and terminates it.
     """
 
@@ -202,7 +202,7 @@ class Child:
         return t.user + t.system
 
     def stop(self, timeout_s: float = 10.0, check: bool = False) -> int:
-        """Closes its stdin (a server of ``bench dataplane`` exits then), terminates it if it is
+        """Closes its stdin (a server of ``bench link`` exits then), terminates it if it is
         still there after a second, kills it after ``timeout_s``; returns the exit code. With
         ``check``, RuntimeError with its stderr where it exited non-zero by itself."""
         if self.proc.poll() is None:

@@ -94,7 +94,7 @@ def client_channel(
         ("grpc.service_config_disable_resolution", 1),  # DNS must not replace the policy
         ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
         # grpcio's own (Python-level) option: the thread reading a server stream drives its
-        # completion queue itself (graphfeed bench dataplane: about a quarter less client CPU
+        # completion queue itself (the data-plane bench of BENCHMARKS.md: about a quarter less client CPU
         # per GB at 1 MB answers). Every graphfeed stream is read by one thread.
         ("SingleThreadedUnaryStream", 1),
     ]

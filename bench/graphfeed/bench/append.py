@@ -261,9 +261,11 @@ def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
     try:
         for strategy in ("recent", "uniform"):
             calls: dict[str, Callable[[], object]] = {
-                "grpc": partial(remote.sample_temporal, nodes, times, args.fanout, strategy, 7, with_features=False),
+                "grpc": partial(
+                    remote.sample_temporal, nodes, times, args.fanout, strategy=strategy, seed=7, with_features=False
+                ),
                 "grpc_shm": partial(
-                    shared.sample_temporal, nodes, times, args.fanout, strategy, 7, with_features=False
+                    shared.sample_temporal, nodes, times, args.fanout, strategy=strategy, seed=7, with_features=False
                 ),
                 "in_process": partial(local.sample, nodes, times, args.fanout, strategy, 7, with_features=False),
                 "numpy": partial(baseline, b.indptr, b.nbr, b.ts, b.eid, nodes, times, args.fanout, strategy, 7),
@@ -271,8 +273,8 @@ def _sampling(address: str, part: Path, args: argparse.Namespace) -> list[dict]:
             best = _best(calls, args.repeats)
             ref = baseline(b.indptr, b.nbr, b.ts, b.eid, nodes, times, args.fanout, strategy, 7)
             outs = [
-                remote.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
-                shared.sample_temporal(nodes, times, args.fanout, strategy, 7, with_features=False),
+                remote.sample_temporal(nodes, times, args.fanout, strategy=strategy, seed=7, with_features=False),
+                shared.sample_temporal(nodes, times, args.fanout, strategy=strategy, seed=7, with_features=False),
                 local.sample(nodes, times, args.fanout, strategy, 7, with_features=False),
             ]
             fields = ("offsets", "nbr", "ts", "eid")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from concurrent.futures import Future
+from typing import Any
 
 import grpc
 import numpy as np
@@ -18,7 +19,7 @@ from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError
 from graphfeed.common.futures import settle, then
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.transport import ClientTransport
-from graphfeed.graph_store.temporal.store import AppendAck, TemporalInfo, TemporalSample
+from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalInfo, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, RowsInto, SampledNeighbors
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
@@ -228,27 +229,14 @@ class GraphStoreClient:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
         return codec.decode(resp.ids)
 
-    def append_edges_future(
-        self,
-        batch_id: str,
-        src: np.ndarray,
-        dst: np.ndarray,
-        t: np.ndarray,
-        efeat: np.ndarray | None = None,
-        timeout_s: float | None = None,
-    ) -> Future[AppendAck]:
-        """Starts one AppendEdges call (not retried: see :mod:`graphfeed.graph_store.temporal.client`).
-
-        Args:
-            batch_id: the batch's id; a retry must send the same id and edges.
-            src, dst, t: int64 [n] (``dst`` owned by this graph-store); efeat: float32 [n, D] or None.
-            timeout_s: this call's deadline (default: the client's).
-        """
-        req = pb.AppendEdgesRequest(batch_id=batch_id)
-        for array, field in ((src, req.src), (dst, req.dst), (t, req.t)):
+    def append_edges_future(self, batch: EdgeBatch, timeout_s: float | None = None) -> Future[AppendAck]:
+        """Starts one AppendEdges call (not retried here: see :mod:`graphfeed.graph_store.temporal.client`);
+        ``timeout_s`` is this call's deadline (default: the client's)."""
+        req = pb.AppendEdgesRequest(batch_id=batch.batch_id)
+        for array, field in ((batch.src, req.src), (batch.dst, req.dst), (batch.t, req.t)):
             codec.encode(np.asarray(array, dtype=np.int64), field)
-        if efeat is not None:
-            codec.encode(np.asarray(efeat, dtype=np.float32), req.edge_feat)
+        if batch.efeat is not None:
+            codec.encode(np.asarray(batch.efeat, dtype=np.float32), req.edge_feat)
         raw = self._unary_future(self._stub.AppendEdges, req, timeout_s)
         return then(raw, lambda r: AppendAck(int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq)))
 
@@ -256,30 +244,21 @@ class GraphStoreClient:
         self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
     ) -> AppendAck:
         """Appends one batch (durable when this returns); see :meth:`append_edges_future`."""
-        return self.append_edges_future(batch_id, src, dst, t, efeat).result()
+        return self.append_edges_future(EdgeBatch(batch_id=batch_id, src=src, dst=dst, t=t, efeat=efeat)).result()
 
-    def sample_temporal_future(
-        self,
-        nodes: np.ndarray,
-        times: np.ndarray,
-        fanout: int,
-        strategy: str = "recent",
-        seed: int = 0,
-        first_position: int = 0,
-        with_features: bool = True,
-    ) -> Future[TemporalSample]:
+    def sample_temporal_future(self, query: TemporalQuery) -> Future[TemporalSample]:
         """Starts one SampleTemporal call: each root's in-edges strictly before its time
-        (``TEMPORAL_SPEC``); the arguments are those of :meth:`TemporalStore.sample`."""
-        enum = {"recent": pb.TEMPORAL_STRATEGY_RECENT, "uniform": pb.TEMPORAL_STRATEGY_UNIFORM}.get(strategy, 0)
+        (``TEMPORAL_SPEC``)."""
+        enum = {"recent": pb.TEMPORAL_STRATEGY_RECENT, "uniform": pb.TEMPORAL_STRATEGY_UNIFORM}.get(query.strategy, 0)
         req = pb.SampleTemporalRequest(
-            fanout=fanout,
+            fanout=query.fanout,
             strategy=enum,  # type: ignore[arg-type]
-            rng_seed=seed,
-            first_position=first_position,
-            with_features=with_features,
+            rng_seed=query.seed,
+            first_position=query.first_position,
+            with_features=query.with_features,
         )
-        codec.encode(np.asarray(nodes, dtype=np.int64), req.nodes)
-        codec.encode(np.asarray(times, dtype=np.int64), req.times)
+        codec.encode(np.asarray(query.nodes, dtype=np.int64), req.nodes)
+        codec.encode(np.asarray(query.times, dtype=np.int64), req.times)
 
         def decoded(rec: Received[pb.SampleTemporalResponse]) -> TemporalSample:
             r, seg = rec.message, self._transport.reader()
@@ -291,18 +270,9 @@ class GraphStoreClient:
 
         return then(self._unary_future(self._temporal, req), decoded)
 
-    def sample_temporal(
-        self,
-        nodes: np.ndarray,
-        times: np.ndarray,
-        fanout: int,
-        strategy: str = "recent",
-        seed: int = 0,
-        first_position: int = 0,
-        with_features: bool = True,
-    ) -> TemporalSample:
-        """One SampleTemporal call; see :meth:`sample_temporal_future`."""
-        return self.sample_temporal_future(nodes, times, fanout, strategy, seed, first_position, with_features).result()
+    def sample_temporal(self, nodes: np.ndarray, times: np.ndarray, fanout: int, **query: Any) -> TemporalSample:
+        """One SampleTemporal call; ``query``: the other fields of :class:`TemporalQuery`."""
+        return self.sample_temporal_future(TemporalQuery(nodes=nodes, times=times, fanout=fanout, **query)).result()
 
     def temporal_info(self) -> TemporalInfo:
         """The partition's temporal graph: sizes, time range, edge-feature width, sequence number."""

@@ -18,7 +18,7 @@ import numpy as np
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.futures import completed
 from graphfeed.graph_store.client import GraphStoreClient
-from graphfeed.graph_store.temporal.types import AppendAck, TemporalSample
+from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
 
 if TYPE_CHECKING:  # the in-process stores (RocksDB) are not loaded by a process that only dials graph-stores
@@ -99,32 +99,11 @@ class RemotePartitionSet(PartitionSet):
     def get_split(self, p: int, name: str) -> np.ndarray:
         return self.clients[p].get_split(name)
 
-    def append_edges(
-        self,
-        p: int,
-        batch_id: str,
-        src: np.ndarray,
-        dst: np.ndarray,
-        t: np.ndarray,
-        efeat: np.ndarray | None = None,
-        timeout_s: float | None = None,
-    ) -> Future[AppendAck]:
-        return self.clients[p].append_edges_future(batch_id, src, dst, t, efeat, timeout_s)
+    def append_edges(self, p: int, batch: EdgeBatch, timeout_s: float | None = None) -> Future[AppendAck]:
+        return self.clients[p].append_edges_future(batch, timeout_s)
 
-    def sample_temporal(
-        self,
-        p: int,
-        nodes: np.ndarray,
-        times: np.ndarray,
-        fanout: int,
-        strategy: str = "recent",
-        seed: int = 0,
-        first_position: int = 0,
-        with_features: bool = True,
-    ) -> Future[TemporalSample]:
-        return self.clients[p].sample_temporal_future(
-            nodes, times, fanout, strategy, seed, first_position, with_features
-        )
+    def sample_temporal(self, p: int, query: TemporalQuery) -> Future[TemporalSample]:
+        return self.clients[p].sample_temporal_future(query)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -160,32 +139,14 @@ class LocalPartitionSet(PartitionSet):
             raise FailedPrecondition(f"partition {p} has no temporal graph (opened without an append log)")
         return store
 
-    def append_edges(
-        self,
-        p: int,
-        batch_id: str,
-        src: np.ndarray,
-        dst: np.ndarray,
-        t: np.ndarray,
-        efeat: np.ndarray | None = None,
-        timeout_s: float | None = None,
-    ) -> Future[AppendAck]:
-        return completed(lambda: self._temporal(p).append(batch_id, src, dst, t, efeat))
+    def append_edges(self, p: int, batch: EdgeBatch, timeout_s: float | None = None) -> Future[AppendAck]:
+        b = batch
+        return completed(lambda: self._temporal(p).append(b.batch_id, b.src, b.dst, b.t, b.efeat))
 
-    def sample_temporal(
-        self,
-        p: int,
-        nodes: np.ndarray,
-        times: np.ndarray,
-        fanout: int,
-        strategy: str = "recent",
-        seed: int = 0,
-        first_position: int = 0,
-        with_features: bool = True,
-    ) -> Future[TemporalSample]:
-        return completed(
-            lambda: self._temporal(p).sample(nodes, times, fanout, strategy, seed, first_position, with_features)
-        )
+    def sample_temporal(self, p: int, query: TemporalQuery) -> Future[TemporalSample]:
+        q = query
+        args = (q.nodes, q.times, q.fanout, q.strategy, q.seed, q.first_position, q.with_features)
+        return completed(lambda: self._temporal(p).sample(*args))
 
     def close(self) -> None:
         pass
@@ -216,30 +177,11 @@ class ForwardingPartitionSet(PartitionSet):
     def get_split(self, p: int, name: str) -> np.ndarray:
         return self.inner.get_split(p, name)
 
-    def append_edges(
-        self,
-        p: int,
-        batch_id: str,
-        src: np.ndarray,
-        dst: np.ndarray,
-        t: np.ndarray,
-        efeat: np.ndarray | None = None,
-        timeout_s: float | None = None,
-    ) -> Future[AppendAck]:
-        return self.inner.append_edges(p, batch_id, src, dst, t, efeat, timeout_s)
+    def append_edges(self, p: int, batch: EdgeBatch, timeout_s: float | None = None) -> Future[AppendAck]:
+        return self.inner.append_edges(p, batch, timeout_s)
 
-    def sample_temporal(
-        self,
-        p: int,
-        nodes: np.ndarray,
-        times: np.ndarray,
-        fanout: int,
-        strategy: str = "recent",
-        seed: int = 0,
-        first_position: int = 0,
-        with_features: bool = True,
-    ) -> Future[TemporalSample]:
-        return self.inner.sample_temporal(p, nodes, times, fanout, strategy, seed, first_position, with_features)
+    def sample_temporal(self, p: int, query: TemporalQuery) -> Future[TemporalSample]:
+        return self.inner.sample_temporal(p, query)
 
     def close(self) -> None:
         self.inner.close()

@@ -12,7 +12,7 @@ import numpy as np
 from graphfeed.common.futures import then
 from graphfeed.common.owners import owners
 from graphfeed.common.placement import SharedRegion
-from graphfeed.graph_store.temporal.types import AppendAck, TemporalSample
+from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
 
 
 @dataclass(frozen=True)
@@ -143,31 +143,12 @@ class PartitionSet(ABC):
         """Partition ``p``'s gids of split ``name`` (ascending)."""
 
     @abstractmethod
-    def append_edges(
-        self,
-        p: int,
-        batch_id: str,
-        src: np.ndarray,
-        dst: np.ndarray,
-        t: np.ndarray,
-        efeat: np.ndarray | None = None,
-        timeout_s: float | None = None,
-    ) -> Future[AppendAck]:
-        """Partition ``p`` appends edges into its ``dst`` nodes, durably, once per ``batch_id``."""
+    def append_edges(self, p: int, batch: EdgeBatch, timeout_s: float | None = None) -> Future[AppendAck]:
+        """Partition ``p`` appends ``batch`` into its ``dst`` nodes, durably, once per batch id."""
 
     @abstractmethod
-    def sample_temporal(
-        self,
-        p: int,
-        nodes: np.ndarray,
-        times: np.ndarray,
-        fanout: int,
-        strategy: str = "recent",
-        seed: int = 0,
-        first_position: int = 0,
-        with_features: bool = True,
-    ) -> Future[TemporalSample]:
-        """Partition ``p``'s temporal sample of its ``nodes`` before ``times``
+    def sample_temporal(self, p: int, query: TemporalQuery) -> Future[TemporalSample]:
+        """Partition ``p``'s temporal sample of its roots before their times
         (:meth:`graphfeed.graph_store.temporal.store.TemporalStore.sample`)."""
 
     @abstractmethod

@@ -36,7 +36,7 @@ from graphfeed.common.retry import retry_transient
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.fanout import Chunk, fan_out_requests
 from graphfeed.graph_store.temporal.requests import int_array
-from graphfeed.graph_store.temporal.types import AppendAck, TemporalSample
+from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import PartitionSet
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,8 @@ class TemporalClient:
         """One partition's batch, sent again with the same id while the store is unreachable."""
 
         def attempt(timeout_s: float) -> AppendAck:
-            return self.partitions.append_edges(p, batch_id, src, dst, t, efeat, timeout_s).result()
+            batch = EdgeBatch(batch_id=batch_id, src=src, dst=dst, t=t, efeat=efeat)
+            return self.partitions.append_edges(p, batch, timeout_s).result()
 
         def retrying(tries: int, exc: Unavailable | DeadlineExceeded, _wait: float) -> None:
             with self._lock:
@@ -225,11 +226,16 @@ class TemporalClient:
         parts = self.partitions
 
         def call(c: Chunk) -> Future[TemporalSample]:
-            p_seed = derive_seed(seed, c.partition)
-            at = times[c.positions]
-            return parts.sample_temporal(
-                c.partition, c.ids, at, fanout, strategy, p_seed, c.first_position, with_features
+            query = TemporalQuery(
+                nodes=c.ids,
+                times=times[c.positions],
+                fanout=fanout,
+                strategy=strategy,
+                seed=derive_seed(seed, c.partition),
+                first_position=c.first_position,
+                with_features=with_features,
             )
+            return parts.sample_temporal(c.partition, query)
 
         pending = fan_out_requests(parts, roots, call, self.max_ids_per_request)
         answers = pending.results()

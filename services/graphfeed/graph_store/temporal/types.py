@@ -23,6 +23,32 @@ class AppendAck:
     visible_seq: int  # batches applied after this one (monotone); sampling sees it from now on
 
 
+@dataclass(frozen=True, kw_only=True)
+class EdgeBatch:
+    """Edges ``src -> dst`` at times ``t`` for one partition (every ``dst`` owned by it), sent
+    once per ``batch_id``: a retry sends the same id with the same edges."""
+
+    batch_id: str
+    src: np.ndarray  # int64 [n]
+    dst: np.ndarray  # int64 [n]
+    t: np.ndarray  # int64 [n]
+    efeat: np.ndarray | None = None  # float32 [n, D]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemporalQuery:
+    """One hop of temporal sampling for roots owned by one partition; the fields are the
+    arguments of :meth:`graphfeed.graph_store.temporal.store.TemporalStore.sample`."""
+
+    nodes: np.ndarray  # int64 [N]
+    times: np.ndarray  # int64 [N]
+    fanout: int
+    strategy: str = "recent"
+    seed: int = 0
+    first_position: int = 0
+    with_features: bool = True
+
+
 @dataclass(frozen=True)
 class TemporalSample:
     """Per root ``i``, edges ``[offsets[i], offsets[i+1])`` in ascending time."""

@@ -31,7 +31,6 @@ import numpy as np
 
 from graphfeed.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from graphfeed.common.limits import TEMPORAL_ROOTS_PER_CALL
-from graphfeed.common.owners import group_by_owner
 from graphfeed.common.retry import retry_transient
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.fanout import Chunk, fan_out_requests
@@ -60,6 +59,10 @@ def merge(num_roots: int, parts: Sequence[tuple[np.ndarray, TemporalSample]]) ->
     feats = [s.efeat for _, s in parts if s.efeat is not None]
     efeat = np.concatenate(feats)[idx] if len(feats) == len(parts) else None
     return TemporalSample(offsets, nbr, ts, eid, efeat)
+
+
+def _rows(array: np.ndarray | None, positions: np.ndarray) -> np.ndarray | None:
+    return None if array is None else array[positions]
 
 
 def _bases(parts: Sequence[tuple[np.ndarray, TemporalSample]]) -> list[int]:
@@ -146,29 +149,28 @@ class TemporalClient:
             efeat = None if efeat is None else np.concatenate([efeat, efeat])
         with self._lock:
             base = batch_id or f"{self.client_id}-{next(self._seq)}"
-        order, bounds = group_by_owner(dst, self.partitions.info.node_offsets)
-        futures: dict[int, Future[AppendAck]] = {}
-        for p in range(self.num_partitions):
-            pos = order[bounds[p] : bounds[p + 1]]
-            if len(pos):
-                share = (src[pos], dst[pos], t[pos], None if efeat is None else efeat[pos])
-                futures[p] = self._pool.submit(self._append_one, p, f"{base}-{p}", *share)
-        return {p: f.result() for p, f in futures.items()}
 
-    def _append_one(
-        self, p: int, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None
-    ) -> AppendAck:
+        def send(c: Chunk) -> Future[AppendAck]:  # one batch per owner: never split (its id is per partition)
+            pos, p = c.positions, c.partition
+            share = EdgeBatch(batch_id=f"{base}-{p}", src=src[pos], dst=dst[pos], t=t[pos], efeat=_rows(efeat, pos))
+            return self._pool.submit(self._append_one, p, share)
+
+        pending = fan_out_requests(self.partitions, dst, send, max_ids_per_request=max(1, len(dst)))
+        return {p: ack for (p, _, _), ack in zip(pending.parts, pending.results())}
+
+    def _append_one(self, p: int, batch: EdgeBatch) -> AppendAck:
         """One partition's batch, sent again with the same id while the store is unreachable."""
 
         def attempt(timeout_s: float) -> AppendAck:
-            batch = EdgeBatch(batch_id=batch_id, src=src, dst=dst, t=t, efeat=efeat)
             return self.partitions.append_edges(p, batch, timeout_s).result()
 
         def retrying(tries: int, exc: Unavailable | DeadlineExceeded, _wait: float) -> None:
             with self._lock:
                 self.retries += 1
             if tries == 1:
-                log.info("append %s to partition %d: %s; retrying with the same batch id", batch_id, p, exc.code.name)
+                log.info(
+                    "append %s to partition %d: %s; retrying with the same batch id", batch.batch_id, p, exc.code.name
+                )
 
         return retry_transient(
             attempt,

@@ -44,9 +44,12 @@ class InProcessCluster:
         return _started(self._loader, "loader")[0]
 
     @classmethod
-    def start(cls, data_dir: Path, **loader_overrides: object) -> InProcessCluster:
+    def start(
+        cls, data_dir: Path, store_overrides: dict[str, object] | None = None, **loader_overrides: object
+    ) -> InProcessCluster:
         """Starts every server over the partitions in ``data_dir``; ``loader_overrides`` are
-        extra LoaderSettings fields (validated like any settings)."""
+        extra LoaderSettings fields, ``store_overrides`` extra GraphStoreSettings fields
+        (validated like any settings)."""
         from graphfeed.graph_store.config import GraphStoreSettings
         from graphfeed.graph_store.server import serve as serve_store
         from graphfeed.loader.config import LoaderSettings
@@ -61,7 +64,13 @@ class InProcessCluster:
                 # model_validate runs BaseSettings.__init__ (env vars included), like the constructor.
                 # No append log: a process cluster may serve the same partitions (and hold its lock).
                 store_settings = GraphStoreSettings.model_validate(
-                    {"part_dir": Path(data_dir) / part_dir_name(p), "port": 0, "metrics_port": -1, "append_dir": ""}
+                    {
+                        "part_dir": Path(data_dir) / part_dir_name(p),
+                        "port": 0,
+                        "metrics_port": -1,
+                        "append_dir": "",
+                        **(store_overrides or {}),
+                    }
                 )
                 srv, store = serve_store(store_settings, CollectorRegistry())
                 c.graph_stores.append(srv)

@@ -158,8 +158,9 @@ class GraphStoreClient:
 
         When ``into`` lies in shared memory that this client offers, the graph-store writes the
         rows there itself (only the ids cross the wire). If it cannot see that directory (it runs
-        on another host), this client says so once and stops asking: the rows are then read,
-        each answer message's rows copied once, as they arrive, to their place.
+        on another host: the write is refused while a read succeeds), this client says so once
+        and stops asking: the rows are then read, each answer message's rows copied once, as
+        they arrive, to their place.
 
         Raises:
             DataLoss: chunks that do not add up to one row per id of ``into.out``'s shape and dtype.
@@ -169,10 +170,14 @@ class GraphStoreClient:
                 written = self._scatter(name, ids, NodeDataTarget.of(into))
                 return written * into.out.itemsize * int(np.prod(into.out.shape[1:], dtype=np.int64))
             except FailedPrecondition as exc:
+                nbytes = self._read_into(name, ids, into.out, into.positions)  # raises if the store itself refuses
                 log.warning(
-                    "graph-store %s cannot write into our shared memory (%s); reading rows instead", self.address, exc
+                    "graph-store %s cannot write into our shared memory (%s); reading rows from now on",
+                    self.address,
+                    exc,
                 )
-                self._writes_shared = False
+                self._writes_shared = False  # only once the store answered a read: a restart does not switch it off
+                return nbytes
         return self._read_into(name, ids, into.out, into.positions)
 
     def _read_into(self, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:

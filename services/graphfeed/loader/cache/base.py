@@ -91,6 +91,10 @@ class CachePolicy(ABC):
 
     name: str
 
+    def device(self) -> DeviceCachePolicy | None:
+        """This policy where it can also gather rows into device memory (a GPU tier); else None."""
+        return None
+
     def __init__(self, tier: HostTier) -> None:
         self.tier = tier
         self.prefetcher: Prefetcher | None = None
@@ -151,6 +155,9 @@ class DeviceCachePolicy(CachePolicy):
     """A policy that can also gather rows into device memory (a GPU tier in front of a host
     policy): :meth:`lookup_device` instead of :meth:`~CachePolicy.lookup`, then :meth:`fill`
     with the misses' rows; the other hooks as for any policy."""
+
+    def device(self) -> DeviceCachePolicy:
+        return self
 
     @abstractmethod
     def lookup_device(self, ids: np.ndarray) -> tuple[Any, np.ndarray]:

@@ -30,7 +30,7 @@ class SharedCache:
     @property
     def device_policy(self) -> DeviceCachePolicy | None:
         """The policy, where it can gather rows into device memory (a GPU tier); else None."""
-        return self.policy if isinstance(self.policy, DeviceCachePolicy) else None
+        return self.policy.device()
 
     def ensure_warm(self, partitions: PartitionSet, feature_name: str) -> None:
         """Gives the policy its prefetcher and warms it up, once."""

@@ -63,13 +63,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     add_settings_argument(src, TrainConfig, "loader_address", flag="--loader")
     add_settings_argument(src, TrainConfig, "graph_stores")
     add_settings_argument(p, TrainConfig, "sampler_address", flag="--sampler")
-    # eval_fanouts, weight_decay and dropout have no flag (as before): the library's to set.
+    # weight_decay and dropout have no flag (as before): the library's to set.
     apart = {
         "loader_address",
         "graph_stores",
         "sampler_address",
         "stop_after_steps",
-        "eval_fanouts",
         "weight_decay",
         "dropout",
     }

@@ -64,3 +64,14 @@ def test_a_missing_or_bad_setting_is_one_line_naming_flag_and_env(capsys: pytest
     assert "--part-dir (env GRAPHFEED_GRAPH_STORE_PART_DIR): is required" in err
     assert "--port (env GRAPHFEED_GRAPH_STORE_PORT): Input should be less than or equal to 65535" in err
     assert "Traceback" not in err and "pydantic" not in err
+
+
+def test_evaluation_samples_as_many_layers_as_the_model_has() -> None:
+    """A 3-layer model evaluated with 2 layers of blocks returns its hidden layer, not logits:
+    evaluation defaults to all neighbors per training layer, and another depth is refused."""
+    from graphfeed.trainer.config import TrainConfig
+
+    assert TrainConfig(fanouts=[15, 10, 5]).eval_fanouts == [-1, -1, -1]
+    assert TrainConfig(fanouts=[15, 10, 5], eval_fanouts=[20, 20, 20]).eval_fanouts == [20, 20, 20]
+    with pytest.raises(ValueError, match="eval_fanouts has 2 layers but fanouts"):
+        TrainConfig(fanouts=[15, 10, 5], eval_fanouts=[-1, -1])

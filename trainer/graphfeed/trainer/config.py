@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from graphfeed.common.config import field_from, split_commas
@@ -97,7 +97,9 @@ class TrainConfig(BaseSettings):
         description=f"{JobSpec.__dataclass_fields__['fanouts'].metadata['description']} (default 10 10)",
     )
     eval_fanouts: list[int] = Field(
-        default_factory=lambda: [-1, -1], description="Neighbors per layer when evaluating (default -1 -1: all)."
+        default_factory=list,
+        description="Neighbors per layer when evaluating, one per --fanouts layer (the model's depth); "
+        "not given: -1 (all neighbors) for every layer.",
     )
     hidden: int = Field(default=64, description="Hidden units.")
     lr: float = Field(default=0.01, description="Adam learning rate.")
@@ -159,6 +161,19 @@ class TrainConfig(BaseSettings):
     stop_after_steps: int | None = Field(
         default=None, description="Testing aid: exit after this many steps in this process."
     )
+
+    @model_validator(mode="after")
+    def _eval_layers(self) -> TrainConfig:
+        """Evaluation samples as many layers as the model has: -1 each unless given, and refused
+        when given for another depth (the model would return its hidden layer, not logits)."""
+        if not self.eval_fanouts:
+            self.eval_fanouts = [-1] * len(self.fanouts)
+        elif len(self.eval_fanouts) != len(self.fanouts):
+            raise ValueError(
+                f"eval_fanouts has {len(self.eval_fanouts)} layers but fanouts (the model's depth) has "
+                f"{len(self.fanouts)}: {self.eval_fanouts} vs {self.fanouts}"
+            )
+        return self
 
     @property
     def torch_device(self) -> str:

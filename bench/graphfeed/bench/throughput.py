@@ -168,9 +168,30 @@ def machine_limits(feat_width: int, rows: int) -> dict[str, float]:
     return {"memcpy_gbps": memcpy, "random_row_gather_gbps": gather, "grpc_loopback_stream_gbps": grpc_gbps}
 
 
+TRAINER_POD = ("client", "loader")
+"""The processes of a trainer pod: the trainer (this process, ``client``) and its loader sidecar."""
+
+
+def cpu_shares(systems_: dict[str, dict[str, Any]]) -> None:
+    """Adds each system's CPU seconds per minibatch in all (``cpu_total_s``) and in the trainer
+    pod (``trainer_pod_cpu_s``: what bounds a GPU's feed on a cluster, where graph-stores and
+    samplers run on other nodes)."""
+    for summary in systems_.values():
+        cpu = summary.get("cpu_seconds_per_minibatch") or {}
+        summary["cpu_total_s"] = round(sum(cpu.values()), 4)
+        summary["trainer_pod_cpu_s"] = round(sum(v for k, v in cpu.items() if k in TRAINER_POD), 4)
+
+
 def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], args: argparse.Namespace) -> dict:
     """The systems' summaries, the ratios between them and the machine's limits."""
     ratio = lambda a, b: runs.ratio(systems_, a, b)  # noqa: E731
+    cpu_shares(systems_)
+    dgl_cpu = systems_.get("dgl_sample_gather", {}).get("cpu_total_s") or None
+    pod = {
+        f"{name}_trainer_pod_cpu_vs_dgl": round(systems_[name]["trainer_pod_cpu_s"] / dgl_cpu, 3)
+        for name in ("gf_e2e", "gf_embedded")
+        if dgl_cpu and name in systems_
+    }
     return {
         "preset": args.preset,
         "transport": args.transport,
@@ -183,6 +204,7 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
         "sample_ratio_vs_dgl": ratio("gf_sampler", "dgl_sample"),
         "e2e_ratio_vs_dgl": ratio("gf_e2e", "dgl_sample_gather"),
         "embedded_ratio_vs_dgl": ratio("gf_embedded", "dgl_sample_gather"),
+        **pod,
         **(
             {
                 "e2e_ratio_vs_distdgl": ratio("gf_e2e", "distdgl"),
@@ -215,6 +237,12 @@ def markdown(result: dict) -> str:
             f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"
         ),
     ]
+    if "gf_e2e_trainer_pod_cpu_vs_dgl" in result:
+        lines.append(
+            "Trainer pod (trainer + loader sidecar) CPU seconds per minibatch over in-process DGL's whole job: "
+            f"e2e {result['gf_e2e_trainer_pod_cpu_vs_dgl']:.2f}x, "
+            f"embedded {result.get('gf_embedded_trainer_pod_cpu_vs_dgl', float('nan')):.2f}x"
+        )
     if "distdgl_ratio_vs_dgl" in result:
         lines.append(
             f"DistDGL: {result['distdgl_ratio_vs_dgl']:.2f}x in-process DGL; graphfeed over DistDGL: "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -203,3 +204,20 @@ def test_pack_command_over_a_partition_root(
     assert [line["epoch"] for line in lines] == [1, 2]
     for epoch in (1, 2):  # the job the command describes is JOB (shuffled, as the trainer's loaders do)
         assert PackManifest.load(tmp_path / job_key(JOB, epoch)).epoch == epoch
+
+
+def test_an_epoch_without_packs_is_counted_and_said(
+    parts: LocalPartitionSet, packed: tuple[Path, PackManifest], orig: np.ndarray, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loader given a pack root that streams an epoch nobody packed reads every miss from the
+    graph-stores: exact, but slow, so it warns and counts instead of falling back silently."""
+    root, _ = packed
+    loader = Loader(parts, MultiHopSampler(parts), cache_policy="none", pack_root=root)
+    try:
+        with caplog.at_level(logging.WARNING, logger="graphfeed.loader.packs.tier"):
+            for mb in stream_all(loader, epoch=7):  # epoch 7 was never packed
+                np.testing.assert_array_equal(mb.features, arithmetic_features(orig[mb.blocks.input_nodes]))
+        assert loader.pack_stats.unpacked == 1 and loader.pack_stats.hits == 0
+        assert any("no packs for job" in r.getMessage() and "epoch=7" in r.getMessage() for r in caplog.records)
+    finally:
+        loader.close()

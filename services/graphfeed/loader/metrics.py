@@ -46,6 +46,13 @@ _PACK_COUNTERS = (
         "Pack directories refused at stream start (written for another graph, job or epoch).",
     ),
     (
+        "graphfeed_loader_pack_unpacked_epochs",
+        (
+            "Streams (one epoch of one rank) of a loader with a pack root that found no packs: every miss "
+            "went to the graph-stores."
+        ),
+    ),
+    (
         "graphfeed_loader_pack_read_seconds",
         "Time spent reading and checking pack files (off the minibatch path when read ahead).",
     ),
@@ -114,7 +121,7 @@ class _StateCollector:
 def _pack_families(packs: PackStats) -> Iterator[Metric]:
     """The packed-disk tier's own counters (its row hits are the cache counters' tier="pack")."""
     with packs.lock:
-        values = (packs.disk_bytes, packs.fallbacks, packs.refused, packs.read_seconds)
+        values = (packs.disk_bytes, packs.fallbacks, packs.refused, packs.unpacked, packs.read_seconds)
     for (name, doc), value in zip(_PACK_COUNTERS, values):
         yield CounterMetricFamily(name, doc, value=value)
 

@@ -40,6 +40,7 @@ class PackStats:
     disk_bytes: int = 0  # read from pack files
     fallbacks: int = 0  # packs that failed their checks: their steps went to the graph-stores
     refused: int = 0  # pack directories refused at open (another graph, job or epoch)
+    unpacked: int = 0  # streams (one epoch of one rank) that found no packs and read the graph-stores
     read_seconds: float = 0.0
 
     def __post_init__(self) -> None:
@@ -125,13 +126,22 @@ def open_pack_tier(
     threads: int,
     direct: bool,
 ) -> PackTier | None:
-    """The pack tier of ``job``'s ``epoch`` when ``root`` has usable packs for it; else None
-    (none written: silently; refused, e.g. another graph version: with a warning, counted)."""
+    """The pack tier of ``job``'s ``epoch`` when ``root`` has usable packs for it; else None,
+    with a warning and a count either way (none written for it: ``unpacked``; refused, e.g.
+    another graph version: ``refused``), since a loader given packs that serves an epoch without
+    them reads every miss from the graph-stores."""
     pack_dir = Path(root) / job_key(job, epoch)
     if not (pack_dir / MANIFEST).exists():
-        log.info(
-            "no packs for job=%s rank=%d epoch=%d under %s: reading the graph-stores", job.job_id, job.rank, epoch, root
+        log.warning(
+            "no packs for job=%s rank=%d epoch=%d under %s: this epoch reads every miss from the graph-stores "
+            "(graphfeed pack ahead of it)",
+            job.job_id,
+            job.rank,
+            epoch,
+            root,
         )
+        with stats.lock:
+            stats.unpacked += 1
         return None
     try:
         reader = PackReader.open(pack_dir, GraphIdentity.of(info), job, epoch, threads=threads, direct=direct)

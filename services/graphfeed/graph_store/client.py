@@ -168,7 +168,7 @@ class GraphStoreClient:
         if into.shared is not None and self._writes_shared:
             try:
                 written = self._scatter(name, ids, NodeDataTarget.of(into))
-                return written * into.out.itemsize * int(np.prod(into.out.shape[1:], dtype=np.int64))
+                return written * into.row_bytes
             except FailedPrecondition as exc:
                 nbytes = self._read_into(name, ids, into.out, into.positions)  # raises if the store itself refuses
                 log.warning(

@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from graphfeed.common.errors import FailedPrecondition
 from graphfeed.graph_store.rowstore import RowStats
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
@@ -245,12 +244,7 @@ class MeteredTemporal:
     @property
     def temporal(self) -> TemporalStore:
         """The temporal graph; FailedPrecondition when the partition has none."""
-        if self._store.temporal is None:
-            raise FailedPrecondition(
-                f"partition {self._store.partition_id} has no temporal graph "
-                "(no edge timestamps at ingest and appends disabled)"
-            )
-        return self._store.temporal
+        return self._store.temporal_graph()
 
     def append(
         self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None, arrived: float

@@ -23,7 +23,6 @@ from graphfeed.graph_store.types import PartitionInfo, PartitionSet, RowsInto, S
 
 if TYPE_CHECKING:  # the in-process stores (RocksDB) are not loaded by a process that only dials graph-stores
     from graphfeed.graph_store.store import GraphStore
-    from graphfeed.graph_store.temporal.store import TemporalStore
 
 PARTITION_PLACEHOLDER = "{p}"
 """In a graph-store address, stands for the partition id: ``graph-store-{p}.graph-store:50051``."""
@@ -133,20 +132,14 @@ class LocalPartitionSet(PartitionSet):
     def get_split(self, p: int, name: str) -> np.ndarray:
         return self.stores[p].get_split(name)
 
-    def _temporal(self, p: int) -> TemporalStore:
-        store = self.stores[p].temporal
-        if store is None:
-            raise FailedPrecondition(f"partition {p} has no temporal graph (opened without an append log)")
-        return store
-
     def append_edges(self, p: int, batch: EdgeBatch, timeout_s: float | None = None) -> Future[AppendAck]:
         b = batch
-        return completed(lambda: self._temporal(p).append(b.batch_id, b.src, b.dst, b.t, b.efeat))
+        return completed(lambda: self.stores[p].temporal_graph().append(b.batch_id, b.src, b.dst, b.t, b.efeat))
 
     def sample_temporal(self, p: int, query: TemporalQuery) -> Future[TemporalSample]:
         q = query
         args = (q.nodes, q.times, q.fanout, q.strategy, q.seed, q.first_position, q.with_features)
-        return completed(lambda: self._temporal(p).sample(*args))
+        return completed(lambda: self.stores[p].temporal_graph().sample(*args))
 
     def close(self) -> None:
         pass

@@ -318,6 +318,15 @@ class GraphStore:
             raise NotFound(f"split {name!r} does not exist; available: {sorted(self._splits)}")
         return gids
 
+    def temporal_graph(self) -> TemporalStore:
+        """:attr:`temporal`; FailedPrecondition when the partition has none."""
+        if self.temporal is None:
+            raise FailedPrecondition(
+                f"partition {self.partition_id} has no temporal graph "
+                "(no edge timestamps at ingest and appends disabled)"
+            )
+        return self.temporal
+
     def close(self) -> None:
         """Releases the store's data; it must not be used afterwards. Idempotent.
 

@@ -36,10 +36,15 @@ class RowsInto:
         """The same destination for the ids at ``which`` only."""
         return RowsInto(self.out, self.positions[which], self.shared)
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of ``out``."""
+        return self.out.itemsize * int(np.prod(self.out.shape[1:], dtype=np.int64))
+
     def place(self, rows: np.ndarray) -> int:
         """Puts ``rows`` (one per id, in id order) where they go; returns their bytes."""
         self.out[self.positions] = np.asarray(rows).reshape((len(self.positions), *self.out.shape[1:]))
-        return int(self.out.itemsize * len(self.positions) * int(np.prod(self.out.shape[1:], dtype=np.int64)))
+        return len(self.positions) * self.row_bytes
 
 
 @dataclass(frozen=True)

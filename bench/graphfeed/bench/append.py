@@ -177,7 +177,9 @@ def kill_trials(
     try:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda s: s.start(), stores))
-        partitions = RemotePartitionSet([s.address for s in stores], timeout_s=10)
+        # reads (the final check samples every node) get a deadline that tolerates a loaded machine;
+        # appends keep 10 s per attempt, so a killed store is retried promptly
+        partitions = RemotePartitionSet([s.address for s in stores], timeout_s=60)
         client = TemporalClient(partitions, client_id="durability", attempt_timeout_s=10, retry_deadline_s=120)
         num_nodes = int(partitions.info.num_nodes)
         for k in range(trials):

@@ -1,0 +1,210 @@
+"""Node and edge types: how a heterogeneous graph lives in graphfeed's one id space.
+
+graphfeed stores every graph the way DistDGL stores a heterograph: homogenized. Node types and
+canonical edge types ``(src_type, relation, dst_type)`` are numbered in schema order, and
+
+* **nodes**: partition ``p`` owns the contiguous global ids ``[node_offsets[p], node_offsets[p+1])``
+  (as for any graph), and inside them the nodes of type ``t`` are the contiguous range
+  ``[ntype_offsets[p, t], ntype_offsets[p, t+1])``. A node's *type-wise id* (what DGL calls
+  the id of a node of one type, and what a user's ``{ntype: ids}`` holds) numbers the nodes of
+  its type partition by partition, in global-id order;
+* **edges**: global edge ids are edge-type-major: the edges of type ``r`` are
+  ``[etype_offsets[r], etype_offsets[r+1])``, and type-wise edge id = global id - ``etype_offsets[r]``.
+
+So the type of any id is one ``searchsorted`` away, sampling and compaction work on global ids
+unchanged, and only the ends that face users (ingest, the trainer's blocks) speak in types.
+
+A homogeneous graph is the one-type case: node type ``_N``, edge type ``(_N, _E, _N)`` (DGL's
+names), type-wise ids equal to global ids, and node-data keys without a type prefix
+(``"feat"``). In a heterogeneous graph a node-data table belongs to one node type and its key is
+``"<ntype>/<name>"`` (``"paper/feat"``); types without a table have no such data (featureless).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument
+
+DEFAULT_NTYPE = "_N"
+DEFAULT_ETYPE = ("_N", "_E", "_N")
+
+CanonicalEtype = tuple[str, str, str]
+
+
+def check_type_name(what: str, name: str) -> str:
+    """A node type or relation name must be non-empty and free of ``/`` and ``:`` (they join keys)."""
+    if not isinstance(name, str) or not name or "/" in name or ":" in name or name != name.strip():
+        raise InvalidArgument(f"{what} {name!r} is not a valid type name (non-empty, no '/', ':' or outer spaces)")
+    return name
+
+
+def etype_name(etype: CanonicalEtype) -> str:
+    """``"src:rel:dst"``, the string form of a canonical edge type (files, flags, metric labels)."""
+    return ":".join(etype)
+
+
+@dataclass(frozen=True, eq=False)
+class GraphSchema:
+    """Node types, canonical edge types and where their ids lie (see the module docstring).
+
+    Attributes:
+        ntypes: node type names, in type-id order.
+        etypes: canonical edge types ``(src_type, relation, dst_type)``, in type-id order.
+        ntype_offsets: int64 [P, T+1]; row ``p`` splits partition ``p``'s global ids by type.
+        etype_offsets: int64 [R+1]; global edge ids of type ``r`` are ``[etype_offsets[r], etype_offsets[r+1])``.
+    """
+
+    ntypes: tuple[str, ...]
+    etypes: tuple[CanonicalEtype, ...]
+    ntype_offsets: np.ndarray
+    etype_offsets: np.ndarray
+
+    def __post_init__(self) -> None:
+        off = np.asarray(self.ntype_offsets, dtype=np.int64).reshape(-1, len(self.ntypes) + 1)
+        eoff = np.asarray(self.etype_offsets, dtype=np.int64).reshape(-1)
+        object.__setattr__(self, "ntype_offsets", off)
+        object.__setattr__(self, "etype_offsets", eoff)
+        if len(eoff) != len(self.etypes) + 1:
+            raise InvalidArgument(f"{len(eoff)} edge-type offsets for {len(self.etypes)} edge types")
+        if len(set(self.ntypes)) != len(self.ntypes) or len(set(self.etypes)) != len(self.etypes):
+            raise InvalidArgument(f"node and edge types must be distinct: {self.ntypes}, {self.etypes}")
+        for s, _, d in self.etypes:
+            for t in (s, d):
+                if t not in self.ntypes:
+                    raise InvalidArgument(f"edge type ({s}, _, {d}) names node type {t!r}, not one of {self.ntypes}")
+        counts = off[:, 1:] - off[:, :-1]
+        self._starts = off[:, :-1].reshape(-1)  # flattened [P*T] range starts, non-decreasing
+        self._base = np.vstack([np.zeros((1, len(self.ntypes)), np.int64), np.cumsum(counts, axis=0)])  # [P+1, T]
+        self._index = {t: i for i, t in enumerate(self.ntypes)}
+        self._eindex = {e: i for i, e in enumerate(self.etypes)}
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def homogeneous(cls, node_offsets: Sequence[int], num_edges: int) -> GraphSchema:
+        """The one-type schema of a graph with these ownership ranges."""
+        off = np.asarray(node_offsets, dtype=np.int64)
+        return cls((DEFAULT_NTYPE,), (DEFAULT_ETYPE,), np.stack([off[:-1], off[1:]], axis=1), np.array([0, num_edges]))
+
+    def to_dict(self) -> dict:
+        return {
+            "ntypes": list(self.ntypes),
+            "etypes": [list(e) for e in self.etypes],
+            "ntype_offsets": self.ntype_offsets.tolist(),
+            "etype_offsets": self.etype_offsets.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GraphSchema:
+        return cls(
+            tuple(d["ntypes"]),
+            tuple(tuple(e) for e in d["etypes"]),  # type: ignore[misc]
+            np.asarray(d["ntype_offsets"], dtype=np.int64),
+            np.asarray(d["etype_offsets"], dtype=np.int64),
+        )
+
+    # -- facts -------------------------------------------------------------------------------
+
+    @property
+    def is_hetero(self) -> bool:
+        """More than one node type or edge type (DGL's blocks then have types)."""
+        return len(self.ntypes) > 1 or len(self.etypes) > 1
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.ntype_offsets)
+
+    def num_nodes(self, ntype: str) -> int:
+        """Nodes of ``ntype`` in the whole graph."""
+        return int(self._base[-1, self.ntype_id(ntype)])
+
+    def num_edges(self, etype: CanonicalEtype | str) -> int:
+        r = self.etype_id(etype)
+        return int(self.etype_offsets[r + 1] - self.etype_offsets[r])
+
+    def ntype_id(self, ntype: str) -> int:
+        i = self._index.get(ntype)
+        if i is None:
+            raise InvalidArgument(f"unknown node type {ntype!r}; the graph has {list(self.ntypes)}")
+        return i
+
+    def etype_id(self, etype: CanonicalEtype | Sequence[str] | str) -> int:
+        """The id of an edge type given as a canonical triple, ``"src:rel:dst"``, or a relation
+        name that only one edge type has (as DGL accepts)."""
+        if isinstance(etype, str):
+            parts = tuple(etype.split(":"))
+            if len(parts) == 1:
+                found = [i for i, e in enumerate(self.etypes) if e[1] == etype]
+                if len(found) == 1:
+                    return found[0]
+                what = "no" if not found else "several"
+                raise InvalidArgument(
+                    f"edge type {etype!r}: {what} edge types have that relation; name it as src:rel:dst "
+                    f"(the graph has {[etype_name(e) for e in self.etypes]})"
+                )
+            etype = parts
+        key = tuple(etype)
+        i = self._eindex.get(key) if len(key) == 3 else None  # type: ignore[arg-type]
+        if i is None:
+            raise InvalidArgument(f"unknown edge type {etype!r}; the graph has {[etype_name(e) for e in self.etypes]}")
+        return i
+
+    def data_key(self, ntype: str, name: str) -> str:
+        """The node-data key of table ``name`` of ``ntype``: ``name`` in a one-type graph, else
+        ``"ntype/name"``."""
+        return name if len(self.ntypes) == 1 else f"{ntype}/{name}"
+
+    def owned_range(self, p: int, ntype: str) -> tuple[int, int]:
+        """Global ids ``[lo, hi)`` of ``ntype`` owned by partition ``p``."""
+        t = self.ntype_id(ntype)
+        return int(self.ntype_offsets[p, t]), int(self.ntype_offsets[p, t + 1])
+
+    # -- id maps -----------------------------------------------------------------------------
+
+    def ntype_of(self, gids: np.ndarray) -> np.ndarray:
+        """int64 type id of each global node id (ids must lie in the graph)."""
+        return self._range_of(gids) % len(self.ntypes)
+
+    def _range_of(self, gids: np.ndarray) -> np.ndarray:
+        # The last range starting at or before g holds g: any later range starts after it, and
+        # an empty range before it ends where the next one starts.
+        return np.searchsorted(self._starts, np.asarray(gids, dtype=np.int64), side="right") - 1
+
+    def to_typed(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(type ids, type-wise ids)`` of global node ids."""
+        gids = np.asarray(gids, dtype=np.int64)
+        if len(self.ntypes) == 1:
+            return np.zeros(len(gids), np.int64), gids
+        k = self._range_of(gids)
+        p, t = np.divmod(k, len(self.ntypes))
+        return t, gids - self._starts[k] + self._base[p, t]
+
+    def to_gids(self, ntype: str, ids: np.ndarray) -> np.ndarray:
+        """Global ids of type-wise ids of ``ntype``; InvalidArgument for ids outside the type."""
+        t = self.ntype_id(ntype)
+        ids = np.asarray(ids, dtype=np.int64)
+        n = int(self._base[-1, t])
+        if len(ids) and (ids.min() < 0 or ids.max() >= n):
+            bad = ids[(ids < 0) | (ids >= n)]
+            raise InvalidArgument(f"{ntype} ids must be in [0, {n}), got {bad[:5].tolist()}")
+        if len(self.ntypes) == 1:
+            return ids.copy()
+        p = np.searchsorted(self._base[1:, t], ids, side="right")
+        return ids - self._base[p, t] + self.ntype_offsets[p, t]
+
+    def etype_of(self, eids: np.ndarray) -> np.ndarray:
+        """int64 type id of each global edge id."""
+        return np.searchsorted(self.etype_offsets[1:], np.asarray(eids, dtype=np.int64), side="right")
+
+    def group_by_ntype(self, gids: np.ndarray) -> dict[str, np.ndarray]:
+        """Positions in ``gids`` of the nodes of each type (ascending; types with none left out)."""
+        if len(self.ntypes) == 1:
+            return {self.ntypes[0]: np.arange(len(gids), dtype=np.int64)}
+        types = self.ntype_of(gids)
+        order = np.argsort(types, kind="stable")
+        bounds = np.searchsorted(types[order], np.arange(len(self.ntypes) + 1))
+        return {t: order[bounds[i] : bounds[i + 1]] for i, t in enumerate(self.ntypes) if bounds[i + 1] > bounds[i]}

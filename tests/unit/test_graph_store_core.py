@@ -41,7 +41,7 @@ def test_info_describes_partition_and_graph(open_store: OpenStore) -> None:
     assert (s1.start, s1.stop, s1.partition_id) == (50, 100, 1)
     assert info.node_data["feat"].dtype == np.float32 and info.node_data["feat"].row_shape == (F,)
     assert info.node_data["label"].dtype == np.int64 and info.node_data["label"].row_shape == ()
-    assert info.num_classes == C and info.dataset == "arithmetic-100" and info.schema_version == 1
+    assert info.num_classes == C and info.dataset == "arithmetic-100" and info.schema_version == 2
     assert s0.info().num_local_edges + info.num_local_edges == info.num_edges
     assert 0 < info.num_halo_nodes <= 50  # partitioned by v % 2: every odd node has even neighbors
 

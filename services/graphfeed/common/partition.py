@@ -8,7 +8,9 @@ no id map is needed at serving time. ``orig_ids.npy`` keeps each node's id in th
 
     <root>/manifest.json              GraphManifest (the schema version lives here)
     <root>/part-00000/manifest.json   the same manifest plus "partition_id"
-    <root>/part-00000/indptr.npy      int64 [n_owned+1]  in-CSR over owned nodes (row = gid - offset)
+    <root>/part-00000/indptr.npy      int64 [n_owned+1]  in-CSR over owned nodes (row = gid - offset); with
+                                      several edge types int64 [R, n_owned+1], one CSR per edge type
+                                      into the shared arrays below (edges of type r, then r+1, ...)
     <root>/part-00000/indices.npy     int32 [E_p]        gid of each in-neighbor (edge source)
     <root>/part-00000/edge_ids.npy    int32 [E_p]        global edge id
     <root>/part-00000/edge_ts.npy     int64 [E_p]        edge timestamp (only when the input had ts)
@@ -19,6 +21,10 @@ no id map is needed at serving time. ``orig_ids.npy`` keeps each node's id in th
     <root>/part-00000/db/             RocksDB: node data in row chunks, splits
     <root>/part-00000/node_data/<name>.bin  the same node data as flat C-order rows (no header),
                                       read at random by a graph-store with a memory budget
+
+Types (:mod:`graphfeed.common.schema`): the manifest lists node types, canonical edge types
+and their id ranges; a node-data table covers the owned nodes of its type only (its rows are
+``gid - ntype_offsets[p][t]``). A graph without types is the one-type case.
 
 RocksDB keys: ``nd/<name>/<chunk:08d>`` -> raw C-order rows ``[chunk*rows_per_chunk, ...)`` of
 the owned-node table; ``split/<name>`` -> int64 gids (ascending). Arrays are ``.npy`` so that
@@ -44,8 +50,10 @@ from rocksdict import AccessType, Options, Rdict, WriteOptions
 
 from graphfeed.common.errors import FailedPrecondition
 from graphfeed.common.limits import ROCKSDB_VALUE_BYTES
+from graphfeed.common.schema import DEFAULT_NTYPE, GraphSchema
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: node and edge types (a version-1 layout reads as one type)
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 
 
@@ -60,6 +68,7 @@ class NodeDataSpec:
     dtype: str
     row_shape: tuple[int, ...]
     rows_per_chunk: int
+    ntype: str = DEFAULT_NTYPE  # the node type whose rows the table holds
 
     @property
     def row_bytes(self) -> int:
@@ -85,6 +94,14 @@ class GraphManifest:
     # A random hex id per ingest run (uuid4): tells a restarted graph-store serving a
     # re-ingested graph from one serving the same graph ("" for graphs ingested before it).
     graph_version: str = ""
+    # GraphSchema.to_dict() of a typed graph; empty for the one-type case
+    types: dict = field(default_factory=dict)
+
+    def schema(self) -> GraphSchema:
+        """The graph's node and edge types and their id ranges."""
+        if not self.types:
+            return GraphSchema.homogeneous(self.node_offsets, self.num_edges)
+        return GraphSchema.from_dict(self.types)
 
     def owner(self, gids: np.ndarray) -> np.ndarray:
         """Owning partition of each gid (gids must lie in [0, num_nodes))."""
@@ -100,15 +117,20 @@ class GraphManifest:
         d = json.loads(text)
         d.pop("partition_id", None)
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise FailedPrecondition(
                 f"partition layout version {version} is not supported "
-                f"(this build reads {SCHEMA_VERSION}); re-run ingest"
+                f"(this build reads {list(READABLE_VERSIONS)}); re-run ingest"
             )
         d["node_offsets"] = tuple(d["node_offsets"])
         d["splits"] = tuple(d["splits"])
         d["node_data"] = {
-            k: NodeDataSpec(dtype=v["dtype"], row_shape=tuple(v["row_shape"]), rows_per_chunk=v["rows_per_chunk"])
+            k: NodeDataSpec(
+                dtype=v["dtype"],
+                row_shape=tuple(v["row_shape"]),
+                rows_per_chunk=v["rows_per_chunk"],
+                ntype=v.get("ntype", DEFAULT_NTYPE),
+            )
             for k, v in d["node_data"].items()
         }
         return cls(**d)
@@ -155,9 +177,10 @@ def id_dtype(count: int) -> np.dtype:
 
 def flat_node_data_path(part_dir: Path, name: str) -> Path:
     """Where the flat copy of node-data table ``name`` of a partition lives."""
-    if not name or "/" in name or name.startswith("."):
+    parts = name.split("/")  # "ntype/name" in a typed graph: a directory per type
+    if len(parts) > 2 or any(not part or part.startswith(".") for part in parts):
         raise FailedPrecondition(f"node-data name {name!r} cannot name a file")
-    return Path(part_dir) / "node_data" / f"{name}.bin"
+    return Path(part_dir, "node_data", *parts[:-1], f"{parts[-1]}.bin")
 
 
 def write_flat_node_data(part_dir: Path, name: str, chunks: Iterable[bytes | memoryview]) -> Path:
@@ -248,10 +271,13 @@ class PartitionReader:
             )
         self.partition_id: int = int(raw["partition_id"])
         m = self.manifest
+        self.schema = m.schema()
         self.start = int(m.node_offsets[self.partition_id])
         self.stop = int(m.node_offsets[self.partition_id + 1])
         load = lambda name: np.load(self.path / name, mmap_mode="r")  # noqa: E731
-        self.indptr: np.ndarray = load("indptr.npy")
+        indptr = load("indptr.npy")
+        # [R, n_owned+1]: one in-CSR per edge type over the shared indices/edge_ids
+        self.etype_indptr: np.ndarray = indptr if indptr.ndim == 2 else indptr[None, :]
         self.indices: np.ndarray = load("indices.npy")
         self.edge_ids: np.ndarray = load("edge_ids.npy")
         self.orig_ids: np.ndarray = load("orig_ids.npy")
@@ -260,16 +286,18 @@ class PartitionReader:
         self.edge_ts: np.ndarray | None = np.load(ts, mmap_mode="r") if ts.exists() else None
         ef = self.path / "edge_feat.npy"  # absent in partitions written before edge features
         self.edge_feat: np.ndarray | None = np.load(ef, mmap_mode="r") if ef.exists() else None
-        if len(self.indptr) != self.num_owned + 1:
+        num_etypes = len(self.schema.etypes)
+        if self.etype_indptr.shape != (num_etypes, self.num_owned + 1):
             raise FailedPrecondition(
-                f"{self.path}: indptr has {len(self.indptr)} entries for {self.num_owned} owned nodes"
+                f"{self.path}: indptr has shape {list(indptr.shape)} for {num_etypes} edge type(s) and "
+                f"{self.num_owned} owned nodes"
             )
+        num_local = int(self.etype_indptr[-1, -1])
         for name in ("indices", "edge_ids"):
             arr = getattr(self, name)
-            if arr.dtype not in (np.int32, np.int64) or len(arr) != int(self.indptr[-1]):
+            if arr.dtype not in (np.int32, np.int64) or len(arr) != num_local:
                 raise FailedPrecondition(
-                    f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; "
-                    f"expected int32/int64 [{int(self.indptr[-1])}]"
+                    f"{self.path}: {name}.npy is {arr.dtype} [{len(arr)}]; expected int32/int64 [{num_local}]"
                 )
         if self.edge_feat is not None:
             _check_edge_feat(self.path, self.edge_feat, len(self.indices))
@@ -280,13 +308,36 @@ class PartitionReader:
     def num_owned(self) -> int:
         return self.stop - self.start
 
+    @property
+    def indptr(self) -> np.ndarray:
+        """The in-CSR over owned nodes of a graph with one edge type (temporal sampling, appends)."""
+        if len(self.etype_indptr) != 1:
+            raise FailedPrecondition(
+                f"{self.path}: the partition has {len(self.etype_indptr)} edge types, so no single in-CSR "
+                "(temporal graphs and appends need one edge type)"
+            )
+        return self.etype_indptr[0]
+
+    def in_degrees(self) -> np.ndarray:
+        """int64 [num_owned]: in-degree of each owned node over all edge types."""
+        return np.diff(np.asarray(self.etype_indptr, dtype=np.int64), axis=1).sum(axis=0)
+
+    def table_range(self, name: str) -> tuple[int, int]:
+        """Global ids ``[lo, hi)`` whose rows node-data table ``name`` holds (its type's owned nodes)."""
+        return self.schema.owned_range(self.partition_id, self.manifest.node_data[name].ntype)
+
+    def table_rows(self, name: str) -> int:
+        lo, hi = self.table_range(name)
+        return hi - lo
+
     def node_data(self, name: str) -> np.ndarray:
-        """The full owned-node table of ``name`` (shape [num_owned, *row_shape]), read from RocksDB."""
+        """The table ``name`` of the owned nodes of its type (shape [table_rows, *row_shape]), from RocksDB."""
         spec = self.manifest.node_data[name]
         dtype = np.dtype(spec.dtype)
-        out = np.empty((self.num_owned, *spec.row_shape), dtype=dtype)
-        flat = out.reshape(self.num_owned, -1) if self.num_owned else out
-        n_chunks = -(-self.num_owned // spec.rows_per_chunk)
+        rows_total = self.table_rows(name)
+        out = np.empty((rows_total, *spec.row_shape), dtype=dtype)
+        flat = out.reshape(rows_total, -1) if rows_total else out
+        n_chunks = -(-rows_total // spec.rows_per_chunk)
         keys = [f"nd/{name}/{c:08d}".encode() for c in range(n_chunks)]
         # rocksdict's stub omits get()'s list-of-keys form (a multi_get), which returns a list.
         values = cast("list[bytes | None]", self._db.get(keys))  # type: ignore[arg-type]
@@ -305,7 +356,7 @@ class PartitionReader:
     def node_data_chunks(self, name: str) -> Iterator[bytes]:
         """The row bytes of ``name`` chunk by chunk, in order (one RocksDB value in memory at a time)."""
         spec = self.manifest.node_data[name]
-        for c in range(-(-self.num_owned // spec.rows_per_chunk)):
+        for c in range(-(-self.table_rows(name) // spec.rows_per_chunk)):
             value = self._db.get(f"nd/{name}/{c:08d}".encode())
             if value is None:
                 raise FailedPrecondition(f"{self.path}: node data {name!r} chunk {c} missing from RocksDB")

@@ -23,11 +23,12 @@ names), type-wise ids equal to global ids, and node-data keys without a type pre
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.v1 import tensor_pb2
 
 DEFAULT_NTYPE = "_N"
 DEFAULT_ETYPE = ("_N", "_E", "_N")
@@ -62,6 +63,10 @@ class GraphSchema:
     etypes: tuple[CanonicalEtype, ...]
     ntype_offsets: np.ndarray
     etype_offsets: np.ndarray
+    _starts: np.ndarray = field(init=False, repr=False)
+    _base: np.ndarray = field(init=False, repr=False)
+    _index: dict[str, int] = field(init=False, repr=False)
+    _eindex: dict[CanonicalEtype, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         off = np.asarray(self.ntype_offsets, dtype=np.int64).reshape(-1, len(self.ntypes) + 1)
@@ -77,10 +82,14 @@ class GraphSchema:
                 if t not in self.ntypes:
                     raise InvalidArgument(f"edge type ({s}, _, {d}) names node type {t!r}, not one of {self.ntypes}")
         counts = off[:, 1:] - off[:, :-1]
-        self._starts = off[:, :-1].reshape(-1)  # flattened [P*T] range starts, non-decreasing
-        self._base = np.vstack([np.zeros((1, len(self.ntypes)), np.int64), np.cumsum(counts, axis=0)])  # [P+1, T]
-        self._index = {t: i for i, t in enumerate(self.ntypes)}
-        self._eindex = {e: i for i, e in enumerate(self.etypes)}
+        derived = {
+            "_starts": off[:, :-1].reshape(-1),  # flattened [P*T] range starts, non-decreasing
+            "_base": np.vstack([np.zeros((1, len(self.ntypes)), np.int64), np.cumsum(counts, axis=0)]),  # [P+1, T]
+            "_index": {t: i for i, t in enumerate(self.ntypes)},
+            "_eindex": {e: i for i, e in enumerate(self.etypes)},
+        }
+        for k, v in derived.items():
+            object.__setattr__(self, k, v)
 
     # -- construction ------------------------------------------------------------------------
 
@@ -163,6 +172,11 @@ class GraphSchema:
         t = self.ntype_id(ntype)
         return int(self.ntype_offsets[p, t]), int(self.ntype_offsets[p, t + 1])
 
+    def typewise_range(self, p: int, ntype: str) -> tuple[int, int]:
+        """Type-wise ids ``[lo, hi)`` of the ``ntype`` nodes partition ``p`` owns."""
+        t = self.ntype_id(ntype)
+        return int(self._base[p, t]), int(self._base[p + 1, t])
+
     # -- id maps -----------------------------------------------------------------------------
 
     def ntype_of(self, gids: np.ndarray) -> np.ndarray:
@@ -208,3 +222,26 @@ class GraphSchema:
         order = np.argsort(types, kind="stable")
         bounds = np.searchsorted(types[order], np.arange(len(self.ntypes) + 1))
         return {t: order[bounds[i] : bounds[i + 1]] for i, t in enumerate(self.ntypes) if bounds[i + 1] > bounds[i]}
+
+
+def types_to_proto(schema: GraphSchema, msg: tensor_pb2.GraphTypes) -> tensor_pb2.GraphTypes:
+    """Fills a ``GraphTypes`` message (tensor.proto) with ``schema``."""
+    msg.ntypes.extend(schema.ntypes)
+    for s, r, d in schema.etypes:
+        msg.etypes.add(src_type=s, relation=r, dst_type=d)
+    msg.ntype_offsets.extend(schema.ntype_offsets.reshape(-1).tolist())
+    msg.etype_offsets.extend(schema.etype_offsets.tolist())
+    return msg
+
+
+def types_from_proto(msg: tensor_pb2.GraphTypes, node_offsets: Sequence[int], num_edges: int) -> GraphSchema:
+    """The schema a ``GraphTypes`` message describes; an empty message (a peer that predates
+    types) is the one-type schema of ``node_offsets``."""
+    if not msg.ntypes:
+        return GraphSchema.homogeneous(node_offsets, num_edges)
+    return GraphSchema(
+        tuple(msg.ntypes),
+        tuple((e.src_type, e.relation, e.dst_type) for e in msg.etypes),
+        np.asarray(msg.ntype_offsets, dtype=np.int64),
+        np.asarray(msg.etype_offsets, dtype=np.int64),
+    )

@@ -184,7 +184,7 @@ class RowSources:
 
         Args:
             reader: the partition.
-            hotness: one score per owned row; the highest-scoring rows stay in memory.
+            hotness: one score per owned node; the highest-scoring nodes' rows stay in memory.
             memory_budget: bytes for node-data rows plus the id -> slot map; 0 keeps every table
                 in memory (read from RocksDB), as does a budget that holds them all.
             direct_io: read rows beyond the budget with ``O_DIRECT`` (bypassing the page cache).
@@ -195,7 +195,10 @@ class RowSources:
         """
         counters = _Counters()
         m, n = reader.manifest, reader.num_owned
-        per_row = sum(spec.row_bytes for spec in m.node_data.values())
+        per_type: dict[str, int] = {}  # bytes of one node's rows, by node type
+        for spec in m.node_data.values():
+            per_type[spec.ntype] = per_type.get(spec.ntype, 0) + spec.row_bytes
+        per_row = max(per_type.values(), default=0)
         keep = (
             n
             if memory_budget <= 0 or per_row == 0
@@ -204,18 +207,20 @@ class RowSources:
         if keep == n:
             return cls({name: InMemoryRows(reader.node_data(name), counters) for name in m.node_data}, counters, None)
         hot_rows = np.sort(np.argsort(-np.asarray(hotness, dtype=np.int64), kind="stable")[:keep])
-        slot = np.full(n, -1, dtype=np.int32)
-        slot[hot_rows] = np.arange(keep, dtype=np.int32)
         pool = ThreadPoolExecutor(io_threads, thread_name_prefix="graph-store-io") if io_threads > 1 else None
         sources: dict[str, RowSource] = {}
         try:
             for name, spec in m.node_data.items():
+                lo, hi = (x - reader.start for x in reader.table_range(name))  # the table's owned rows
                 if spec.row_bytes == 0:  # nothing to read (rows of zero elements)
-                    sources[name] = InMemoryRows(np.empty((n, *spec.row_shape), np.dtype(spec.dtype)), counters)
+                    sources[name] = InMemoryRows(np.empty((hi - lo, *spec.row_shape), np.dtype(spec.dtype)), counters)
                     continue
+                table_hot = hot_rows[(hot_rows >= lo) & (hot_rows < hi)] - lo
+                slot = np.full(hi - lo, -1, dtype=np.int32)
+                slot[table_hot] = np.arange(len(table_hot), dtype=np.int32)
                 disk = _flat_rows(reader, name, direct_io, pool)
                 sources[name] = BudgetedRows(
-                    _read_hot(disk, hot_rows, spec.row_shape, np.dtype(spec.dtype)), slot, disk, counters
+                    _read_hot(disk, table_hot, spec.row_shape, np.dtype(spec.dtype)), slot, disk, counters
                 )
         except BaseException:
             for s in sources.values():
@@ -280,7 +285,7 @@ def _flat_rows(reader: PartitionReader, name: str, direct_io: bool, pool: Thread
     """The flat copy of ``name``, exported from RocksDB first when it is missing or of the wrong size."""
     spec = reader.manifest.node_data[name]
     path = flat_node_data_path(reader.path, name)
-    expected = reader.num_owned * spec.row_bytes
+    expected = reader.table_rows(name) * spec.row_bytes
     size = path.stat().st_size if path.exists() else None
     if size != expected:
         what = "missing" if size is None else f"{size} bytes, expected {expected}"
@@ -291,4 +296,4 @@ def _flat_rows(reader: PartitionReader, name: str, direct_io: bool, pool: Thread
             raise FailedPrecondition(
                 f"cannot write {path} ({e}); run `graphfeed ingest` again or mount the partition writable"
             ) from e
-    return FlatRows(path, reader.num_owned, spec.row_bytes, direct=direct_io, pool=pool)
+    return FlatRows(path, reader.table_rows(name), spec.row_bytes, direct=direct_io, pool=pool)

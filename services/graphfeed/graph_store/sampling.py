@@ -21,12 +21,13 @@ threads sample concurrently.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numba
 import numpy as np
 
 from graphfeed.common.cacheline import prefetch
+from graphfeed.common.seeds import derive_seed
 
 Alloc = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -223,4 +224,62 @@ def sample_csr(
             src,
             eids,
         )
+    return offsets, src, eids
+
+
+def sample_typed(
+    etype_indptr: np.ndarray,
+    indices: np.ndarray,
+    edge_ids: np.ndarray,
+    rows: np.ndarray,
+    fanouts: Sequence[int],
+    replace: bool,
+    seed: int,
+    alloc: Alloc | None = None,
+    first_position: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`sample_csr` with a fanout per edge type: up to ``fanouts[r]`` in-neighbors of each
+    row through edge type ``r`` (DGL's ``sample_neighbors`` with a ``{etype: k}`` fanout).
+
+    ``etype_indptr`` is int64 [R, num_rows+1] (one CSR per edge type over the shared
+    ``indices``/``edge_ids``). Each row's edges come out edge type by edge type, each type's in
+    CSR order. With one edge type this is :func:`sample_csr` itself (the same draws); with
+    several, type ``r`` draws from ``derive_seed(seed, "etype", r)``, so a type's sample does
+    not depend on the other types' fanouts.
+    """
+    indptr = np.asarray(etype_indptr)
+    if len(indptr) != len(fanouts):
+        raise ValueError(f"{len(fanouts)} fanouts for {len(indptr)} edge types")
+    if len(indptr) == 1:
+        return sample_csr(indptr[0], indices, edge_ids, rows, int(fanouts[0]), replace, seed, alloc, first_position)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    parts = [
+        sample_csr(
+            indptr[r],
+            indices,
+            edge_ids,
+            rows,
+            int(k),
+            replace,
+            derive_seed(int(seed), "etype", r),
+            None,
+            first_position,
+        )
+        for r, k in enumerate(fanouts)
+        if k != 0
+    ]
+    counts = [np.diff(o) for o, _, _ in parts]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    if counts:
+        np.cumsum(np.sum(counts, axis=0), out=offsets[1:])
+    total = int(offsets[-1])
+    if alloc is None:
+        src, eids = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
+    else:
+        src, eids = alloc(offsets)
+    before = offsets[:-1].copy()  # where the next edge type's edges of each row start
+    for (o, s, e), c in zip(parts, counts):
+        at = np.repeat(before - o[:-1], c) + np.arange(len(s), dtype=np.int64)
+        src[at], eids[at] = s, e
+        before += c
     return offsets, src, eids

@@ -7,7 +7,7 @@ loaders use it in-process through :class:`graphfeed.graph_store.client.LocalPart
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFoun
 from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_FANOUT, NODE_DATA_CHUNK_BYTES
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
-from graphfeed.graph_store.sampling import Alloc, sample_csr
+from graphfeed.graph_store.sampling import Alloc, sample_typed
 from graphfeed.graph_store.temporal.store import TemporalStore
 from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
 
@@ -44,11 +44,12 @@ def _partition_info(reader: PartitionReader) -> PartitionInfo:
         num_nodes=m.num_nodes,
         num_edges=m.num_edges,
         node_offsets=np.asarray(m.node_offsets, dtype=np.int64),
-        node_data={n: NodeDataInfo(n, np.dtype(s.dtype), tuple(s.row_shape)) for n, s in m.node_data.items()},
+        node_data={n: NodeDataInfo(n, np.dtype(s.dtype), tuple(s.row_shape), s.ntype) for n, s in m.node_data.items()},
         num_classes=m.num_classes,
         dataset=m.dataset,
         schema_version=m.schema_version,
         num_local_edges=len(reader.indices),
+        schema=reader.schema,
         num_halo_nodes=len(reader.halo),
         graph_version=m.graph_version,
     )
@@ -113,7 +114,7 @@ class GraphStore:
                     f"max_fanout={max_fanout} (>= 0), chunk_bytes={chunk_bytes} (>= 1), "
                     f"memory_budget={memory_budget} (>= 0), io_threads={io_threads} (>= 1)"
                 )
-            self._degrees = np.diff(np.asarray(reader.indptr, dtype=np.int64))
+            self._degrees = reader.in_degrees()
             self._splits = _load_splits(reader)
             self._tables = RowSources.open(reader, self._degrees, memory_budget, bool(direct_io), io_threads)
         finally:
@@ -121,7 +122,14 @@ class GraphStore:
             # RocksDB's exclusive LOCK, so other stores (tests, a restarted pod) can open the
             # same partition.
             reader.close()
+        self.schema = reader.schema
+        self._table_ranges = {name: reader.table_range(name) for name in reader.manifest.node_data}
         self.temporal: TemporalStore | None = None
+        if append_dir is not None and self.schema.is_hetero:
+            raise FailedPrecondition(
+                f"partition {self.partition_id}: appends need a graph of one node type and one edge type; "
+                f"this one has node types {list(self.schema.ntypes)}"
+            )
         if reader.edge_ts is not None or append_dir is not None:
             self.temporal = TemporalStore.open(
                 reader, append_dir, max_ids_per_request=max_ids_per_request, max_fanout=max_fanout, **temporal_limits
@@ -148,8 +156,9 @@ class GraphStore:
 
     # -- validation -----------------------------------------------------------------------
 
-    def _owned_rows(self, ids: np.ndarray, what: str, *, allow_empty: bool) -> np.ndarray:
-        """Checks that ``ids`` is a 1-D integer array of owned gids; returns local rows (int64).
+    def _owned_rows(self, ids: np.ndarray, what: str, *, allow_empty: bool, table: str | None = None) -> np.ndarray:
+        """Checks that ``ids`` is a 1-D integer array of owned gids (of the type of node-data
+        ``table``, if given); returns local rows (int64) of the partition (or of the table).
 
         Raises:
             InvalidArgument: not 1-D, not integer, or empty when not allowed.
@@ -170,13 +179,20 @@ class GraphStore:
                 "split the request"
             )
         gids = arr.astype(np.int64, copy=False)
-        bad = (gids < self.start) | (gids >= self.stop)
+        lo, hi = (self.start, self.stop) if table is None else self._table_ranges[table]
+        bad = (gids < lo) | (gids >= hi)
         if bad.any():
+            if table is None or not self.schema.is_hetero:
+                raise NotFound(
+                    f"{what} {name_ids(gids[bad])} are not owned by partition {self.partition_id}, "
+                    f"which owns [{self.start}, {self.stop})"
+                )
+            ntype = table.partition("/")[0]
             raise NotFound(
-                f"{what} {name_ids(gids[bad])} are not owned by partition {self.partition_id}, "
-                f"which owns [{self.start}, {self.stop})"
+                f"{what} {name_ids(gids[bad])} are not {ntype} nodes owned by partition {self.partition_id} "
+                f"(those are [{lo}, {hi})), so node data {table!r} has no row for them"
             )
-        return gids - self.start
+        return gids - lo
 
     def _check_open(self) -> None:
         if self._closed:
@@ -205,7 +221,7 @@ class GraphStore:
     def sample_neighbors(
         self,
         seeds: np.ndarray,
-        fanout: int,
+        fanout: int | Sequence[int],
         replace: bool,
         rng_seed: int,
         alloc: Alloc | None = None,
@@ -215,7 +231,8 @@ class GraphStore:
 
         Args:
             seeds: int64 [N] owned global ids, non-empty; duplicates are sampled independently.
-            fanout: ``-1`` for all in-neighbors, else in ``[0, max_fanout]``.
+            fanout: ``-1`` for all in-neighbors, else in ``[0, max_fanout]``; one for every edge
+                type, or a sequence of one per edge type (:func:`~graphfeed.graph_store.sampling.sample_typed`).
             replace: sample with replacement (exactly ``fanout`` per seed of degree > 0).
             rng_seed: seed of the counter-based draws, in ``[0, 2**64)``; the same arguments
                 always give the same sample (on CPU and GPU alike).
@@ -225,18 +242,38 @@ class GraphStore:
         Returns:
             The sample in CSR order per seed; ``src`` and ``edge_ids`` are global ids.
         """
-        if not isinstance(fanout, (int, np.integer)) or fanout < -1 or fanout > self.max_fanout:
-            raise InvalidArgument(f"fanout must be -1 (all neighbors) or in [0, {self.max_fanout}], got {fanout}")
+        fanouts = self._check_fanouts(fanout)
         if not 0 <= int(rng_seed) < 1 << 64:
             raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
         if not 0 <= int(first_position) < 1 << 63:
             raise InvalidArgument(f"first_position must be in [0, 2**63), got {first_position}")
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
         r = self._reader
-        offsets, src, eids = sample_csr(
-            r.indptr, r.indices, r.edge_ids, rows, int(fanout), bool(replace), int(rng_seed), alloc, int(first_position)
+        offsets, src, eids = sample_typed(
+            r.etype_indptr,
+            r.indices,
+            r.edge_ids,
+            rows,
+            fanouts,
+            bool(replace),
+            int(rng_seed),
+            alloc,
+            int(first_position),
         )
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
+
+    def _check_fanouts(self, fanout: int | Sequence[int]) -> list[int]:
+        """One fanout per edge type from ``fanout`` (an int for all, or one per edge type)."""
+        num_etypes = len(self.schema.etypes)
+        values = [fanout] * num_etypes if isinstance(fanout, (int, np.integer)) else list(fanout)
+        if len(values) != num_etypes:
+            raise InvalidArgument(
+                f"{len(values)} fanouts for the graph's {num_etypes} edge types; give one per edge type or one for all"
+            )
+        for f in values:
+            if not isinstance(f, (int, np.integer)) or f < -1 or f > self.max_fanout:
+                raise InvalidArgument(f"fanout must be -1 (all neighbors) or in [0, {self.max_fanout}], got {f}")
+        return [int(f) for f in values]
 
     def get_node_data(self, name: str, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Rows of node data ``name`` for owned ``ids``, in request order.
@@ -251,7 +288,7 @@ class GraphStore:
             Array of shape ``[len(ids), *row_shape]`` (empty ``ids`` give zero rows).
         """
         self._table(name)  # unknown name is reported before id problems
-        rows = self._owned_rows(ids, "ids", allow_empty=True)
+        rows = self._owned_rows(ids, "ids", allow_empty=True, table=name)
         return self._rows(name, rows, out)
 
     def scatter_node_data(self, name: str, ids: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
@@ -269,7 +306,7 @@ class GraphStore:
             InvalidArgument: ``out`` of the wrong shape/dtype or positions out of range.
         """
         table = self._table(name)
-        rows = self._owned_rows(ids, "ids", allow_empty=True)
+        rows = self._owned_rows(ids, "ids", allow_empty=True, table=name)
         positions = np.asarray(positions)
         if out.dtype != table.dtype or out.shape[1:] != table.row_shape or not out.flags.c_contiguous:
             raise InvalidArgument(
@@ -294,7 +331,7 @@ class GraphStore:
             ``ids`` yield one empty chunk, so a receiver still learns dtype and row shape.
         """
         table = self._table(name)
-        rows = self._owned_rows(ids, "ids", allow_empty=True)
+        rows = self._owned_rows(ids, "ids", allow_empty=True, table=name)
         row_bytes = max(1, table.row_bytes)
         per_chunk = max(1, self.chunk_bytes // row_bytes)
         return self._chunks(name, rows, per_chunk)

@@ -12,6 +12,7 @@ import numpy as np
 from graphfeed.common.futures import then
 from graphfeed.common.owners import owners
 from graphfeed.common.placement import SharedRegion
+from graphfeed.common.schema import DEFAULT_NTYPE, GraphSchema
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
 
 
@@ -80,6 +81,7 @@ class NodeDataInfo:
     name: str
     dtype: np.dtype
     row_shape: tuple[int, ...]
+    ntype: str = DEFAULT_NTYPE  # the node type whose rows the table holds
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,14 @@ class PartitionInfo:
     num_local_edges: int
     num_halo_nodes: int
     graph_version: str = ""  # the ingest run's id (GraphManifest.graph_version)
+    schema: GraphSchema | None = None  # node/edge types (None: read as the one-type schema)
+
+    @property
+    def types(self) -> GraphSchema:
+        """The graph's node and edge types (:mod:`graphfeed.common.schema`)."""
+        if self.schema is None:
+            return GraphSchema.homogeneous(self.node_offsets, self.num_edges)
+        return self.schema
 
 
 class PartitionSet(ABC):

@@ -23,6 +23,7 @@ from graphfeed.common.partition import (
     write_graph_manifest,
     write_partition,
 )
+from graphfeed.common.schema import GraphSchema
 from graphfeed.ingest.graph import GraphData
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,33 @@ def _nonempty(parts: np.ndarray, num_partitions: int, method: str) -> np.ndarray
     return parts
 
 
+def _orig_ids(g: GraphData, type_of_old: np.ndarray, in_starts: np.ndarray) -> np.ndarray:
+    """Each input node's own id: the source's, else its type-wise input id (the input id of a one-type graph)."""
+    if g.orig_ids is not None:
+        return np.asarray(g.orig_ids, np.int64)
+    ids = np.arange(g.num_nodes, dtype=np.int64)
+    return ids if len(g.ntypes) == 1 else ids - in_starts[type_of_old]
+
+
+def _relabeled_table(g: GraphData, name: str, order: np.ndarray, in_starts: np.ndarray) -> np.ndarray:
+    """Table ``name`` over the new ids of its type in global-id order (partition by partition),
+    so partition ``p``'s rows are those of ``schema.typewise_range(p, type)``."""
+    t = g.ntypes.index(g.table_ntype(name))
+    lo, hi = int(in_starts[t]), int(in_starts[t + 1])
+    old = order[(order >= lo) & (order < hi)]  # the nodes of the type, in new-id order
+    return np.asarray(g.node_data[name])[old - lo]
+
+
+def _etype_indptr(rows: np.ndarray, etypes: np.ndarray, num_rows: int, num_etypes: int) -> np.ndarray:
+    """In-CSR pointers of a partition's edges, sorted by (edge type, destination row): int64
+    [num_rows+1] for one edge type, else [R, num_rows+1], row ``r`` pointing into the shared arrays."""
+    counts = np.bincount(etypes * num_rows + rows, minlength=num_etypes * num_rows).reshape(num_etypes, num_rows)
+    ptr = np.zeros((num_etypes, num_rows + 1), dtype=np.int64)
+    ptr[:, 1:] = np.cumsum(counts, axis=1)
+    ptr += np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]]).astype(np.int64)[:, None]  # earlier types' edges
+    return ptr[0] if num_etypes == 1 else ptr
+
+
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR (``xadj``, ``adjncy``, int64) of the undirected simple graph of the edges: both
     directions, no self-loops, no duplicates, neighbors sorted (a pure function of the edge set)."""
@@ -139,25 +167,42 @@ def write_partitioned(
         time.perf_counter() - t0,
     )
 
+    # Ids are type-major in the input, so a stable sort by partition orders the new ids by
+    # (partition, node type, input id): every partition's nodes of one type are contiguous.
     order = np.argsort(part, kind="stable")  # new gid i is old node order[i]
     new_of_old = np.empty(g.num_nodes, dtype=np.int64)
     new_of_old[order] = np.arange(g.num_nodes, dtype=np.int64)
     counts = np.bincount(part, minlength=num_partitions)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    in_starts = g.ntype_starts()
+    num_types = len(g.ntypes)
+    type_of_old = np.repeat(np.arange(num_types, dtype=np.int64), np.diff(in_starts))
+    per_type = np.bincount(part * num_types + type_of_old, minlength=num_partitions * num_types).reshape(
+        num_partitions, num_types
+    )
+    ntype_offsets = offsets[:-1, None] + np.concatenate(
+        [np.zeros((num_partitions, 1), np.int64), np.cumsum(per_type, axis=1)], axis=1
+    )
+    schema = GraphSchema(g.ntypes, g.etypes, ntype_offsets, g.etype_starts())
 
     new_src = new_of_old[g.src]
     new_dst = new_of_old[g.dst]
-    # in-CSR: group edges by destination; with timestamps each row in ascending time (ties in input order)
-    by_dst = np.argsort(new_dst, kind="stable") if g.edge_ts is None else np.lexsort((g.edge_ts, new_dst))
+    etype = np.repeat(np.arange(len(g.etypes), dtype=np.int64), np.diff(g.etype_starts()))
+    dst_part = np.searchsorted(offsets[1:], new_dst, side="right")
+    # in-CSRs: group edges by destination partition, then edge type, then destination (with
+    # timestamps each row in ascending time; ties in input order); one edge type: by destination
+    keys = [new_dst, etype, dst_part] if g.edge_ts is None else [g.edge_ts, new_dst, etype, dst_part]
+    by_dst = np.lexsort(keys) if len(g.etypes) > 1 or g.edge_ts is not None else np.argsort(new_dst, kind="stable")
     indices_all = new_src[by_dst]
-    eids_all = by_dst.astype(np.int64)  # global edge id = position in the input edge list
+    eids_all = by_dst.astype(np.int64)  # global edge id = position in the (edge-type-major) input edge list
     ts_all = None if g.edge_ts is None else np.asarray(g.edge_ts, np.int64)[by_dst]
     feat_all = None if g.edge_feat is None else np.asarray(g.edge_feat, np.float32)[by_dst]
-    indptr_all = np.concatenate([[0], np.cumsum(np.bincount(new_dst, minlength=g.num_nodes))]).astype(np.int64)
-    del new_src, new_dst, by_dst
+    dst_sorted, etype_sorted = new_dst[by_dst], etype[by_dst]
+    part_edges = np.concatenate([[0], np.cumsum(np.bincount(dst_part, minlength=num_partitions))]).astype(np.int64)
+    del new_src, new_dst, by_dst, dst_part, etype
 
-    orig = np.arange(g.num_nodes, dtype=np.int64) if g.orig_ids is None else np.asarray(g.orig_ids, np.int64)
-    tables = {name: np.asarray(t)[order] for name, t in g.node_data.items()}
+    orig = _orig_ids(g, type_of_old, in_starts)
+    tables = {name: _relabeled_table(g, name, order, in_starts) for name in g.node_data}
     split_gids = {name: np.sort(new_of_old[ids]) for name, ids in g.splits.items()}
     manifest = GraphManifest(
         dataset=g.name,
@@ -167,7 +212,9 @@ def write_partitioned(
         node_offsets=tuple(int(x) for x in offsets),
         num_classes=int(g.num_classes),
         node_data={
-            name: NodeDataSpec(str(t.dtype), tuple(t.shape[1:]), rows_per_chunk(t.dtype, tuple(t.shape[1:])))
+            name: NodeDataSpec(
+                str(t.dtype), tuple(t.shape[1:]), rows_per_chunk(t.dtype, tuple(t.shape[1:])), g.table_ntype(name)
+            )
             for name, t in tables.items()
         },
         splits=tuple(sorted(g.splits)),
@@ -175,6 +222,7 @@ def write_partitioned(
         has_edge_timestamps=g.edge_ts is not None,
         extra={k: v for k, v in g.extra.items() if k != "node_names"},  # names go to node_names.npy
         graph_version=uuid.uuid4().hex,
+        types=schema.to_dict() if schema.is_hetero else {},
     )
     out_dir = Path(out_dir)
     write_graph_manifest(out_dir, manifest)
@@ -183,16 +231,16 @@ def write_partitioned(
         np.save(out_dir / "node_names.npy", np.asarray(g.extra["node_names"], dtype=str))
     for p in tqdm(range(num_partitions), desc="writing partitions", unit="part", disable=not progress):
         lo, hi = int(offsets[p]), int(offsets[p + 1])
-        e_lo, e_hi = int(indptr_all[lo]), int(indptr_all[hi])
+        e_lo, e_hi = int(part_edges[p]), int(part_edges[p + 1])
         indices = indices_all[e_lo:e_hi]
         remote = indices[(indices < lo) | (indices >= hi)]
         arrays = PartitionArrays(
-            indptr=indptr_all[lo : hi + 1] - e_lo,
+            indptr=_etype_indptr(dst_sorted[e_lo:e_hi] - lo, etype_sorted[e_lo:e_hi], hi - lo, len(g.etypes)),
             indices=indices,
             edge_ids=eids_all[e_lo:e_hi],
             orig_ids=orig[order[lo:hi]],
             halo=np.unique(remote),
-            node_data={name: t[lo:hi] for name, t in tables.items()},
+            node_data={name: t[slice(*schema.typewise_range(p, g.table_ntype(name)))] for name, t in tables.items()},
             splits={name: s[(s >= lo) & (s < hi)] for name, s in split_gids.items()},
             edge_ts=None if ts_all is None else ts_all[e_lo:e_hi],
             edge_feat=None if feat_all is None else feat_all[e_lo:e_hi],

@@ -103,3 +103,33 @@ class SampledBlocks(_message.Message):
     blocks: _containers.RepeatedCompositeFieldContainer[Block]
     num_sampled_edges: int
     def __init__(self, input_nodes: _Optional[_Union[Tensor, _Mapping]] = ..., output_nodes: _Optional[_Union[Tensor, _Mapping]] = ..., blocks: _Optional[_Iterable[_Union[Block, _Mapping]]] = ..., num_sampled_edges: _Optional[int] = ...) -> None: ...
+
+class CanonicalEdgeType(_message.Message):
+    __slots__ = ("src_type", "relation", "dst_type")
+    SRC_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RELATION_FIELD_NUMBER: _ClassVar[int]
+    DST_TYPE_FIELD_NUMBER: _ClassVar[int]
+    src_type: str
+    relation: str
+    dst_type: str
+    def __init__(self, src_type: _Optional[str] = ..., relation: _Optional[str] = ..., dst_type: _Optional[str] = ...) -> None: ...
+
+class GraphTypes(_message.Message):
+    __slots__ = ("ntypes", "etypes", "ntype_offsets", "etype_offsets")
+    NTYPES_FIELD_NUMBER: _ClassVar[int]
+    ETYPES_FIELD_NUMBER: _ClassVar[int]
+    NTYPE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    ETYPE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    ntypes: _containers.RepeatedScalarFieldContainer[str]
+    etypes: _containers.RepeatedCompositeFieldContainer[CanonicalEdgeType]
+    ntype_offsets: _containers.RepeatedScalarFieldContainer[int]
+    etype_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ntypes: _Optional[_Iterable[str]] = ..., etypes: _Optional[_Iterable[_Union[CanonicalEdgeType, _Mapping]]] = ..., ntype_offsets: _Optional[_Iterable[int]] = ..., etype_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TypedTensor(_message.Message):
+    __slots__ = ("ntype", "tensor")
+    NTYPE_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_FIELD_NUMBER: _ClassVar[int]
+    ntype: str
+    tensor: Tensor
+    def __init__(self, ntype: _Optional[str] = ..., tensor: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...

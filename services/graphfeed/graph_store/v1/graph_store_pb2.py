@@ -25,51 +25,51 @@ _sym_db = _symbol_database.Default()
 from graphfeed.common.v1 import tensor_pb2 as graphfeed_dot_common_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*graphfeed/graph_store/v1/graph_store.proto\x12\x18graphfeed.graph_store.v1\x1a graphfeed/common/v1/tensor.proto\"\x19\n\x17GetPartitionInfoRequest\"\\\n\x0eNodeDataSchema\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05\x64type\x18\x02 \x01(\x0e\x32\x1a.graphfeed.common.v1.DType\x12\x11\n\trow_shape\x18\x03 \x03(\x03\"\xc7\x02\n\x18GetPartitionInfoResponse\x12\x14\n\x0cpartition_id\x18\x01 \x01(\r\x12\x16\n\x0enum_partitions\x18\x02 \x01(\r\x12\x11\n\tnum_nodes\x18\x03 \x01(\x03\x12\x11\n\tnum_edges\x18\x04 \x01(\x03\x12\x14\n\x0cnode_offsets\x18\x05 \x03(\x03\x12;\n\tnode_data\x18\x06 \x03(\x0b\x32(.graphfeed.graph_store.v1.NodeDataSchema\x12\x13\n\x0bnum_classes\x18\x07 \x01(\x03\x12\x0f\n\x07\x64\x61taset\x18\x08 \x01(\t\x12\x16\n\x0eschema_version\x18\t \x01(\r\x12\x17\n\x0fnum_local_edges\x18\n \x01(\x03\x12\x16\n\x0enum_halo_nodes\x18\x0b \x01(\x03\x12\x15\n\rgraph_version\x18\x0c \x01(\t\"\x8f\x01\n\x16SampleNeighborsRequest\x12*\n\x05seeds\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x0e\n\x06\x66\x61nout\x18\x02 \x01(\x05\x12\x0f\n\x07replace\x18\x03 \x01(\x08\x12\x10\n\x08rng_seed\x18\x04 \x01(\x04\x12\x16\n\x0e\x66irst_position\x18\x05 \x01(\x04\"\xc2\x01\n\x17SampleNeighborsResponse\x12,\n\x07offsets\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03src\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12-\n\x08\x65\x64ge_ids\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\"\x86\x01\n\x12GetNodeDataRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x03ids\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x38\n\x06target\x18\x03 \x01(\x0b\x32(.graphfeed.graph_store.v1.NodeDataTarget\"s\n\x0eNodeDataTarget\x12\x0f\n\x07segment\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x10\n\x08num_rows\x18\x03 \x01(\x04\x12.\n\tpositions\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\x87\x01\n\x13GetNodeDataResponse\x12\r\n\x05start\x18\x01 \x01(\x03\x12)\n\x04rows\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x14\n\x0crows_written\x18\x03 \x01(\x03\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\"=\n\x11GetDegreesRequest\x12(\n\x03ids\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"B\n\x12GetDegreesResponse\x12,\n\x07\x64\x65grees\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\x1f\n\x0fGetSplitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x10GetSplitResponse\x12(\n\x03ids\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\xd2\x01\n\x12\x41ppendEdgesRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12(\n\x03src\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03\x64st\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12&\n\x01t\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12.\n\tedge_feat\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"c\n\x13\x41ppendEdgesResponse\x12\x11\n\tfirst_eid\x18\x01 \x01(\x03\x12\x11\n\tnum_edges\x18\x02 \x01(\x03\x12\x11\n\tduplicate\x18\x03 \x01(\x08\x12\x13\n\x0bvisible_seq\x18\x04 \x01(\x03\"\xfe\x01\n\x15SampleTemporalRequest\x12*\n\x05nodes\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12*\n\x05times\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x0e\n\x06\x66\x61nout\x18\x03 \x01(\x05\x12<\n\x08strategy\x18\x04 \x01(\x0e\x32*.graphfeed.graph_store.v1.TemporalStrategy\x12\x10\n\x08rng_seed\x18\x05 \x01(\x04\x12\x16\n\x0e\x66irst_position\x18\x06 \x01(\x04\x12\x15\n\rwith_features\x18\x07 \x01(\x08\"\x95\x02\n\x16SampleTemporalResponse\x12,\n\x07offsets\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03nbr\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\'\n\x02ts\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03\x65id\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12.\n\tedge_feat\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\"\x18\n\x16GetTemporalInfoRequest\"\xbd\x01\n\x17GetTemporalInfoResponse\x12\x11\n\tnum_edges\x18\x01 \x01(\x03\x12\x14\n\x0cnum_appended\x18\x02 \x01(\x03\x12\x10\n\x08num_rows\x18\x03 \x01(\x03\x12\x12\n\nnum_blocks\x18\x04 \x01(\x03\x12\x11\n\thas_edges\x18\x05 \x01(\x08\x12\r\n\x05min_t\x18\x06 \x01(\x03\x12\r\n\x05max_t\x18\x07 \x01(\x03\x12\x15\n\redge_feat_dim\x18\x08 \x01(\x03\x12\x0b\n\x03seq\x18\t \x01(\x03*r\n\x10TemporalStrategy\x12!\n\x1dTEMPORAL_STRATEGY_UNSPECIFIED\x10\x00\x12\x1c\n\x18TEMPORAL_STRATEGY_RECENT\x10\x01\x12\x1d\n\x19TEMPORAL_STRATEGY_UNIFORM\x10\x02\x32\x99\x07\n\x11GraphStoreService\x12y\n\x10GetPartitionInfo\x12\x31.graphfeed.graph_store.v1.GetPartitionInfoRequest\x1a\x32.graphfeed.graph_store.v1.GetPartitionInfoResponse\x12v\n\x0fSampleNeighbors\x12\x30.graphfeed.graph_store.v1.SampleNeighborsRequest\x1a\x31.graphfeed.graph_store.v1.SampleNeighborsResponse\x12l\n\x0bGetNodeData\x12,.graphfeed.graph_store.v1.GetNodeDataRequest\x1a-.graphfeed.graph_store.v1.GetNodeDataResponse0\x01\x12g\n\nGetDegrees\x12+.graphfeed.graph_store.v1.GetDegreesRequest\x1a,.graphfeed.graph_store.v1.GetDegreesResponse\x12\x61\n\x08GetSplit\x12).graphfeed.graph_store.v1.GetSplitRequest\x1a*.graphfeed.graph_store.v1.GetSplitResponse\x12j\n\x0b\x41ppendEdges\x12,.graphfeed.graph_store.v1.AppendEdgesRequest\x1a-.graphfeed.graph_store.v1.AppendEdgesResponse\x12s\n\x0eSampleTemporal\x12/.graphfeed.graph_store.v1.SampleTemporalRequest\x1a\x30.graphfeed.graph_store.v1.SampleTemporalResponse\x12v\n\x0fGetTemporalInfo\x12\x30.graphfeed.graph_store.v1.GetTemporalInfoRequest\x1a\x31.graphfeed.graph_store.v1.GetTemporalInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*graphfeed/graph_store/v1/graph_store.proto\x12\x18graphfeed.graph_store.v1\x1a graphfeed/common/v1/tensor.proto\"\x19\n\x17GetPartitionInfoRequest\"k\n\x0eNodeDataSchema\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05\x64type\x18\x02 \x01(\x0e\x32\x1a.graphfeed.common.v1.DType\x12\x11\n\trow_shape\x18\x03 \x03(\x03\x12\r\n\x05ntype\x18\x04 \x01(\t\"\xf7\x02\n\x18GetPartitionInfoResponse\x12\x14\n\x0cpartition_id\x18\x01 \x01(\r\x12\x16\n\x0enum_partitions\x18\x02 \x01(\r\x12\x11\n\tnum_nodes\x18\x03 \x01(\x03\x12\x11\n\tnum_edges\x18\x04 \x01(\x03\x12\x14\n\x0cnode_offsets\x18\x05 \x03(\x03\x12;\n\tnode_data\x18\x06 \x03(\x0b\x32(.graphfeed.graph_store.v1.NodeDataSchema\x12\x13\n\x0bnum_classes\x18\x07 \x01(\x03\x12\x0f\n\x07\x64\x61taset\x18\x08 \x01(\t\x12\x16\n\x0eschema_version\x18\t \x01(\r\x12\x17\n\x0fnum_local_edges\x18\n \x01(\x03\x12\x16\n\x0enum_halo_nodes\x18\x0b \x01(\x03\x12\x15\n\rgraph_version\x18\x0c \x01(\t\x12.\n\x05types\x18\r \x01(\x0b\x32\x1f.graphfeed.common.v1.GraphTypes\"\xa6\x01\n\x16SampleNeighborsRequest\x12*\n\x05seeds\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x0e\n\x06\x66\x61nout\x18\x02 \x01(\x05\x12\x0f\n\x07replace\x18\x03 \x01(\x08\x12\x10\n\x08rng_seed\x18\x04 \x01(\x04\x12\x16\n\x0e\x66irst_position\x18\x05 \x01(\x04\x12\x15\n\retype_fanouts\x18\x06 \x03(\x05\"\xc2\x01\n\x17SampleNeighborsResponse\x12,\n\x07offsets\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03src\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12-\n\x08\x65\x64ge_ids\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\"\x86\x01\n\x12GetNodeDataRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12(\n\x03ids\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x38\n\x06target\x18\x03 \x01(\x0b\x32(.graphfeed.graph_store.v1.NodeDataTarget\"s\n\x0eNodeDataTarget\x12\x0f\n\x07segment\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x10\n\x08num_rows\x18\x03 \x01(\x04\x12.\n\tpositions\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\x87\x01\n\x13GetNodeDataResponse\x12\r\n\x05start\x18\x01 \x01(\x03\x12)\n\x04rows\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x14\n\x0crows_written\x18\x03 \x01(\x03\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\"=\n\x11GetDegreesRequest\x12(\n\x03ids\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"B\n\x12GetDegreesResponse\x12,\n\x07\x64\x65grees\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\x1f\n\x0fGetSplitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x10GetSplitResponse\x12(\n\x03ids\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\xd2\x01\n\x12\x41ppendEdgesRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12(\n\x03src\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03\x64st\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12&\n\x01t\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12.\n\tedge_feat\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"c\n\x13\x41ppendEdgesResponse\x12\x11\n\tfirst_eid\x18\x01 \x01(\x03\x12\x11\n\tnum_edges\x18\x02 \x01(\x03\x12\x11\n\tduplicate\x18\x03 \x01(\x08\x12\x13\n\x0bvisible_seq\x18\x04 \x01(\x03\"\xfe\x01\n\x15SampleTemporalRequest\x12*\n\x05nodes\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12*\n\x05times\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x0e\n\x06\x66\x61nout\x18\x03 \x01(\x05\x12<\n\x08strategy\x18\x04 \x01(\x0e\x32*.graphfeed.graph_store.v1.TemporalStrategy\x12\x10\n\x08rng_seed\x18\x05 \x01(\x04\x12\x16\n\x0e\x66irst_position\x18\x06 \x01(\x04\x12\x15\n\rwith_features\x18\x07 \x01(\x08\"\x95\x02\n\x16SampleTemporalResponse\x12,\n\x07offsets\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03nbr\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\'\n\x02ts\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03\x65id\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12.\n\tedge_feat\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\"\x18\n\x16GetTemporalInfoRequest\"\xbd\x01\n\x17GetTemporalInfoResponse\x12\x11\n\tnum_edges\x18\x01 \x01(\x03\x12\x14\n\x0cnum_appended\x18\x02 \x01(\x03\x12\x10\n\x08num_rows\x18\x03 \x01(\x03\x12\x12\n\nnum_blocks\x18\x04 \x01(\x03\x12\x11\n\thas_edges\x18\x05 \x01(\x08\x12\r\n\x05min_t\x18\x06 \x01(\x03\x12\r\n\x05max_t\x18\x07 \x01(\x03\x12\x15\n\redge_feat_dim\x18\x08 \x01(\x03\x12\x0b\n\x03seq\x18\t \x01(\x03*r\n\x10TemporalStrategy\x12!\n\x1dTEMPORAL_STRATEGY_UNSPECIFIED\x10\x00\x12\x1c\n\x18TEMPORAL_STRATEGY_RECENT\x10\x01\x12\x1d\n\x19TEMPORAL_STRATEGY_UNIFORM\x10\x02\x32\x99\x07\n\x11GraphStoreService\x12y\n\x10GetPartitionInfo\x12\x31.graphfeed.graph_store.v1.GetPartitionInfoRequest\x1a\x32.graphfeed.graph_store.v1.GetPartitionInfoResponse\x12v\n\x0fSampleNeighbors\x12\x30.graphfeed.graph_store.v1.SampleNeighborsRequest\x1a\x31.graphfeed.graph_store.v1.SampleNeighborsResponse\x12l\n\x0bGetNodeData\x12,.graphfeed.graph_store.v1.GetNodeDataRequest\x1a-.graphfeed.graph_store.v1.GetNodeDataResponse0\x01\x12g\n\nGetDegrees\x12+.graphfeed.graph_store.v1.GetDegreesRequest\x1a,.graphfeed.graph_store.v1.GetDegreesResponse\x12\x61\n\x08GetSplit\x12).graphfeed.graph_store.v1.GetSplitRequest\x1a*.graphfeed.graph_store.v1.GetSplitResponse\x12j\n\x0b\x41ppendEdges\x12,.graphfeed.graph_store.v1.AppendEdgesRequest\x1a-.graphfeed.graph_store.v1.AppendEdgesResponse\x12s\n\x0eSampleTemporal\x12/.graphfeed.graph_store.v1.SampleTemporalRequest\x1a\x30.graphfeed.graph_store.v1.SampleTemporalResponse\x12v\n\x0fGetTemporalInfo\x12\x30.graphfeed.graph_store.v1.GetTemporalInfoRequest\x1a\x31.graphfeed.graph_store.v1.GetTemporalInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graphfeed.graph_store.v1.graph_store_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TEMPORALSTRATEGY']._serialized_start=2587
-  _globals['_TEMPORALSTRATEGY']._serialized_end=2701
+  _globals['_TEMPORALSTRATEGY']._serialized_start=2673
+  _globals['_TEMPORALSTRATEGY']._serialized_end=2787
   _globals['_GETPARTITIONINFOREQUEST']._serialized_start=106
   _globals['_GETPARTITIONINFOREQUEST']._serialized_end=131
   _globals['_NODEDATASCHEMA']._serialized_start=133
-  _globals['_NODEDATASCHEMA']._serialized_end=225
-  _globals['_GETPARTITIONINFORESPONSE']._serialized_start=228
-  _globals['_GETPARTITIONINFORESPONSE']._serialized_end=555
-  _globals['_SAMPLENEIGHBORSREQUEST']._serialized_start=558
-  _globals['_SAMPLENEIGHBORSREQUEST']._serialized_end=701
-  _globals['_SAMPLENEIGHBORSRESPONSE']._serialized_start=704
-  _globals['_SAMPLENEIGHBORSRESPONSE']._serialized_end=898
-  _globals['_GETNODEDATAREQUEST']._serialized_start=901
-  _globals['_GETNODEDATAREQUEST']._serialized_end=1035
-  _globals['_NODEDATATARGET']._serialized_start=1037
-  _globals['_NODEDATATARGET']._serialized_end=1152
-  _globals['_GETNODEDATARESPONSE']._serialized_start=1155
-  _globals['_GETNODEDATARESPONSE']._serialized_end=1290
-  _globals['_GETDEGREESREQUEST']._serialized_start=1292
-  _globals['_GETDEGREESREQUEST']._serialized_end=1353
-  _globals['_GETDEGREESRESPONSE']._serialized_start=1355
-  _globals['_GETDEGREESRESPONSE']._serialized_end=1421
-  _globals['_GETSPLITREQUEST']._serialized_start=1423
-  _globals['_GETSPLITREQUEST']._serialized_end=1454
-  _globals['_GETSPLITRESPONSE']._serialized_start=1456
-  _globals['_GETSPLITRESPONSE']._serialized_end=1516
-  _globals['_APPENDEDGESREQUEST']._serialized_start=1519
-  _globals['_APPENDEDGESREQUEST']._serialized_end=1729
-  _globals['_APPENDEDGESRESPONSE']._serialized_start=1731
-  _globals['_APPENDEDGESRESPONSE']._serialized_end=1830
-  _globals['_SAMPLETEMPORALREQUEST']._serialized_start=1833
-  _globals['_SAMPLETEMPORALREQUEST']._serialized_end=2087
-  _globals['_SAMPLETEMPORALRESPONSE']._serialized_start=2090
-  _globals['_SAMPLETEMPORALRESPONSE']._serialized_end=2367
-  _globals['_GETTEMPORALINFOREQUEST']._serialized_start=2369
-  _globals['_GETTEMPORALINFOREQUEST']._serialized_end=2393
-  _globals['_GETTEMPORALINFORESPONSE']._serialized_start=2396
-  _globals['_GETTEMPORALINFORESPONSE']._serialized_end=2585
-  _globals['_GRAPHSTORESERVICE']._serialized_start=2704
-  _globals['_GRAPHSTORESERVICE']._serialized_end=3625
+  _globals['_NODEDATASCHEMA']._serialized_end=240
+  _globals['_GETPARTITIONINFORESPONSE']._serialized_start=243
+  _globals['_GETPARTITIONINFORESPONSE']._serialized_end=618
+  _globals['_SAMPLENEIGHBORSREQUEST']._serialized_start=621
+  _globals['_SAMPLENEIGHBORSREQUEST']._serialized_end=787
+  _globals['_SAMPLENEIGHBORSRESPONSE']._serialized_start=790
+  _globals['_SAMPLENEIGHBORSRESPONSE']._serialized_end=984
+  _globals['_GETNODEDATAREQUEST']._serialized_start=987
+  _globals['_GETNODEDATAREQUEST']._serialized_end=1121
+  _globals['_NODEDATATARGET']._serialized_start=1123
+  _globals['_NODEDATATARGET']._serialized_end=1238
+  _globals['_GETNODEDATARESPONSE']._serialized_start=1241
+  _globals['_GETNODEDATARESPONSE']._serialized_end=1376
+  _globals['_GETDEGREESREQUEST']._serialized_start=1378
+  _globals['_GETDEGREESREQUEST']._serialized_end=1439
+  _globals['_GETDEGREESRESPONSE']._serialized_start=1441
+  _globals['_GETDEGREESRESPONSE']._serialized_end=1507
+  _globals['_GETSPLITREQUEST']._serialized_start=1509
+  _globals['_GETSPLITREQUEST']._serialized_end=1540
+  _globals['_GETSPLITRESPONSE']._serialized_start=1542
+  _globals['_GETSPLITRESPONSE']._serialized_end=1602
+  _globals['_APPENDEDGESREQUEST']._serialized_start=1605
+  _globals['_APPENDEDGESREQUEST']._serialized_end=1815
+  _globals['_APPENDEDGESRESPONSE']._serialized_start=1817
+  _globals['_APPENDEDGESRESPONSE']._serialized_end=1916
+  _globals['_SAMPLETEMPORALREQUEST']._serialized_start=1919
+  _globals['_SAMPLETEMPORALREQUEST']._serialized_end=2173
+  _globals['_SAMPLETEMPORALRESPONSE']._serialized_start=2176
+  _globals['_SAMPLETEMPORALRESPONSE']._serialized_end=2453
+  _globals['_GETTEMPORALINFOREQUEST']._serialized_start=2455
+  _globals['_GETTEMPORALINFOREQUEST']._serialized_end=2479
+  _globals['_GETTEMPORALINFORESPONSE']._serialized_start=2482
+  _globals['_GETTEMPORALINFORESPONSE']._serialized_end=2671
+  _globals['_GRAPHSTORESERVICE']._serialized_start=2790
+  _globals['_GRAPHSTORESERVICE']._serialized_end=3711
 # @@protoc_insertion_point(module_scope)

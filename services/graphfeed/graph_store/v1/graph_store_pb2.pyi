@@ -22,17 +22,19 @@ class GetPartitionInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeDataSchema(_message.Message):
-    __slots__ = ("name", "dtype", "row_shape")
+    __slots__ = ("name", "dtype", "row_shape", "ntype")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    NTYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     dtype: _tensor_pb2.DType
     row_shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., row_shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    ntype: str
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., row_shape: _Optional[_Iterable[int]] = ..., ntype: _Optional[str] = ...) -> None: ...
 
 class GetPartitionInfoResponse(_message.Message):
-    __slots__ = ("partition_id", "num_partitions", "num_nodes", "num_edges", "node_offsets", "node_data", "num_classes", "dataset", "schema_version", "num_local_edges", "num_halo_nodes", "graph_version")
+    __slots__ = ("partition_id", "num_partitions", "num_nodes", "num_edges", "node_offsets", "node_data", "num_classes", "dataset", "schema_version", "num_local_edges", "num_halo_nodes", "graph_version", "types")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     NUM_NODES_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +47,7 @@ class GetPartitionInfoResponse(_message.Message):
     NUM_LOCAL_EDGES_FIELD_NUMBER: _ClassVar[int]
     NUM_HALO_NODES_FIELD_NUMBER: _ClassVar[int]
     GRAPH_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     num_partitions: int
     num_nodes: int
@@ -57,21 +60,24 @@ class GetPartitionInfoResponse(_message.Message):
     num_local_edges: int
     num_halo_nodes: int
     graph_version: str
-    def __init__(self, partition_id: _Optional[int] = ..., num_partitions: _Optional[int] = ..., num_nodes: _Optional[int] = ..., num_edges: _Optional[int] = ..., node_offsets: _Optional[_Iterable[int]] = ..., node_data: _Optional[_Iterable[_Union[NodeDataSchema, _Mapping]]] = ..., num_classes: _Optional[int] = ..., dataset: _Optional[str] = ..., schema_version: _Optional[int] = ..., num_local_edges: _Optional[int] = ..., num_halo_nodes: _Optional[int] = ..., graph_version: _Optional[str] = ...) -> None: ...
+    types: _tensor_pb2.GraphTypes
+    def __init__(self, partition_id: _Optional[int] = ..., num_partitions: _Optional[int] = ..., num_nodes: _Optional[int] = ..., num_edges: _Optional[int] = ..., node_offsets: _Optional[_Iterable[int]] = ..., node_data: _Optional[_Iterable[_Union[NodeDataSchema, _Mapping]]] = ..., num_classes: _Optional[int] = ..., dataset: _Optional[str] = ..., schema_version: _Optional[int] = ..., num_local_edges: _Optional[int] = ..., num_halo_nodes: _Optional[int] = ..., graph_version: _Optional[str] = ..., types: _Optional[_Union[_tensor_pb2.GraphTypes, _Mapping]] = ...) -> None: ...
 
 class SampleNeighborsRequest(_message.Message):
-    __slots__ = ("seeds", "fanout", "replace", "rng_seed", "first_position")
+    __slots__ = ("seeds", "fanout", "replace", "rng_seed", "first_position", "etype_fanouts")
     SEEDS_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     RNG_SEED_FIELD_NUMBER: _ClassVar[int]
     FIRST_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ETYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
     seeds: _tensor_pb2.Tensor
     fanout: int
     replace: bool
     rng_seed: int
     first_position: int
-    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., replace: bool = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ...) -> None: ...
+    etype_fanouts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., replace: bool = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., etype_fanouts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SampleNeighborsResponse(_message.Message):
     __slots__ = ("offsets", "src", "edge_ids", "bulk_bytes", "bulk")

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name", "feature_wire_dtype")
+    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name", "feature_wire_dtype", "etype_fanouts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class JobSpec(_message.Message):
     FEATURE_NAME_FIELD_NUMBER: _ClassVar[int]
     LABEL_NAME_FIELD_NUMBER: _ClassVar[int]
     FEATURE_WIRE_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    ETYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_seed: int
     split: str
@@ -35,7 +36,18 @@ class JobSpec(_message.Message):
     feature_name: str
     label_name: str
     feature_wire_dtype: str
-    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ..., feature_wire_dtype: _Optional[str] = ...) -> None: ...
+    etype_fanouts: _containers.RepeatedCompositeFieldContainer[EtypeFanout]
+    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ..., feature_wire_dtype: _Optional[str] = ..., etype_fanouts: _Optional[_Iterable[_Union[EtypeFanout, _Mapping]]] = ...) -> None: ...
+
+class EtypeFanout(_message.Message):
+    __slots__ = ("layer", "etype", "fanout")
+    LAYER_FIELD_NUMBER: _ClassVar[int]
+    ETYPE_FIELD_NUMBER: _ClassVar[int]
+    FANOUT_FIELD_NUMBER: _ClassVar[int]
+    layer: int
+    etype: str
+    fanout: int
+    def __init__(self, layer: _Optional[int] = ..., etype: _Optional[str] = ..., fanout: _Optional[int] = ...) -> None: ...
 
 class DescribeJobRequest(_message.Message):
     __slots__ = ("job",)
@@ -44,20 +56,22 @@ class DescribeJobRequest(_message.Message):
     def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
 
 class DescribeJobResponse(_message.Message):
-    __slots__ = ("steps_per_epoch", "seeds_per_epoch", "feature_row_shape", "feature_dtype", "num_classes", "num_nodes")
+    __slots__ = ("steps_per_epoch", "seeds_per_epoch", "feature_row_shape", "feature_dtype", "num_classes", "num_nodes", "types")
     STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SEEDS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     FEATURE_ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
     FEATURE_DTYPE_FIELD_NUMBER: _ClassVar[int]
     NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
     NUM_NODES_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
     steps_per_epoch: int
     seeds_per_epoch: int
     feature_row_shape: _containers.RepeatedScalarFieldContainer[int]
     feature_dtype: _tensor_pb2.DType
     num_classes: int
     num_nodes: int
-    def __init__(self, steps_per_epoch: _Optional[int] = ..., seeds_per_epoch: _Optional[int] = ..., feature_row_shape: _Optional[_Iterable[int]] = ..., feature_dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., num_classes: _Optional[int] = ..., num_nodes: _Optional[int] = ...) -> None: ...
+    types: _tensor_pb2.GraphTypes
+    def __init__(self, steps_per_epoch: _Optional[int] = ..., seeds_per_epoch: _Optional[int] = ..., feature_row_shape: _Optional[_Iterable[int]] = ..., feature_dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., num_classes: _Optional[int] = ..., num_nodes: _Optional[int] = ..., types: _Optional[_Union[_tensor_pb2.GraphTypes, _Mapping]] = ...) -> None: ...
 
 class StreamMinibatchesRequest(_message.Message):
     __slots__ = ("job", "epoch", "start_step")
@@ -84,13 +98,15 @@ class MinibatchStats(_message.Message):
     def __init__(self, cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., remote_feature_bytes: _Optional[int] = ..., sample_seconds: _Optional[float] = ..., gather_seconds: _Optional[float] = ...) -> None: ...
 
 class Minibatch(_message.Message):
-    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats", "bulk_bytes", "bulk")
+    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats", "typed_features", "typed_labels", "bulk_bytes", "bulk")
     STEP_KEY_FIELD_NUMBER: _ClassVar[int]
     STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     INPUT_FEATURES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    TYPED_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    TYPED_LABELS_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     step_key: _tensor_pb2.StepKey
@@ -99,6 +115,8 @@ class Minibatch(_message.Message):
     input_features: _tensor_pb2.Tensor
     labels: _tensor_pb2.Tensor
     stats: MinibatchStats
+    typed_features: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TypedTensor]
+    typed_labels: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TypedTensor]
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ..., typed_features: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., typed_labels: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...

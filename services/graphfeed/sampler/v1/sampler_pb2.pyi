@@ -8,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SampleBlocksRequest(_message.Message):
-    __slots__ = ("seeds", "fanouts", "replace", "step_key")
+    __slots__ = ("seeds", "fanouts", "replace", "step_key", "etype_fanouts")
     SEEDS_FIELD_NUMBER: _ClassVar[int]
     FANOUTS_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     STEP_KEY_FIELD_NUMBER: _ClassVar[int]
+    ETYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
     seeds: _tensor_pb2.Tensor
     fanouts: _containers.RepeatedScalarFieldContainer[int]
     replace: bool
     step_key: _tensor_pb2.StepKey
-    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ...) -> None: ...
+    etype_fanouts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., etype_fanouts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SampleBlocksResponse(_message.Message):
     __slots__ = ("blocks", "bulk_bytes", "bulk")

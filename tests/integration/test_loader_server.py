@@ -276,7 +276,7 @@ def test_metrics_endpoint_shows_minibatches_and_cache_counters(cluster: Cluster)
     assert cluster.loader_server.metrics_port
     samples = scrape(cluster)
     assert samples[("graphfeed_loader_minibatches_total", ())] >= 8
-    host = (("tier", "host"),)
+    host = (("ntype", "_N"), ("tier", "host"))
     hits, misses = (
         samples[("graphfeed_loader_cache_hits_total", host)],
         samples[("graphfeed_loader_cache_misses_total", host)],

@@ -55,7 +55,7 @@ def test_settings_select_the_policy_and_its_options(monkeypatch: pytest.MonkeyPa
 
 
 class _State:
-    def cache_stats(self) -> list[TierStats]:
+    def cache_stats(self, by_ntype: bool = False) -> list[TierStats]:
         return [
             TierStats(
                 "host", 7, 3, 5, 1, 64, 128, prefetch_issued=4, prefetch_used=2, prefetch_failed=1, prefetch_bytes=24
@@ -74,7 +74,7 @@ def test_prefetch_and_cache_counters_are_exported_per_tier() -> None:
     LoaderMetrics.create(registry).watch(_State())
     text = generate_latest(registry).decode()
     got = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples}
-    host = (("tier", "host"),)
+    host = (("tier", "host"), ("ntype", "_N"))
     assert got[("graphfeed_loader_cache_hits_total", host)] == 7
     assert got[("graphfeed_loader_cache_misses_total", host)] == 3
     assert got[("graphfeed_loader_prefetch_issued_total", host)] == 4

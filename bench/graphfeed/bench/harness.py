@@ -176,9 +176,26 @@ def local_partitions(root: Path) -> Any:
     return LocalPartitionSet([GraphStore.open(root / part_dir_name(p)) for p in range(m.num_partitions)])
 
 
+def split_gids(root: Path, name: str = "train") -> Any:
+    """The global ids of split ``name`` (every type's), ascending: the sampler service's seeds."""
+    import numpy as np
+
+    from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
+
+    m = GraphManifest.load(root)
+    out = []
+    for p in range(m.num_partitions):
+        reader = PartitionReader(root / part_dir_name(p))
+        out.append(np.array(reader.split(name)))
+        reader.close()
+    return np.concatenate(out)
+
+
 def load_global(root: Path) -> tuple[Any, Any, Any]:
-    """The whole graph as one DGLGraph in gid space, its feature table and training ids (the
-    in-process DGL reference of every benchmark)."""
+    """The whole graph as one DGLGraph (a heterograph when typed, in DGL's type-wise ids), its
+    feature table(s) and training ids (the in-process DGL reference of every benchmark): for a
+    typed graph the features and training ids are ``{ntype: ...}`` dicts over the types that
+    have them."""
     import dgl
     import numpy as np
     import torch
@@ -187,6 +204,10 @@ def load_global(root: Path) -> tuple[Any, Any, Any]:
 
     m = GraphManifest.load(root)
     readers = [PartitionReader(root / part_dir_name(p)) for p in range(m.num_partitions)]
+    schema = m.schema()
+    train = np.concatenate([r.split("train") for r in readers])
+    if schema.is_hetero:
+        return _load_hetero(readers, schema, train)
     # Partitions own consecutive gid ranges, so their in-CSRs concatenate into the global one.
     edge_base = np.cumsum([0] + [len(r.indices) for r in readers])
     indptr = np.concatenate([readers[0].indptr[:1]] + [r.indptr[1:] + b for r, b in zip(readers, edge_base)])
@@ -196,7 +217,39 @@ def load_global(root: Path) -> tuple[Any, Any, Any]:
     csc = (torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(eids))
     g = dgl.graph(("csc", csc), num_nodes=m.num_nodes)
     feat = torch.from_numpy(np.concatenate([r.node_data("feat") for r in readers]))
-    train = torch.from_numpy(np.concatenate([r.split("train") for r in readers]))
     for r in readers:
         r.close()
-    return g, feat, train
+    return g, feat, torch.from_numpy(train)
+
+
+def _load_hetero(readers: list, schema: Any, train: Any) -> tuple[Any, Any, Any]:
+    """:func:`load_global` of a typed graph: a DGL heterograph with the graphfeed edge ids of
+    each type as its type-wise edge ids (DGL's order of the edges)."""
+    import dgl
+    import numpy as np
+    import torch
+
+    edges = {}
+    for r, etype in enumerate(schema.etypes):
+        src, dst, eid = [], [], []
+        for reader in readers:
+            ptr = np.asarray(reader.etype_indptr[r])
+            lo, hi = int(ptr[0]), int(ptr[-1])
+            src.append(np.asarray(reader.indices[lo:hi], np.int64))
+            dst.append(reader.start + np.repeat(np.arange(reader.num_owned, dtype=np.int64), np.diff(ptr)))
+            eid.append(np.asarray(reader.edge_ids[lo:hi], np.int64))
+        order = np.argsort(np.concatenate(eid), kind="stable")  # DGL's edge ids = graphfeed's type-wise ones
+        s_tw = schema.to_typed(np.concatenate(src)[order])[1]
+        d_tw = schema.to_typed(np.concatenate(dst)[order])[1]
+        edges[etype] = (torch.from_numpy(s_tw), torch.from_numpy(d_tw))
+    g = dgl.heterograph(edges, num_nodes_dict={t: schema.num_nodes(t) for t in schema.ntypes})
+    feat = {}
+    for t in schema.ntypes:
+        key = schema.data_key(t, "feat")
+        if key in readers[0].manifest.node_data:  # partition by partition = type-wise id order
+            feat[t] = torch.from_numpy(np.concatenate([reader.node_data(key) for reader in readers]))
+    types, ids = schema.to_typed(train)
+    seeds = {t: torch.from_numpy(ids[types == i]) for i, t in enumerate(schema.ntypes) if (types == i).any()}
+    for reader in readers:
+        reader.close()
+    return g, feat, seeds

@@ -271,13 +271,20 @@ def dgl_system(
     g: Any, feat: Any, train: Any, fanouts: list[int], batch_size: int, gather: bool, threads: int = 0
 ) -> System:
     """In-process DGL: ``NeighborSampler`` + ``DataLoader`` (+ ``feat[input_nodes]`` with
-    ``gather``), on ``threads`` torch/OMP threads during its runs (0: as they are)."""
+    ``gather``; per type on a heterograph, ``feat`` and ``train`` then ``{ntype: ...}``), on
+    ``threads`` torch/OMP threads during its runs (0: as they are)."""
     import dgl
     import torch
 
     sampler = dgl.dataloading.NeighborSampler(fanouts)
     loader = dgl.dataloading.DataLoader(g, train, sampler, batch_size=batch_size, shuffle=True, drop_last=False)
-    run = steady(lambda _epoch: loader, (lambda input_nodes: feat[input_nodes]) if gather else None)
+
+    def gather_rows(input_nodes: Any) -> object:
+        if isinstance(feat, dict):  # a heterograph: each type's features of its input nodes
+            return {t: table[input_nodes[t]] for t, table in feat.items() if t in input_nodes}
+        return feat[input_nodes]
+
+    run = steady(lambda _epoch: loader, gather_rows if gather else None)
     if not threads:
         return run
 

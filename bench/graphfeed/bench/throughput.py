@@ -113,7 +113,12 @@ def run(args: argparse.Namespace) -> int:
             "dgl_sample": systems.dgl_system(g, feat, train, fanouts, bs, gather=False),
             "dgl_sample_gather": systems.dgl_system(g, feat, train, fanouts, bs, gather=True),
             "gf_sampler": systems.sampler_system(
-                cluster.sampler.address, train.numpy(), fanouts, bs, args.inflight, systems.LAYOUTS[args.transport][0]
+                cluster.sampler.address,
+                harness.split_gids(root),
+                fanouts,
+                bs,
+                args.inflight,
+                systems.LAYOUTS[args.transport][0],
             ),
             "gf_e2e": systems.loader_system(cluster.remote(job_id="bench", **job)),
             "gf_embedded": systems.loader_system(cluster.embedded(job_id="bench-embedded", **cache, **job)),
@@ -121,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
         if distdgl is not None:
             timed["distdgl"] = distdgl
         done = runs.alternate(timed, runs.Meter(cluster.services), args.steps, args.repeats)
-        limits = machine_limits(int(feat.shape[1]), 222_000)
+        width = next(iter(feat.values())).shape[1] if isinstance(feat, dict) else feat.shape[1]
+        limits = machine_limits(int(width), 222_000)
     result = summarize(runs.summarize(done, SYSTEMS), limits, args)
     harness.write(args, result, markdown(result), f"throughput-{args.preset}")
     return 0

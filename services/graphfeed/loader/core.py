@@ -19,14 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.buffers import BufferPool
-from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
+from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.common.placement import HostPlacement, Placement
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.common.schema import DEFAULT_NTYPE
+from graphfeed.graph_store.types import NodeDataInfo, PartitionSet
 from graphfeed.loader.cache.base import CacheOptions, TierStats
 from graphfeed.loader.cache.options import check_policy
 from graphfeed.loader.cache.policies import make_cache
-from graphfeed.loader.cache.shared import SharedCache
+from graphfeed.loader.cache.shared import CacheGroup, SharedCache
 from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
@@ -127,10 +128,18 @@ class Loader:
             raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
         known = self.partitions.info.node_data
         for what, name in (("feature_name", job.feature_name), ("label_name", job.label_name)):
-            if name and name not in known:
+            if name and not self._tables(name):
                 raise NotFound(f"{what} {name!r} is not a node-data name; known: {sorted(known)}")
-        check_wire_dtype(job, np.dtype(known[job.feature_name].dtype))
+        for key in self._tables(job.feature_name):
+            check_wire_dtype(job, np.dtype(known[key].dtype))
+        job.sampler_fanouts(self.partitions.info.types)  # edge types named in the job exist
         return EpochPlan.for_job(self._split_ids(job.split), job, epoch)
+
+    def _tables(self, name: str) -> list[str]:
+        """The node-data keys of ``name``: itself in a one-type graph, else ``ntype/name`` of
+        each node type that has it (featureless types have none)."""
+        schema, known = self.partitions.info.types, self.partitions.info.node_data
+        return [k for k in (schema.data_key(t, name) for t in schema.ntypes) if k in known]
 
     def describe(self, job: JobSpec) -> JobInfo:
         """Steps and seeds per epoch for the job's rank, feature shape/type, classes, nodes.
@@ -141,7 +150,7 @@ class Loader:
         """
         plan = self._plan(job, 0)
         info = self.partitions.info
-        spec = info.node_data[job.feature_name]
+        spec = info.node_data[self._tables(job.feature_name)[0]]  # a typed graph: its first type's
         return JobInfo(
             plan.num_steps,
             plan.num_seeds,
@@ -149,16 +158,32 @@ class Loader:
             np.dtype(spec.dtype),
             info.num_classes,
             info.num_nodes,
+            info.types,
         )
 
     def _cache(self, feature_name: str) -> SharedCache:
+        """The cache of node-data key ``feature_name``. In a typed graph each node type's table
+        has its own, and ``cache_bytes`` is shared among the tables of one name in proportion to
+        their sizes (rows x row bytes), so every type's hottest rows compete for a fair share."""
         with self._lock:
             if feature_name not in self._caches:
                 info = self.partitions.info
+                schema = info.types
                 spec = info.node_data[feature_name]
+                budget, select = self.cache_bytes, None
+                if schema.is_hetero:
+                    ntype, _, name = feature_name.partition("/")
+                    sizes = {
+                        k: schema.num_nodes(info.node_data[k].ntype) * _row_bytes(info.node_data[k])
+                        for k in (schema.data_key(t, name) for t in schema.ntypes)
+                        if k in info.node_data
+                    }
+                    budget = int(self.cache_bytes * sizes[feature_name] / max(1, sum(sizes.values())))
+                    t = schema.ntype_id(ntype)
+                    select = lambda ids, t=t: ids[schema.ntype_of(ids) == t]  # noqa: E731
                 policy = make_cache(
                     self.cache_policy,
-                    self.cache_bytes,
+                    budget,
                     row_shape=spec.row_shape,
                     dtype=spec.dtype,
                     num_nodes=info.num_nodes,
@@ -169,7 +194,7 @@ class Loader:
                     from graphfeed.loader.cache.gpu_tier import with_gpu_tier  # noqa: PLC0415 - the GPU kernels, for GPU tiers only
 
                     policy = with_gpu_tier(policy, self.gpu_cache_bytes, max_ids_per_request=self.max_ids_per_request)
-                self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request)
+                self._caches[feature_name] = SharedCache(policy, self.max_ids_per_request, select)
             return self._caches[feature_name]
 
     def stream(
@@ -200,14 +225,19 @@ class Loader:
         plan = self._plan(job, epoch)
         if not 0 <= start_step <= plan.num_steps:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
-        cache = self._cache(job.feature_name)
+        caches = CacheGroup({key: self._cache(key) for key in self._tables(job.feature_name)})
+        if self.partitions.info.types.is_hetero:
+            on_device = False  # per-type features are host arrays (the GPU tier serves one-type graphs)
+            if self.pack_root is not None:
+                raise FailedPrecondition("packed features serve graphs of one node type; run this job without packs")
         if job.feature_wire_dtype:
             placement = None  # the features are converted before they are sent: no use assembling them in shared memory
-            if on_device and cache.device_policy is not None:  # device features cross no wire: stored precision
+            first = next(iter(caches.caches.values()))
+            if on_device and first.device_policy is not None:  # device features cross no wire: stored precision
                 job = dataclasses.replace(job, feature_wire_dtype="")
         gatherer = Gatherer(
             partitions=self.partitions,
-            cache=cache,
+            caches=caches,
             feature_name=job.feature_name,
             label_name=job.label_name,
             max_ids_per_request=self.max_ids_per_request,
@@ -220,6 +250,7 @@ class Loader:
             pool=self._pool,
             gatherer=gatherer,
             job=job,
+            fanouts=job.sampler_fanouts(self.partitions.info.types),
             plan=plan,
             start_step=start_step,
             lookahead_steps=self.lookahead_steps,
@@ -253,28 +284,43 @@ class Loader:
         )
 
     def warm_cache(self, feature_name: str) -> None:
-        """Fills ``feature_name``'s cache now (as its first stream would at its first
+        """Fills ``feature_name``'s caches now (as its first stream would at its first
         minibatch), so that a job's start does not pay for it.
 
         Raises:
             KeyError: not a node-data name.
         """
-        self._cache(feature_name).ensure_warm(self.partitions, feature_name)
+        keys = self._tables(feature_name)
+        if not keys:
+            raise KeyError(feature_name)
+        for key in keys:
+            self._cache(key).ensure_warm(self.partitions, key)
 
     def gpu_features(self, feature_name: str) -> bool:
         """Whether streams with ``on_device`` deliver this feature as device arrays (its cache
-        has a GPU tier: ``gpu_cache_bytes`` > 0 and a usable GPU)."""
+        has a GPU tier: ``gpu_cache_bytes`` > 0 and a usable GPU; one-type graphs)."""
+        if self.partitions.info.types.is_hetero:
+            return False
         return self._cache(feature_name).device_policy is not None
 
-    def cache_stats(self) -> list[TierStats]:
-        """Counters per tier name, summed over the caches of all feature names."""
+    def cache_stats(self, by_ntype: bool = False) -> list[TierStats]:
+        """Counters per tier name, summed over the caches of all feature names (``by_ntype``:
+        per tier and node type, the node type of each cache's table: a label set bounded by
+        the graph's schema)."""
         with self._lock:
-            tiers = [t.stats() for c in self._caches.values() for t in c.policy.tiers()]
-        out: dict[str, TierStats] = {}
+            tiers = [
+                dataclasses.replace(t.stats(), ntype=self.partitions.info.node_data[key].ntype)
+                if by_ntype
+                else t.stats()
+                for key, c in self._caches.items()
+                for t in c.policy.tiers()
+            ]
+        out: dict[tuple[str, str], TierStats] = {}
         for t in tiers:
-            out[t.tier] = t if t.tier not in out else out[t.tier] + t
+            k = (t.tier, t.ntype)
+            out[k] = t if k not in out else out[k] + t
         if self.pack_root is not None:
-            out["pack"] = self.pack_stats.tier()
+            out[("pack", DEFAULT_NTYPE)] = self.pack_stats.tier()
         return list(out.values())
 
     def queue_depth(self) -> int:
@@ -294,3 +340,7 @@ class Loader:
         with self._lock:
             for c in self._caches.values():
                 c.close()
+
+
+def _row_bytes(spec: NodeDataInfo) -> int:
+    return int(np.dtype(spec.dtype).itemsize * int(np.prod(spec.row_shape, dtype=np.int64)))

@@ -21,17 +21,17 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.common.placement import Placed, Placement
+from graphfeed.common.placement import HostPlacement, Placed, Placement
 from graphfeed.graph_store.fanout import RowsRequest, fetch_rows
 from graphfeed.graph_store.types import PartitionSet, RowsInto
 from graphfeed.loader.cache.base import DeviceCachePolicy, Rows, RowsAt
-from graphfeed.loader.cache.shared import SharedCache
+from graphfeed.loader.cache.shared import CacheGroup, SharedCache
 from graphfeed.loader.minibatch import MinibatchStats
 from graphfeed.loader.packs.tier import PackTier
 
@@ -120,19 +120,42 @@ class DeviceBuffer(FeatureBuffer):
 
 @dataclass(frozen=True, kw_only=True)
 class Gathered:
-    """One minibatch's features and labels, and where the features were placed."""
+    """One minibatch's features and labels, and where the features were placed.
+
+    In a graph of several node types, ``typed_features`` / ``typed_labels`` hold them per node
+    type (the rows of that type's input / output nodes, in node-list order) and ``features`` /
+    ``labels`` are empty.
+    """
 
     features: Any  # np.ndarray, or a device array (DeviceBuffer)
     labels: np.ndarray
     stats: MinibatchStats
     placed: Placed | None  # None for device features
+    typed_features: dict[str, np.ndarray] = field(default_factory=dict)
+    typed_labels: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Table:
+    """One table's gather: its rows, where they were placed, and its counters."""
+
+    rows: Any
+    placed: Placed | None
+    misses: int
+    packed: int
+    got: dict[int, int]
 
 
 @dataclass(kw_only=True)
 class Gatherer:
     """Gathers the minibatches of one stream (see the module docstring).
 
+    A graph of several node types gathers each node type's rows of the feature from that
+    table's own cache (:attr:`caches`, keyed by node-data key), the same way a one-type graph
+    gathers its one table.
+
     Attributes:
+        caches: the caches of the feature's tables (one in a one-type graph).
         placement: where host features are assembled (ordinary memory, or shared memory the
             consumer maps).
         on_device: assemble features in device memory where the cache has a device lookup.
@@ -141,7 +164,7 @@ class Gatherer:
     """
 
     partitions: PartitionSet
-    cache: SharedCache
+    caches: CacheGroup
     feature_name: str
     label_name: str
     max_ids_per_request: int
@@ -149,9 +172,14 @@ class Gatherer:
     on_device: bool = False
     packs: PackTier | None = None
 
+    @property
+    def cache(self) -> CacheGroup:
+        return self.caches
+
     def warm_up(self) -> None:
-        """Warms the cache up (once per cache, whichever stream comes first)."""
-        self.cache.ensure_warm(self.partitions, self.feature_name)
+        """Warms the caches up (once per cache, whichever stream comes first)."""
+        for key, cache in self.caches.caches.items():
+            cache.ensure_warm(self.partitions, key)
 
     def gather(self, stream: int, step: int, sb: SampledBlocks, sample_s: float) -> Gathered:
         """Features of ``sb``'s input nodes and labels of its seeds for ``step`` of ``stream``.
@@ -160,38 +188,99 @@ class Gatherer:
             whatever the graph-stores raised (e.g. Unavailable).
         """
         t0 = time.perf_counter()
+        schema = self.partitions.info.types
+        if schema.is_hetero:
+            return self._gather_typed(stream, step, sb, sample_s, t0)
         ids = np.asarray(sb.input_nodes, dtype=np.int64)
-        buf = self._buffer()
-        miss_pos = buf.look_up(self.cache, stream, step, ids)
         labels_req = (
             RowsRequest(self.partitions, self.label_name, sb.output_nodes, self.max_ids_per_request)
             if self.label_name
             else None
         )
         try:  # the labels are in flight while the features are fetched
-            into = buf.open()
-            packed, got = self._fetch_misses(step, ids[miss_pos], into)
-            features = buf.complete()
+            t = self._gather_table(stream, step, self.feature_name, ids, self.placement, self.on_device)
             labels, got_labels = labels_req.wait() if labels_req is not None else (np.empty((0,), np.int64), {})
         finally:
             if labels_req is not None:
                 labels_req.cancel()
-            buf.close()
-        policy = self.cache.policy
-        if policy.admits:
-            with self.cache.lock:
-                policy.admit(ids[miss_pos], buf.missed_rows())
-        stats = _stats(len(ids), len(miss_pos), packed, got, got_labels, sample_s, t0)
-        return Gathered(features=features, labels=labels, stats=stats, placed=buf.placed)
+        stats = _stats(len(ids), t.misses, t.packed, t.got, got_labels, sample_s, t0)
+        return Gathered(features=t.rows, labels=labels, stats=stats, placed=t.placed)
 
-    def _buffer(self) -> FeatureBuffer:
-        spec = self.partitions.info.node_data[self.feature_name]
-        device = self.cache.device_policy if self.on_device else None
+    def _gather_typed(self, stream: int, step: int, sb: SampledBlocks, sample_s: float, t0: float) -> Gathered:
+        """Per node type: the feature rows of its input nodes, the labels of its output nodes."""
+        schema, known = self.partitions.info.types, self.partitions.info.node_data
+        ids = np.asarray(sb.input_nodes, dtype=np.int64)
+        seeds = np.asarray(sb.output_nodes, dtype=np.int64)
+        label_reqs: dict[str, RowsRequest] = {}
+        if self.label_name:
+            for ntype, pos in schema.group_by_ntype(seeds).items():
+                key = schema.data_key(ntype, self.label_name)
+                if key in known:
+                    label_reqs[ntype] = RowsRequest(self.partitions, key, seeds[pos], self.max_ids_per_request)
+        features: dict[str, np.ndarray] = {}
+        labels: dict[str, np.ndarray] = {}
+        got: dict[int, int] = {}
+        got_labels: dict[int, int] = {}
+        misses = packed = rows = 0
+        try:
+            for ntype, pos in schema.group_by_ntype(ids).items():
+                key = schema.data_key(ntype, self.feature_name)
+                if key not in self.caches.caches:
+                    continue  # a featureless type
+                t = self._gather_table(stream, step, key, ids[pos], self.typed_placement, False)
+                features[ntype] = t.rows
+                misses, packed, rows = misses + t.misses, packed + t.packed, rows + len(pos)
+                _add(got, t.got)
+            for ntype, req in label_reqs.items():
+                labels[ntype], by_part = req.wait()
+                _add(got_labels, by_part)
+        finally:
+            for req in label_reqs.values():
+                req.cancel()
+        stats = _stats(rows, misses, packed, got, got_labels, sample_s, t0)
+        empty = np.empty((0,), np.float32)
+        return Gathered(
+            features=empty,
+            labels=np.empty((0,), np.int64),
+            stats=stats,
+            placed=None,
+            typed_features=features,
+            typed_labels=labels,
+        )
+
+    @property
+    def typed_placement(self) -> Placement:
+        """Where per-type features are assembled: ordinary memory (several arrays per minibatch)."""
+        return HostPlacement()
+
+    def _gather_table(
+        self, stream: int, step: int, key: str, ids: np.ndarray, placement: Placement, on_device: bool
+    ) -> _Table:
+        """The rows of node-data ``key`` for ``ids``: cache hits, then the misses from the step's
+        pack and their owners; admitted to the cache where its policy admits rows."""
+        cache = self.caches.caches[key]
+        buf = self._buffer(key, cache, placement, on_device)
+        miss_pos = buf.look_up(cache, self.caches.stream_of(stream, key), step, ids)
+        try:
+            into = buf.open()
+            packed, got = self._fetch_misses(step, key, ids[miss_pos], into)
+            rows = buf.complete()
+        finally:
+            buf.close()
+        policy = cache.policy
+        if policy.admits:
+            with cache.lock:
+                policy.admit(ids[miss_pos], buf.missed_rows())
+        return _Table(rows, buf.placed, len(miss_pos), packed, got)
+
+    def _buffer(self, key: str, cache: SharedCache, placement: Placement, on_device: bool) -> FeatureBuffer:
+        spec = self.partitions.info.node_data[key]
+        device = cache.device_policy if on_device else None
         if device is not None:
             return DeviceBuffer(device, spec.row_shape, spec.dtype)
-        return HostBuffer(spec.row_shape, spec.dtype, self.placement)
+        return HostBuffer(spec.row_shape, spec.dtype, placement)
 
-    def _fetch_misses(self, step: int, miss_ids: np.ndarray, into: RowsInto) -> tuple[int, dict[int, int]]:
+    def _fetch_misses(self, step: int, key: str, miss_ids: np.ndarray, into: RowsInto) -> tuple[int, dict[int, int]]:
         """Puts the rows of ``miss_ids`` where ``into`` says: from the step's pack where it has
         them, the rest from their owners; returns the rows read from the pack and the bytes
         received per partition."""
@@ -204,7 +293,12 @@ class Gatherer:
                 miss_ids, into = miss_ids[~found], into.at(~found)
         if not len(miss_ids):
             return packed, {}
-        return packed, fetch_rows(self.partitions, self.feature_name, miss_ids, self.max_ids_per_request, into)[1]
+        return packed, fetch_rows(self.partitions, key, miss_ids, self.max_ids_per_request, into)[1]
+
+
+def _add(total: dict[int, int], more: dict[int, int]) -> None:
+    for p, n in more.items():
+        total[p] = total.get(p, 0) + n
 
 
 def _stats(

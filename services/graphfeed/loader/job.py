@@ -13,6 +13,7 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.limits import MAX_BATCH_SIZE, MAX_LAYERS, MAX_WORLD_SIZE
+from graphfeed.common.schema import GraphSchema
 
 __all__ = ["FEATURE_WIRE_DTYPES", "JobInfo", "JobSpec"]
 
@@ -61,6 +62,14 @@ class JobSpec:
         ),
     )
 
+    etype_fanouts: tuple[tuple[int, str, int], ...] = field(
+        default=(),
+        metadata=_doc(
+            "Fanouts per edge type as (layer, edge type, fanout): a layer named here samples each edge type "
+            "with its own fanout and must name every edge type of the graph (DGL's {etype: k} per layer)."
+        ),
+    )
+
     def validate(self) -> None:
         """Checks what needs no graph, before anything is sized by these fields.
 
@@ -94,6 +103,36 @@ class JobSpec:
         bad = [f for f in self.fanouts if f < -1]
         if bad:
             raise InvalidArgument(f"each fanout must be -1 (all neighbors) or >= 0, got {list(self.fanouts)}")
+        for layer, etype, fanout in self.etype_fanouts:
+            if not 0 <= layer < len(self.fanouts) or fanout < -1 or not etype:
+                raise InvalidArgument(
+                    f"etype fanout ({layer}, {etype!r}, {fanout}) needs a layer in [0, {len(self.fanouts)}), "
+                    "an edge type and a fanout of -1 or >= 0"
+                )
+
+    def sampler_fanouts(self, schema: GraphSchema) -> list[int | list[int]]:
+        """Per layer, what the sampler takes: one fanout for every edge type, or (a layer with
+        ``etype_fanouts``) one per edge type in the graph's order.
+
+        Raises:
+            InvalidArgument: an unknown edge type, one named twice in a layer, or a layer that
+                leaves one out.
+        """
+        layers: list[int | list[int]] = list(self.fanouts)
+        named: dict[int, dict[int, int]] = {}
+        for layer, etype, fanout in self.etype_fanouts:
+            r = schema.etype_id(etype)
+            if r in named.setdefault(layer, {}):
+                raise InvalidArgument(f"layer {layer} names edge type {etype!r} twice")
+            named[layer][r] = fanout
+        for layer, by_type in named.items():
+            missing = [":".join(e) for r, e in enumerate(schema.etypes) if r not in by_type]
+            if missing:
+                raise InvalidArgument(
+                    f"layer {layer} gives fanouts per edge type but leaves out {missing} (DGL needs every edge type)"
+                )
+            layers[layer] = [by_type[r] for r in range(len(schema.etypes))]
+        return layers
 
 
 def _check_range(field: str, value: int, low: int, high: int) -> None:
@@ -114,3 +153,4 @@ class JobInfo:
     feature_dtype: np.dtype
     num_classes: int
     num_nodes: int
+    types: GraphSchema | None = None  # node/edge types (a typed graph streams typed features)

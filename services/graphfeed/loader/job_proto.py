@@ -18,9 +18,16 @@ from graphfeed.loader.v1 import loader_pb2 as pb
 __all__ = ["job_from_proto", "job_to_proto"]
 
 
+_MESSAGES = {"etype_fanouts": (pb.EtypeFanout, ("layer", "etype", "fanout"))}
+"""Repeated message fields: JobSpec holds each entry as a tuple of the message's fields in this order."""
+
+
 def job_to_proto(job: JobSpec) -> pb.JobSpec:
     """loader.proto's JobSpec with every field set (``label_name`` too, so "" means "no labels")."""
-    return pb.JobSpec(**{f.name: getattr(job, f.name) for f in dataclasses.fields(job)})
+    values = {f.name: getattr(job, f.name) for f in dataclasses.fields(job)}
+    for name, (message, names) in _MESSAGES.items():
+        values[name] = [message(**dict(zip(names, entry))) for entry in values[name]]
+    return pb.JobSpec(**values)
 
 
 def job_from_proto(msg: pb.JobSpec) -> JobSpec:
@@ -33,4 +40,6 @@ def job_from_proto(msg: pb.JobSpec) -> JobSpec:
         if unset or (f.metadata.get("proto_empty_is_default") and not value):
             value = f.default
         values[f.name] = value if isinstance(value, str | int | float) else tuple(value)  # a repeated field
+    for name, (_, names) in _MESSAGES.items():
+        values[name] = tuple(tuple(getattr(m, n) for n in names) for m in values[name])
     return JobSpec(**values)

@@ -63,7 +63,7 @@ class LoaderState(Protocol):
     """What the scrape-time collector reads (implemented by :class:`graphfeed.loader.core.Loader`;
     its ``pack_stats``, a :class:`PackStats`, is read where present)."""
 
-    def cache_stats(self) -> list[TierStats]: ...
+    def cache_stats(self, by_ntype: bool = False) -> list[TierStats]: ...
 
     def queue_depth(self) -> int: ...
 
@@ -84,29 +84,31 @@ class _StateCollector:
         if src is None:
             return iter(self.describe())
         return self._families(
-            src.cache_stats(), src.queue_depth(), src.open_streams(), getattr(src, "pack_stats", None)
+            src.cache_stats(by_ntype=True), src.queue_depth(), src.open_streams(), getattr(src, "pack_stats", None)
         )
 
     @staticmethod
     def _families(tiers: list[TierStats], depth: int, streams: int, packs: PackStats | None = None) -> Iterator[Metric]:
         for what, name, doc in _TIER_COUNTERS:
-            fam = CounterMetricFamily(name, f"{doc}, by tier.", labels=["tier"])
+            fam = CounterMetricFamily(name, f"{doc}, by tier and node type.", labels=["tier", "ntype"])
             for t in tiers:
-                fam.add_metric([t.tier], getattr(t, what))
+                fam.add_metric([t.tier, t.ntype], getattr(t, what))
             yield fam
         size = GaugeMetricFamily(
-            "graphfeed_loader_cache_bytes", "Bytes of feature rows held in the cache, by tier.", labels=["tier"]
+            "graphfeed_loader_cache_bytes",
+            "Bytes of feature rows held in the cache, by tier and node type.",
+            labels=["tier", "ntype"],
         )
         for t in tiers:
-            size.add_metric([t.tier], t.nbytes)
+            size.add_metric([t.tier, t.ntype], t.nbytes)
         yield size
         cap = GaugeMetricFamily(
             "graphfeed_loader_cache_capacity_bytes",
-            "Bytes of feature rows the cache can hold, by tier.",
-            labels=["tier"],
+            "Bytes of feature rows the cache can hold, by tier and node type.",
+            labels=["tier", "ntype"],
         )
         for t in tiers:
-            cap.add_metric([t.tier], t.capacity_bytes)
+            cap.add_metric([t.tier, t.ntype], t.capacity_bytes)
         yield cap
         yield GaugeMetricFamily(
             "graphfeed_loader_queue_depth", "Ready minibatches waiting for their trainer, all streams.", value=depth

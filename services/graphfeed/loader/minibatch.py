@@ -37,3 +37,6 @@ class ReadyMinibatch:
     labels: np.ndarray  # [len(blocks.output_nodes), *label_shape]; empty without label_name
     stats: MinibatchStats
     placed: Placed | None = None  # where ``features`` were assembled (None: a converted or device copy)
+    # a graph of several node types: per node type, instead of ``features`` / ``labels`` (empty)
+    typed_features: dict[str, np.ndarray] = field(default_factory=dict)
+    typed_labels: dict[str, np.ndarray] = field(default_factory=dict)

@@ -12,6 +12,7 @@ from graphfeed.common import blocks, codec
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import ResourceExhausted
 from graphfeed.common.limits import STREAM_CHUNK_BYTES
+from graphfeed.common.schema import types_to_proto
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobInfo
@@ -30,6 +31,7 @@ def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
         feature_dtype=codec.dtype_to_proto(info.feature_dtype),
         num_classes=info.num_classes,
         num_nodes=info.num_nodes,
+        types=types_to_proto(info.types, pb.DescribeJobResponse().types) if info.types is not None else None,
     )
 
 
@@ -42,6 +44,10 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
     r.adopt_placed(mb.features, mb.placed)
     r.encode(mb.features, msg.input_features)
     r.encode(mb.labels, msg.labels)
+    for ntype, rows in mb.typed_features.items():
+        r.encode(rows, msg.typed_features.add(ntype=ntype).tensor)
+    for ntype, rows in mb.typed_labels.items():
+        r.encode(rows, msg.typed_labels.add(ntype=ntype).tensor)
     s = mb.stats
     msg.stats.cache_hits, msg.stats.cache_misses = s.cache_hits, s.cache_misses
     msg.stats.remote_feature_bytes = s.remote_feature_bytes

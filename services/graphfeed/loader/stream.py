@@ -112,6 +112,7 @@ class StreamWork:
     pool: ThreadPoolExecutor
     gatherer: Gatherer
     job: JobSpec
+    fanouts: list[int | list[int]]  # per layer: one for all edge types, or one per edge type
     plan: EpochPlan
     start_step: int
     lookahead_steps: int
@@ -121,7 +122,7 @@ class StreamWork:
 def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
     t0 = time.perf_counter()
     j = w.job
-    sb = w.sampler.sample(w.plan.seeds(step), list(j.fanouts), j.replace, j.job_seed, w.plan.epoch, step)
+    sb = w.sampler.sample(w.plan.seeds(step), w.fanouts, j.replace, j.job_seed, w.plan.epoch, step)
     return sb, time.perf_counter() - t0
 
 
@@ -139,6 +140,8 @@ def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: f
         labels=g.labels,
         stats=g.stats,
         placed=g.placed if features is g.features else None,  # a converted copy lies in no placement
+        typed_features={t: to_wire(f, w.job.feature_wire_dtype) for t, f in g.typed_features.items()},
+        typed_labels=g.typed_labels,
     )
 
 

@@ -22,12 +22,14 @@ from graphfeed.common.buffers import BufferPool
 from graphfeed.common.bulk import Bulk, Received
 from graphfeed.common.errors import GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import client_channel, streamed
+from graphfeed.common.schema import GraphSchema, types_from_proto
 from graphfeed.common.shm import SegmentReader
 from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 from graphfeed.trainer.connect import Resume, wait_for
+from graphfeed.trainer.hetero import hetero_dgl_blocks
 from graphfeed.trainer.job import JobArgs, job_spec, job_to_proto
 
 if TYPE_CHECKING:
@@ -120,11 +122,24 @@ def to_dgl_blocks(
     device: torch.device | None = None,
     bulk_bytes: Bulk | None = None,
     feature_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, list]:
+    schema: GraphSchema | None = None,
+) -> tuple[Any, Any, list]:
     """Builds DGL blocks from a Minibatch message (its tensors in ``segments`` or its
     ``bulk_bytes``), with features and labels attached (no copies on the CPU, unless
-    ``feature_dtype`` asks for a cast: see :func:`dgl_blocks`)."""
+    ``feature_dtype`` asks for a cast: see :func:`dgl_blocks`). A graph of several types
+    (``schema``) gives heterogeneous blocks and ``{ntype: ids}`` node dicts
+    (:func:`graphfeed.trainer.hetero.hetero_dgl_blocks`)."""
     sb = blocks_codec.from_proto(mb.blocks, segments, bulk_bytes)
+    if schema is not None and schema.is_hetero:
+        typed = {
+            t.ntype: feature_tensor(codec.decode(t.tensor, f"features of {t.ntype}", segments, bulk_bytes))
+            for t in mb.typed_features
+        }
+        labels_by_type = {
+            t.ntype: _torch(codec.decode(t.tensor, f"labels of {t.ntype}", segments, bulk_bytes))
+            for t in mb.typed_labels
+        }
+        return hetero_dgl_blocks(sb, schema, typed, labels_by_type, feature_name, label_name, device, feature_dtype)
     features = feature_tensor(codec.decode(mb.input_features, "input_features", segments, bulk_bytes))
     labels = _torch(codec.decode(mb.labels, "labels", segments, bulk_bytes)) if label_name else None
     return dgl_blocks(sb, features, labels, feature_name, label_name, device, feature_dtype)
@@ -134,6 +149,7 @@ class _StepLoader:
     """What both data loaders share: the job, the (epoch, step) position, resume, counters."""
 
     info: Any  # steps_per_epoch, num_classes, feature_row_shape (DescribeJobResponse or JobInfo)
+    schema: GraphSchema | None = None  # node/edge types: a typed graph yields heterogeneous blocks
 
     def __init__(self, job: JobSpec, device: str | torch.device) -> None:
         self.job = job
@@ -296,6 +312,7 @@ class RemoteDataLoader(_StepLoader):
         )
         self._buffers = BufferPool()  # each minibatch's bulk bytes land here (pages reused)
         self.info = wait_for(f"loader at {address}", self._describe, connect_timeout_s, attempt_timeout_s=timeout_s)
+        self.schema = types_from_proto(self.info.types, [0, int(self.info.num_nodes)], 0)
 
     def _describe(self, timeout_s: float) -> pb.DescribeJobResponse:
         try:
@@ -330,6 +347,7 @@ class RemoteDataLoader(_StepLoader):
             self.device,
             mb.bulk,
             self.feature_dtype,
+            self.schema,
         )
 
     def _count(self, mb: Received[pb.Minibatch]) -> None:
@@ -371,6 +389,7 @@ class EmbeddedDataLoader(_StepLoader):
         super().__init__(job_spec(split, **job), device)
         self.loader = loader
         self.info = loader.describe(self.job)
+        self.schema = self.info.types
         wanted = self.device.type == "cuda" if device_features is None else device_features
         self.device_features = bool(wanted) and loader.gpu_features(self.job.feature_name)
 
@@ -380,7 +399,18 @@ class EmbeddedDataLoader(_StepLoader):
     def _position(self, mb: ReadyMinibatch) -> tuple[int, int]:
         return mb.epoch, mb.step
 
-    def _batch(self, mb: ReadyMinibatch) -> tuple[torch.Tensor, torch.Tensor, list]:
+    def _batch(self, mb: ReadyMinibatch) -> tuple[Any, Any, list]:
+        if self.schema is not None and self.schema.is_hetero:
+            return hetero_dgl_blocks(
+                mb.blocks,
+                self.schema,
+                {t: feature_tensor(f) for t, f in mb.typed_features.items()},
+                {t: _torch(y) for t, y in mb.typed_labels.items()},
+                self.job.feature_name,
+                self.job.label_name,
+                self.device,
+                self.feature_dtype,
+            )
         if self.device_features:
             from graphfeed.gpu_kernels.memory import to_torch  # noqa: PLC0415 - GPU path only
 

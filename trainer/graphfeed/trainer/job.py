@@ -7,7 +7,7 @@ remote one sends it as loader.proto's JobSpec (:func:`job_to_proto`).
 """
 
 # No `from __future__ import annotations`: TypedDict reads Required at run time (JobArgs.__required_keys__).
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Required, TypedDict, Unpack
 
 from graphfeed.loader.job import JobSpec
@@ -25,7 +25,7 @@ class JobArgs(TypedDict, total=False):
     job_id: str
     seed: int
     batch_size: int
-    fanouts: Required[Sequence[int]]
+    fanouts: Required[Sequence[int | Mapping[str, int]]]
     replace: bool
     shuffle: bool
     drop_last: bool
@@ -34,6 +34,7 @@ class JobArgs(TypedDict, total=False):
     feature_name: str
     label_name: str
     feature_wire_dtype: str
+    etype_fanouts: Sequence[tuple[int, str, int]]
 
 
 JOB_ARG_FIELDS = {"seed": "job_seed"}
@@ -46,9 +47,19 @@ def job_spec(split: str, **job: Unpack[JobArgs]) -> JobSpec:
     its default: ``batch_size`` 1024, ``shuffle`` True, ``job_id`` "graphfeed-job", ``feature_name``
     "feat", ``label_name`` "label" ("" attaches none), ``feature_wire_dtype`` "" (the stored type;
     "float16" or "bfloat16" halve the bytes, upcast to float32 on the loader's ``device``), the
-    rest 0 / 1 / False. ``fanouts`` is required.
+    rest 0 / 1 / False. ``fanouts`` is required: per layer an int for every edge type, or (a
+    graph of several edge types) a dict ``{etype: k}`` naming each of them, as DGL's
+    ``NeighborSampler`` takes (edge types as ``"src:rel:dst"`` or a relation name).
     """
     values: dict[str, Any] = {JOB_ARG_FIELDS.get(k, k): v for k, v in job.items()}
     if "fanouts" in values:
-        values["fanouts"] = tuple(values["fanouts"])
+        layers, per_type = [], []
+        for layer, f in enumerate(values["fanouts"]):
+            if isinstance(f, Mapping):
+                per_type += [(layer, ":".join(e) if isinstance(e, tuple) else str(e), int(k)) for e, k in f.items()]
+                f = max(f.values(), default=0)  # unused: the layer samples per edge type
+            layers.append(int(f))
+        values["fanouts"] = tuple(layers)
+        if per_type:
+            values["etype_fanouts"] = tuple(per_type)
     return JobSpec(split=split, **values)

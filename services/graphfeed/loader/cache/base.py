@@ -195,7 +195,8 @@ class StaticDegreeCache(CachePolicy):
             return
         top = np.sort(
             top_by_degree(
-                in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request), self.tier.capacity_rows
+                in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request, feature_name),
+                self.tier.capacity_rows,
             )
         )
         self.tier.insert(top, fetch_rows(partitions, feature_name, top, self.max_ids_per_request)[0])
@@ -240,15 +241,24 @@ class LruCache(CachePolicy):
         self._last_used[self.tier.insert(ids, kept)] = self._clock
 
 
-def in_degrees(partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = FETCH_IDS_PER_CALL) -> np.ndarray:
-    """In-degree of every node, from the graph-stores (8 bytes per node over the wire)."""
+def in_degrees(
+    partitions: PartitionSet, num_nodes: int, max_ids_per_request: int = FETCH_IDS_PER_CALL, table: str = ""
+) -> np.ndarray:
+    """In-degree of every node, from the graph-stores (8 bytes per node over the wire); with
+    ``table`` (a node-data key of a typed graph), -1 for the nodes of other types, which that
+    table has no rows for (:func:`top_by_degree` never picks them)."""
     all_ids = np.arange(num_nodes, dtype=np.int64)
     pending = fan_out_requests(
         partitions, all_ids, lambda c: partitions.get_degrees(c.partition, c.ids), max_ids_per_request
     )
-    return merge_arrays(pending, (), np.int64)
+    degrees = merge_arrays(pending, (), np.int64)
+    if "/" in table:  # "ntype/name": a table of one type of a typed graph
+        schema = partitions.info.types
+        degrees[schema.ntype_of(all_ids) != schema.ntype_id(table.partition("/")[0])] = -1
+    return degrees
 
 
 def top_by_degree(degrees: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` highest-degree gids, highest first; ties: lower gid first."""
-    return np.argsort(-np.asarray(degrees), kind="stable")[:k]
+    """The ``k`` highest-degree gids, highest first; ties: lower gid first; never a gid of degree -1."""
+    top = np.argsort(-np.asarray(degrees), kind="stable")[:k]
+    return top[np.asarray(degrees)[top] >= 0]

@@ -205,7 +205,11 @@ class GpuTieredCache(DeviceCachePolicy):
         gpu = self.gpu
         if not gpu.capacity_rows or gpu.num_free < gpu.capacity_rows:
             return
-        top = np.sort(top_by_degree(in_degrees(partitions, gpu.num_nodes, self.max_ids_per_request), gpu.capacity_rows))
+        top = np.sort(
+            top_by_degree(
+                in_degrees(partitions, gpu.num_nodes, self.max_ids_per_request, feature_name), gpu.capacity_rows
+            )
+        )
         gpu.insert(top, fetch_rows(partitions, feature_name, top, self.max_ids_per_request)[0])
         log.info("GPU tier warm: %d rows, %d bytes", len(top), gpu.nbytes)
 

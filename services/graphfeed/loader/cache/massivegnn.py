@@ -93,7 +93,9 @@ class MassiveGnnCache(CachePolicy):
         if self.options.initial_fill == "random":
             first = rng(self.options.seed, "massivegnn-fill").choice(self.tier.num_nodes, size=k, replace=False)
         else:
-            first = top_by_degree(in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request), k)
+            first = top_by_degree(
+                in_degrees(partitions, self.tier.num_nodes, self.max_ids_per_request, feature_name), k
+            )
         self._start(np.asarray(first, dtype=np.int64), np.ones(k, dtype=np.float64))
 
     def on_access(self, ids: np.ndarray, hit_mask: np.ndarray, key: AccessKey | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -18,8 +19,14 @@ class SharedCache:
     """A cache policy shared by the streams that read one feature, behind one lock (which its
     background prefetches take too), and the streams it may hear future accesses from."""
 
-    def __init__(self, policy: CachePolicy, max_ids_per_request: int = FETCH_IDS_PER_CALL) -> None:
+    def __init__(
+        self,
+        policy: CachePolicy,
+        max_ids_per_request: int = FETCH_IDS_PER_CALL,
+        select: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
         self.policy = policy
+        self.select = select  # the announced ids this cache's table has rows for (None: all)
         self.lock = threading.Lock()
         self.max_ids_per_request = max_ids_per_request
         self._warm = False
@@ -55,6 +62,8 @@ class SharedCache:
         if fut.cancelled() or fut.exception() is not None:
             return
         ids = fut.result()[0].input_nodes
+        if self.select is not None:
+            ids = self.select(ids)
         with self.lock:
             if step > self._gathered.get(stream, step) and (stream, step) not in self._announced:
                 self._announced.add((stream, step))
@@ -101,3 +110,35 @@ class SharedCache:
         """Stops the policy's background prefetches."""
         with self.lock:
             self.policy.close()
+
+
+class CacheGroup:
+    """The caches one stream reads, by node-data key: one per node type that has the job's
+    feature (a one-type graph: one). The stream opens, announces to and closes them together."""
+
+    def __init__(self, caches: dict[str, SharedCache]) -> None:
+        self.caches = caches
+        self._lock = threading.Lock()
+        self._next = 0
+        self._members: dict[int, dict[str, int]] = {}  # group stream -> each cache's stream id
+
+    def open_stream(self) -> int:
+        with self._lock:
+            self._next += 1
+            self._members[self._next] = {k: c.open_stream() for k, c in self.caches.items()}
+            return self._next
+
+    def stream_of(self, stream: int, key: str) -> int:
+        """The stream id of group stream ``stream`` in the cache of ``key``."""
+        return self._members[stream][key]
+
+    def announce(self, stream: int, step: int, fut: Future) -> None:
+        members = self._members.get(stream, {})
+        for key, member in members.items():
+            self.caches[key].announce(member, step, fut)
+
+    def close_stream(self, stream: int) -> None:
+        with self._lock:
+            members = self._members.pop(stream, {})
+        for key, member in members.items():
+            self.caches[key].close_stream(member)

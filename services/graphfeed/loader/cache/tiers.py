@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.schema import DEFAULT_NTYPE
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,15 @@ class TierStats:
     prefetch_used: int = 0
     prefetch_failed: int = 0
     prefetch_bytes: int = 0
+    ntype: str = DEFAULT_NTYPE  # the node type whose rows the tier's cache holds
 
     def __add__(self, other: TierStats) -> TierStats:
-        """Field-wise sum (caches of several feature names on the same tier)."""
+        """Field-wise sum (caches of several feature names on the same tier and node type)."""
         return replace(
-            self, **{k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__ if k != "tier"}
+            self,
+            **{
+                k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__ if k not in ("tier", "ntype")
+            },
         )
 
 

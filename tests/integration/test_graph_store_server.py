@@ -75,7 +75,12 @@ def test_partition_info(server: Server) -> None:
     schemas = {s.name: s for s in info.node_data}
     assert codec.dtype_from_proto(schemas["feat"].dtype) == np.float32 and list(schemas["feat"].row_shape) == [F]
     assert codec.dtype_from_proto(schemas["label"].dtype) == np.int64 and list(schemas["label"].row_shape) == []
-    assert info.num_classes == 3 and info.dataset == "arithmetic-100" and info.schema_version == 1
+    assert info.num_classes == 3 and info.dataset == "arithmetic-100" and info.schema_version == 2
+    # a graph without types is the one-type case: "_N", ("_N", "_E", "_N"), every table of "_N"
+    assert list(info.types.ntypes) == ["_N"]
+    assert [(e.src_type, e.relation, e.dst_type) for e in info.types.etypes] == [("_N", "_E", "_N")]
+    assert list(info.types.ntype_offsets) == [0, 50, 50, 100] and list(info.types.etype_offsets) == [0, info.num_edges]
+    assert {s.ntype for s in info.node_data} == {"_N"}
     assert info.num_local_edges == server.store.info().num_local_edges > 0
 
 

@@ -6,6 +6,7 @@ Samplers, loaders and writers reach the graph-stores through a partition set
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
@@ -15,12 +16,20 @@ import numpy as np
 
 from graphfeed.common import bulk, codec
 from graphfeed.common.bulk import Received
-from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, from_rpc_error
+from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, InvalidArgument, from_rpc_error
 from graphfeed.common.futures import settle, then
 from graphfeed.common.rpc import client_channel, streamed
+from graphfeed.common.schema import DEFAULT_NTYPE, types_from_proto
 from graphfeed.common.transport import ClientTransport
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalInfo, TemporalQuery, TemporalSample
-from graphfeed.graph_store.types import NodeDataInfo, NodeDataTarget, PartitionInfo, RowsInto, SampledNeighbors
+from graphfeed.graph_store.types import (
+    Fanout,
+    NodeDataInfo,
+    NodeDataTarget,
+    PartitionInfo,
+    RowsInto,
+    SampledNeighbors,
+)
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 
@@ -41,14 +50,17 @@ IDEMPOTENT_METHODS = (
 
 
 def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
+    """The PartitionInfo of a GetPartitionInfo answer (a server that predates types: one type)."""
+    node_offsets = np.asarray(resp.node_offsets, dtype=np.int64)
     return PartitionInfo(
         partition_id=resp.partition_id,
         num_partitions=resp.num_partitions,
         num_nodes=resp.num_nodes,
         num_edges=resp.num_edges,
-        node_offsets=np.asarray(resp.node_offsets, dtype=np.int64),
+        node_offsets=node_offsets,
         node_data={
-            s.name: NodeDataInfo(s.name, codec.dtype_from_proto(s.dtype), tuple(s.row_shape)) for s in resp.node_data
+            s.name: NodeDataInfo(s.name, codec.dtype_from_proto(s.dtype), tuple(s.row_shape), s.ntype or DEFAULT_NTYPE)
+            for s in resp.node_data
         },
         num_classes=resp.num_classes,
         dataset=resp.dataset,
@@ -56,7 +68,29 @@ def info_from_proto(resp: pb.GetPartitionInfoResponse) -> PartitionInfo:
         num_local_edges=resp.num_local_edges,
         num_halo_nodes=resp.num_halo_nodes,
         graph_version=resp.graph_version,
+        schema=types_from_proto(resp.types, node_offsets.tolist(), resp.num_edges),
     )
+
+
+def fanout_fields(fanout: Fanout) -> dict[str, Any]:
+    """SampleNeighborsRequest's ``fanout``/``etype_fanouts`` for ``fanout``: an int goes in
+    ``fanout`` (every edge type), a sequence in ``etype_fanouts`` (one per edge type); ``fanout``
+    then holds its largest entry, which is the sequence itself for a graph of one edge type.
+
+    Raises:
+        InvalidArgument: a sequence that is empty or not of integers.
+    """
+    if isinstance(fanout, (int, np.integer)):
+        return {"fanout": int(fanout)}
+    try:
+        values = [operator.index(f) for f in fanout]
+    except TypeError:
+        raise InvalidArgument(
+            f"fanout must be an int or a sequence of ints (one per edge type), got {fanout!r}"
+        ) from None
+    if not values:
+        raise InvalidArgument("fanout must name one fanout per edge type, got none")
+    return {"fanout": max(values), "etype_fanouts": values}
 
 
 class GraphStoreClient:
@@ -119,10 +153,12 @@ class GraphStoreClient:
         return out
 
     def sample_neighbors_future(
-        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
+        """Starts one SampleNeighbors call; ``fanout``: an int for every edge type, or one per
+        edge type (sent as ``etype_fanouts``)."""
         req = pb.SampleNeighborsRequest(
-            fanout=fanout, replace=replace, rng_seed=rng_seed, first_position=first_position
+            replace=replace, rng_seed=rng_seed, first_position=first_position, **fanout_fields(fanout)
         )
         codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
         raw = self._unary_future(self._sample, req)
@@ -138,7 +174,7 @@ class GraphStoreClient:
         return then(raw, decoded)
 
     def sample_neighbors(
-        self, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> SampledNeighbors:
         return self.sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position).result()
 

@@ -20,7 +20,7 @@ from graphfeed.graph_store.rowstore import RowStats
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.temporal.store import AppendAck, TemporalInfo, TemporalSample, TemporalStore
-from graphfeed.graph_store.types import PartitionInfo, SampledNeighbors
+from graphfeed.graph_store.types import Fanout, PartitionInfo, SampledNeighbors
 
 # One-hop sampling of a minibatch's seeds: tens of microseconds to about a second.
 SAMPLING_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -122,7 +122,7 @@ class MeteredGraphStore:
     def sample_neighbors(
         self,
         seeds: np.ndarray,
-        fanout: int,
+        fanout: Fanout,
         replace: bool,
         rng_seed: int,
         alloc: Alloc | None = None,

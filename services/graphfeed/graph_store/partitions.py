@@ -19,7 +19,7 @@ from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.futures import completed
 from graphfeed.graph_store.client import GraphStoreClient
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
-from graphfeed.graph_store.types import PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
+from graphfeed.graph_store.types import Fanout, PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
 
 if TYPE_CHECKING:  # the in-process stores (RocksDB) are not loaded by a process that only dials graph-stores
     from graphfeed.graph_store.store import GraphStore
@@ -74,12 +74,17 @@ class RemotePartitionSet(PartitionSet):
         for i in infos:
             if i.dataset != infos[0].dataset or not np.array_equal(i.node_offsets, infos[0].node_offsets):
                 raise FailedPrecondition(f"graph-stores serve different graphs: {i.dataset!r} vs {infos[0].dataset!r}")
+            if i.types.to_dict() != infos[0].types.to_dict():
+                raise FailedPrecondition(
+                    f"graph-stores of partitions {infos[0].partition_id} and {i.partition_id} describe different "
+                    f"node/edge types: {infos[0].types.to_dict()} vs {i.types.to_dict()}"
+                )
         self.clients = [by_id[p] for p in range(n)]
         self.info = next(i for i in infos if i.partition_id == 0)
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="gs-fetch")
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
         return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position)
 
@@ -119,7 +124,7 @@ class LocalPartitionSet(PartitionSet):
         self.info = self.stores[0].info()
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
         return completed(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed, None, first_position)
 
@@ -154,7 +159,7 @@ class ForwardingPartitionSet(PartitionSet):
         self.info: PartitionInfo = inner.info
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
         return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
 

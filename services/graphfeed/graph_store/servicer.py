@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common import codec
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import InvalidArgument, ResourceExhausted
+from graphfeed.common.schema import types_to_proto
 from graphfeed.common.transport import Allocator, Response, ServerTransport
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore, MeteredTemporal, TemporalMetrics
@@ -30,14 +31,16 @@ from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 def info_to_proto(store: GraphStore) -> pb.GetPartitionInfoResponse:
     """The GetPartitionInfo answer for ``store``."""
     info = store.info()
-    return pb.GetPartitionInfoResponse(
+    resp = pb.GetPartitionInfoResponse(
         partition_id=info.partition_id,
         num_partitions=info.num_partitions,
         num_nodes=info.num_nodes,
         num_edges=info.num_edges,
         node_offsets=[int(x) for x in info.node_offsets],
         node_data=[
-            pb.NodeDataSchema(name=d.name, dtype=codec.dtype_to_proto(d.dtype), row_shape=list(d.row_shape))
+            pb.NodeDataSchema(
+                name=d.name, dtype=codec.dtype_to_proto(d.dtype), row_shape=list(d.row_shape), ntype=d.ntype
+            )
             for d in info.node_data.values()
         ],
         num_classes=info.num_classes,
@@ -47,6 +50,14 @@ def info_to_proto(store: GraphStore) -> pb.GetPartitionInfoResponse:
         num_halo_nodes=info.num_halo_nodes,
         graph_version=info.graph_version,
     )
+    types_to_proto(info.types, resp.types)  # the one-type schema too: a client need not derive it
+    return resp
+
+
+def decode_fanout(request: pb.SampleNeighborsRequest) -> int | list[int]:
+    """The fanout a SampleNeighbors request asks for: one per edge type (``etype_fanouts``), or
+    ``fanout`` for every edge type when that is empty; the store checks count and range."""
+    return list(request.etype_fanouts) if len(request.etype_fanouts) else int(request.fanout)
 
 
 def sample_into(r: Response, resp: pb.SampleNeighborsResponse) -> Alloc:
@@ -172,7 +183,12 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         resp = pb.SampleNeighborsResponse()
         with self._transport.response(context, "SampleNeighbors") as r:
             out = self._store.sample_neighbors(
-                seeds, request.fanout, request.replace, request.rng_seed, sample_into(r, resp), request.first_position
+                seeds,
+                decode_fanout(request),
+                request.replace,
+                request.rng_seed,
+                sample_into(r, resp),
+                request.first_position,
             )
             r.encode(out.src, resp.src)  # the offsets were encoded when the kernel asked for room
             r.encode(out.edge_ids, resp.edge_ids)

@@ -4,6 +4,7 @@ the one way samplers, loaders and writers reach the graph-stores (no protobuf he
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -14,6 +15,10 @@ from graphfeed.common.owners import owners
 from graphfeed.common.placement import SharedRegion
 from graphfeed.common.schema import DEFAULT_NTYPE, GraphSchema
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
+
+Fanout = int | Sequence[int]
+"""A one-hop fanout: one for every edge type, or one per edge type in the graph's edge-type order
+(``-1`` all in-neighbors, else at most that many; see :meth:`GraphStore.sample_neighbors`)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ class PartitionInfo:
     def types(self) -> GraphSchema:
         """The graph's node and edge types (:mod:`graphfeed.common.schema`)."""
         if self.schema is None:
-            return GraphSchema.homogeneous(self.node_offsets, self.num_edges)
+            return GraphSchema.homogeneous(self.node_offsets.tolist(), self.num_edges)
         return self.schema
 
 
@@ -135,9 +140,10 @@ class PartitionSet(ABC):
 
     @abstractmethod
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
-        """Partition ``p`` samples up to ``fanout`` in-neighbors of each of its ``seeds``."""
+        """Partition ``p`` samples up to ``fanout`` in-neighbors of each of its ``seeds`` (an int
+        for every edge type, or one per edge type of ``info.types``)."""
 
     def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
         """Partition ``p``'s rows of node-data ``name`` for ``ids`` (owned by ``p``), put where

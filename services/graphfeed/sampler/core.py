@@ -21,9 +21,10 @@ import numpy as np
 from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.limits import MAX_FANOUT, SAMPLE_SEEDS_PER_CALL, SAMPLER_MAX_SEEDS_PER_REQUEST
+from graphfeed.common.schema import etype_name
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.fanout import Chunk, fan_out_requests
-from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
+from graphfeed.graph_store.types import Fanout, PartitionSet, SampledNeighbors
 from graphfeed.sampler.compact import SlotTables, compact_hop
 
 _SHOW_IDS = 5  # offending ids quoted in an error message
@@ -58,12 +59,13 @@ class MultiHopSampler:
         self.max_fanout = max_fanout
         self.max_ids_per_request = max_ids_per_request
         self.num_nodes = int(partitions.info.num_nodes)
+        self.etypes = partitions.info.types.etypes
         self._slots = SlotTables(self.num_nodes)
 
     def sample(
         self,
         seeds: np.ndarray,
-        fanouts: Sequence[int],
+        fanouts: Sequence[Fanout],
         replace: bool,
         job_seed: int,
         epoch: int,
@@ -75,7 +77,9 @@ class MultiHopSampler:
         Args:
             seeds: unique global ids, int64 [N], N >= 1.
             fanouts: neighbors per layer in DGL order: ``fanouts[0]`` is the input layer, the
-                last entry is sampled first, around the seeds; -1 takes all neighbors.
+                last entry is sampled first, around the seeds. A layer is an int for every edge
+                type, or a sequence of one per edge type (``partitions.info.types.etypes`` order,
+                DGL's ``{etype: k}``); -1 takes all neighbors (of that edge type).
             replace: sample with replacement.
             job_seed: seed of the job; with ``epoch`` and ``step`` it seeds every choice.
             epoch: zero-based epoch.
@@ -88,7 +92,8 @@ class MultiHopSampler:
             Blocks ordered input layer first; ``output_nodes`` equals ``seeds``.
 
         Raises:
-            InvalidArgument: bad seeds (dtype, rank, empty, duplicates) or fanouts.
+            InvalidArgument: bad seeds (dtype, rank, empty, duplicates) or fanouts (a value not
+                -1 or in ``[0, max_fanout]``, a layer with another count than the edge types).
             NotFound: a seed outside ``[0, num_nodes)``.
             ResourceExhausted: more than ``max_seeds`` seeds.
             GraphfeedError: whatever a partition raised, unchanged.
@@ -128,20 +133,44 @@ class MultiHopSampler:
         # Our own copy: the caller may reuse its buffer, and output_nodes must not change.
         return seeds.copy()
 
-    def _check_fanouts(self, fanouts: Sequence[int]) -> list[int]:
+    def _check_fanouts(self, fanouts: Sequence[Fanout]) -> list[int | tuple[int, ...]]:
+        """Each layer as an int (every edge type) or a tuple of one int per edge type."""
         try:
-            values = [operator.index(f) for f in fanouts]
+            layers = list(fanouts)
         except TypeError:
-            raise InvalidArgument(f"fanouts must be integers, got {list(fanouts)!r}") from None
-        if not values:
+            raise InvalidArgument(f"fanouts must be a sequence of layers, got {fanouts!r}") from None
+        if not layers:
             raise InvalidArgument("fanouts must name at least one layer")
-        bad = [f for f in values if f != -1 and not 0 <= f <= self.max_fanout]
+        values = [self._check_layer(layer) for layer in layers]
+        flat = [f for v in values for f in (v if isinstance(v, tuple) else (v,))]
+        bad = [f for f in flat if f != -1 and not 0 <= f <= self.max_fanout]
         if bad:
             raise InvalidArgument(f"fanouts {bad} out of range: each must be -1 (all) or in [0, {self.max_fanout}]")
         return values
 
+    def _check_layer(self, layer: object) -> int | tuple[int, ...]:
+        try:
+            return operator.index(layer)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        try:
+            if isinstance(layer, (str, bytes)):
+                raise TypeError
+            values = tuple(operator.index(f) for f in layer)  # type: ignore[attr-defined]
+        except TypeError:
+            raise InvalidArgument(
+                f"each layer of fanouts must be an integer or a sequence of integers (one per edge type), got {layer!r}"
+            ) from None
+        if len(values) != len(self.etypes):
+            names = [etype_name(e) for e in self.etypes]
+            raise InvalidArgument(
+                f"a layer of fanouts has {len(values)} edge-type fanouts {list(values)}; the graph has "
+                f"{len(names)} edge types {names} (give one per edge type, or one int for all)"
+            )
+        return values
+
     def _sample_hop(
-        self, frontier: np.ndarray, fanout: int, replace: bool, key: tuple[int, int, int, int]
+        self, frontier: np.ndarray, fanout: Fanout, replace: bool, key: tuple[int, int, int, int]
     ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
         """One hop around ``frontier``: ``(order, bounds, answers)`` in grouped order (partition
         by partition; ``order[j]`` is the frontier position of grouped position ``j``, and

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.graph_store.partitions import ForwardingPartitionSet
-from graphfeed.graph_store.types import PartitionSet, SampledNeighbors
+from graphfeed.graph_store.types import Fanout, PartitionSet, SampledNeighbors
 from graphfeed.sampler.core import MultiHopSampler
 
 # A multi-hop minibatch: a millisecond (tiny graph, one hop) to tens of seconds (huge fanouts).
@@ -84,7 +84,7 @@ class MeteredSampler:
     def sample(
         self,
         seeds: np.ndarray,
-        fanouts: Sequence[int],
+        fanouts: Sequence[Fanout],
         replace: bool,
         job_seed: int,
         epoch: int,
@@ -108,7 +108,7 @@ class MeteredPartitionSet(ForwardingPartitionSet):
         self._m = metrics
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
         self._m.partition_requests.labels(str(p)).inc()
         self._m.partition_request_seeds.labels(str(p)).inc(len(seeds))

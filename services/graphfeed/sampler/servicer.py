@@ -9,13 +9,33 @@ import numpy as np
 
 from graphfeed.common import blocks, codec
 from graphfeed.common.bulk import Outgoing
+from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.transport import Response, ServerTransport
+from graphfeed.graph_store.types import Fanout
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.sampler.metrics import MeteredSampler, SamplerMetrics
 from graphfeed.sampler.v1 import sampler_pb2 as pb
 from graphfeed.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 Arrays4 = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def decode_fanouts(request: pb.SampleBlocksRequest, num_etypes: int) -> list[Fanout]:
+    """The layers of a SampleBlocks request: ``fanouts[l]`` for every edge type, or with
+    ``etype_fanouts`` (layer-major ``[len(fanouts), num_etypes]``) one fanout per edge type.
+
+    Raises:
+        InvalidArgument: ``etype_fanouts`` of another size than ``len(fanouts) * num_etypes``.
+    """
+    layers, flat = list(request.fanouts), list(request.etype_fanouts)
+    if not flat or not layers:  # no layers at all is the sampler's to report
+        return list(layers)
+    if len(flat) != len(layers) * num_etypes:
+        raise InvalidArgument(
+            f"etype_fanouts has {len(flat)} entries; it needs one per layer and edge type, "
+            f"{len(layers)} layers x {num_etypes} edge types = {len(layers) * num_etypes} (layer-major)"
+        )
+    return [flat[i * num_etypes : (i + 1) * num_etypes] for i in range(len(layers))]
 
 
 def input_layer_into(r: Response) -> Callable[[int, int], Arrays4]:
@@ -40,17 +60,19 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
         self, sampler: MultiHopSampler, metrics: SamplerMetrics, transport: ServerTransport | None = None
     ) -> None:
         self._sampler = MeteredSampler(sampler, metrics)
+        self._num_etypes = len(sampler.etypes)
         self._transport = transport or ServerTransport(None)
 
     def SampleBlocks(
         self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext
     ) -> pb.SampleBlocksResponse | Outgoing:
         seeds = codec.decode_ids(request.seeds, "seeds")
+        fanouts = decode_fanouts(request, self._num_etypes)
         key = request.step_key
         resp = pb.SampleBlocksResponse()
         with self._transport.response(context, "SampleBlocks") as r:
             sb = self._sampler.sample(
-                seeds, list(request.fanouts), request.replace, key.job_seed, key.epoch, key.step, input_layer_into(r)
+                seeds, fanouts, request.replace, key.job_seed, key.epoch, key.step, input_layer_into(r)
             )
             blocks.to_proto(sb, resp.blocks, r.encode)
         return r.framed(resp)

@@ -8,6 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
+from graphfeed.graph_store.types import Fanout
 
 
 class BlockSampler(Protocol):
@@ -21,11 +22,12 @@ class BlockSampler(Protocol):
     def sample(
         self,
         seeds: np.ndarray,
-        fanouts: Sequence[int],
+        fanouts: Sequence[Fanout],
         replace: bool,
         job_seed: int,
         epoch: int,
         step: int,
     ) -> SampledBlocks:
-        """Samples around ``seeds`` (unique int64 gids); ``fanouts`` in DGL order (input layer first)."""
+        """Samples around ``seeds`` (unique int64 gids); ``fanouts`` in DGL order (input layer first),
+        each layer an int for every edge type or a sequence of one per edge type."""
         ...

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, Unavailable
 from graphfeed.graph_store.partitions import LocalPartitionSet
-from graphfeed.graph_store.types import RowsInto
+from graphfeed.graph_store.types import Fanout, RowsInto
 from graphfeed.loader.cache.base import CacheOptions, TierStats
 from graphfeed.loader.cache.lookahead import LookaheadCache
 from graphfeed.loader.cache.policies import make_cache
@@ -103,7 +103,7 @@ class GatedSampler:
         self.inner, self.gate = inner, gate
 
     def sample(
-        self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int
+        self, seeds: np.ndarray, fanouts: Sequence[Fanout], replace: bool, job_seed: int, epoch: int, step: int
     ) -> SampledBlocks:
         if step == 0:
             assert self.gate.wait(30), "the later steps were never announced"

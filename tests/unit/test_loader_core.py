@@ -16,7 +16,7 @@ from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange, Unavailable
 from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.types import RowsInto
+from graphfeed.graph_store.types import Fanout, RowsInto
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
@@ -252,7 +252,7 @@ class CountingSampler:
         self._lock = threading.Lock()
 
     def sample(
-        self, seeds: np.ndarray, fanouts: Sequence[int], replace: bool, job_seed: int, epoch: int, step: int
+        self, seeds: np.ndarray, fanouts: Sequence[Fanout], replace: bool, job_seed: int, epoch: int, step: int
     ) -> SampledBlocks:
         with self._lock:
             self.calls += 1

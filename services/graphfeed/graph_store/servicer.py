@@ -179,16 +179,11 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
     def SampleNeighbors(
         self, request: pb.SampleNeighborsRequest, context: grpc.ServicerContext
     ) -> pb.SampleNeighborsResponse | Outgoing:
-        seeds = codec.decode_ids(request.seeds, "seeds")
+        seeds, fanout = codec.decode_ids(request.seeds, "seeds"), decode_fanout(request)
         resp = pb.SampleNeighborsResponse()
         with self._transport.response(context, "SampleNeighbors") as r:
             out = self._store.sample_neighbors(
-                seeds,
-                decode_fanout(request),
-                request.replace,
-                request.rng_seed,
-                sample_into(r, resp),
-                request.first_position,
+                seeds, fanout, request.replace, request.rng_seed, sample_into(r, resp), request.first_position
             )
             r.encode(out.src, resp.src)  # the offsets were encoded when the kernel asked for room
             r.encode(out.edge_ids, resp.edge_ids)

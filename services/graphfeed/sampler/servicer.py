@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 import numpy as np
@@ -10,6 +10,7 @@ import numpy as np
 from graphfeed.common import blocks, codec
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.schema import CanonicalEtype, etype_name
 from graphfeed.common.transport import Response, ServerTransport
 from graphfeed.graph_store.types import Fanout
 from graphfeed.sampler.core import MultiHopSampler
@@ -20,20 +21,21 @@ from graphfeed.sampler.v1 import sampler_pb2_grpc as pb_grpc
 Arrays4 = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def decode_fanouts(request: pb.SampleBlocksRequest, num_etypes: int) -> list[Fanout]:
+def decode_fanouts(request: pb.SampleBlocksRequest, etypes: Sequence[CanonicalEtype]) -> list[Fanout]:
     """The layers of a SampleBlocks request: ``fanouts[l]`` for every edge type, or with
-    ``etype_fanouts`` (layer-major ``[len(fanouts), num_etypes]``) one fanout per edge type.
+    ``etype_fanouts`` (layer-major ``[len(fanouts), len(etypes)]``) one fanout per edge type.
 
     Raises:
-        InvalidArgument: ``etype_fanouts`` of another size than ``len(fanouts) * num_etypes``.
+        InvalidArgument: ``etype_fanouts`` of another size than ``len(fanouts) * len(etypes)``.
     """
-    layers, flat = list(request.fanouts), list(request.etype_fanouts)
+    layers, flat, num_etypes = list(request.fanouts), list(request.etype_fanouts), len(etypes)
     if not flat or not layers:  # no layers at all is the sampler's to report
         return list(layers)
     if len(flat) != len(layers) * num_etypes:
         raise InvalidArgument(
-            f"etype_fanouts has {len(flat)} entries; it needs one per layer and edge type, "
-            f"{len(layers)} layers x {num_etypes} edge types = {len(layers) * num_etypes} (layer-major)"
+            f"etype_fanouts has {len(flat)} entries for {len(layers)} layers; the graph has {num_etypes} edge "
+            f"types {[etype_name(e) for e in etypes]}, so it needs {len(layers) * num_etypes} "
+            "(one per layer and edge type, layer-major)"
         )
     return [flat[i * num_etypes : (i + 1) * num_etypes] for i in range(len(layers))]
 
@@ -60,14 +62,14 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
         self, sampler: MultiHopSampler, metrics: SamplerMetrics, transport: ServerTransport | None = None
     ) -> None:
         self._sampler = MeteredSampler(sampler, metrics)
-        self._num_etypes = len(sampler.etypes)
+        self._etypes = sampler.etypes
         self._transport = transport or ServerTransport(None)
 
     def SampleBlocks(
         self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext
     ) -> pb.SampleBlocksResponse | Outgoing:
         seeds = codec.decode_ids(request.seeds, "seeds")
-        fanouts = decode_fanouts(request, self._num_etypes)
+        fanouts = decode_fanouts(request, self._etypes)
         key = request.step_key
         resp = pb.SampleBlocksResponse()
         with self._transport.response(context, "SampleBlocks") as r:

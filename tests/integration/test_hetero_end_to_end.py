@@ -71,18 +71,30 @@ def typed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def check_minibatch(input_nodes: dict, output_nodes: dict, blocks: list, fanout: int) -> None:
+class Ids:
+    """Type-wise ids as blocks give them (graphfeed's, numbered partition by partition, as
+    DistDGL's) -> the input's own ids (``orig_ids.npy``), which the formulas speak."""
+
+    def __init__(self, root: Path) -> None:
+        self.schema = GraphManifest.load(root).schema()
+        self.orig = np.load(root / "orig_ids.npy")
+
+    def __call__(self, ntype: str, ids: torch.Tensor) -> np.ndarray:
+        return self.orig[self.schema.to_gids(ntype, ids.numpy())]
+
+
+def check_minibatch(ids: Ids, input_nodes: dict, output_nodes: dict, blocks: list, fanout: int) -> None:
     """Features, labels and edge types of one minibatch against the formulas."""
     first, last = blocks[0], blocks[-1]
     for ntype, rows in FORMULA.items():
         if first.num_src_nodes(ntype):
-            ids = first.srcnodes[ntype].data[dgl.NID].numpy()
-            assert np.array_equal(first.srcnodes[ntype].data["feat"].numpy(), rows(ids))
-            assert np.array_equal(input_nodes[ntype].numpy(), ids)
+            nid = first.srcnodes[ntype].data[dgl.NID]
+            assert np.array_equal(first.srcnodes[ntype].data["feat"].numpy(), rows(ids(ntype, nid)))
+            assert torch.equal(input_nodes[ntype], nid)
     assert "feat" not in first.srcnodes["tag"].data  # featureless
-    seeds = last.dstnodes["item"].data[dgl.NID].numpy()
-    assert np.array_equal(output_nodes["item"].numpy(), seeds)
-    assert np.array_equal(last.dstnodes["item"].data["label"].numpy(), seeds % 3)
+    seeds = last.dstnodes["item"].data[dgl.NID]
+    assert torch.equal(output_nodes["item"], seeds)
+    assert np.array_equal(last.dstnodes["item"].data["label"].numpy(), ids("item", seeds) % 3)
     for block in blocks:
         for ntype in block.dsttypes:  # DGL's block layout: each type's dst nodes lead its src nodes
             n = block.num_dst_nodes(ntype)
@@ -91,8 +103,8 @@ def check_minibatch(input_nodes: dict, output_nodes: dict, blocks: list, fanout:
             s, d = block.edges(etype=etype)
             if not len(s):
                 continue
-            src_ids = block.srcnodes[etype[0]].data[dgl.NID][s].numpy()
-            dst_ids = block.dstnodes[etype[2]].data[dgl.NID][d].numpy()
+            src_ids = ids(etype[0], block.srcnodes[etype[0]].data[dgl.NID][s])
+            dst_ids = ids(etype[2], block.dstnodes[etype[2]].data[dgl.NID][d])
             per_dst = np.bincount(d.numpy())
             assert per_dst.max() <= fanout
             if etype[1] == "buys":  # user u -> item (7u + j) % ITEMS
@@ -114,16 +126,17 @@ def test_in_process_typed_minibatches_match_the_formulas(typed_root: Path) -> No
         dl = EmbeddedDataLoader(loader, "train", fanouts=[3, 2], batch_size=8, seed=5)
         batches = list(dl)
         assert len(batches) == len(dl) == 3  # 20 items in train, 8 per batch
-        seen = np.concatenate([out["item"].numpy() for _, out, _ in batches])
+        ids = Ids(typed_root)
+        seen = np.concatenate([ids("item", out["item"]) for _, out, _ in batches])
         assert sorted(seen.tolist()) == list(range(ITEMS // 2))
         for input_nodes, output_nodes, blocks in batches:
             assert set(blocks[0].ntypes) == {"user", "item", "tag"}
-            check_minibatch(input_nodes, output_nodes, blocks, 3)
+            check_minibatch(ids, input_nodes, output_nodes, blocks, 3)
         # per-edge-type fanouts (DGL's dict form): no tags sampled at all in the input layer
         per_type = [{"buys": 2, "tags": 0, "rev_buys": 2, "rev_tags": 0}, 2]
         dl = EmbeddedDataLoader(loader, "train", fanouts=per_type, batch_size=8, seed=5)
         for input_nodes, output_nodes, blocks in dl:
-            check_minibatch(input_nodes, output_nodes, blocks, 2)
+            check_minibatch(ids, input_nodes, output_nodes, blocks, 2)
             assert blocks[0].num_edges(("tag", "tags", "item")) == 0
         assert {s.ntype for s in loader.cache_stats(by_ntype=True)} == {"user", "item"}
     finally:
@@ -145,8 +158,9 @@ def test_typed_minibatches_over_grpc_equal_in_process(typed_root: Path, shm_dir:
         with remote:
             got = list(remote)
         assert len(got) == len(want) > 0
+        ids = Ids(typed_root)
         for (gi, go, gb), (wi, wo, wb) in zip(got, want):
-            check_minibatch(gi, go, gb, 3)
+            check_minibatch(ids, gi, go, gb, 3)
             for t in wi:
                 assert torch.equal(gi[t], wi[t])
             for a, b in zip(gb, wb):

@@ -111,7 +111,7 @@ class GraphSchema:
     def from_dict(cls, d: dict) -> GraphSchema:
         return cls(
             tuple(d["ntypes"]),
-            tuple(tuple(e) for e in d["etypes"]),  # type: ignore[misc]
+            tuple(tuple(e) for e in d["etypes"]),
             np.asarray(d["ntype_offsets"], dtype=np.int64),
             np.asarray(d["etype_offsets"], dtype=np.int64),
         )
@@ -157,7 +157,7 @@ class GraphSchema:
                 )
             etype = parts
         key = tuple(etype)
-        i = self._eindex.get(key) if len(key) == 3 else None  # type: ignore[arg-type]
+        i = self._eindex.get(key) if len(key) == 3 else None
         if i is None:
             raise InvalidArgument(f"unknown edge type {etype!r}; the graph has {[etype_name(e) for e in self.etypes]}")
         return i

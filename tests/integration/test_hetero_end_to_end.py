@@ -27,6 +27,7 @@ from graphfeed.ingest.partition import write_partitioned
 from graphfeed.loader.core import Loader
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
+from graphfeed.trainer.job import JobArgs
 from tests.integration.inprocess import InProcessCluster
 
 USERS, ITEMS, TAGS = 60, 40, 9
@@ -133,7 +134,7 @@ def test_in_process_typed_minibatches_match_the_formulas(typed_root: Path) -> No
             assert set(blocks[0].ntypes) == {"user", "item", "tag"}
             check_minibatch(ids, input_nodes, output_nodes, blocks, 3)
         # per-edge-type fanouts (DGL's dict form): no tags sampled at all in the input layer
-        per_type = [{"buys": 2, "tags": 0, "rev_buys": 2, "rev_tags": 0}, 2]
+        per_type: list[int | dict[str, int]] = [{"buys": 2, "tags": 0, "rev_buys": 2, "rev_tags": 0}, 2]
         dl = EmbeddedDataLoader(loader, "train", fanouts=per_type, batch_size=8, seed=5)
         for input_nodes, output_nodes, blocks in dl:
             check_minibatch(ids, input_nodes, output_nodes, blocks, 2)
@@ -152,7 +153,7 @@ def test_typed_minibatches_over_grpc_equal_in_process(typed_root: Path, shm_dir:
     local = Loader(parts, MultiHopSampler(parts), cache_policy="none", cache_bytes=0)
     cluster = InProcessCluster.start(typed_root)
     try:
-        job = {"fanouts": [3, 2], "batch_size": 8, "seed": 11}
+        job = JobArgs(fanouts=[3, 2], batch_size=8, seed=11)
         want = list(EmbeddedDataLoader(local, "val", **job))
         remote = RemoteDataLoader(cluster.loader.address, "val", shm_dir=shm_dir, connect_timeout_s=30, **job)
         with remote:
@@ -160,6 +161,7 @@ def test_typed_minibatches_over_grpc_equal_in_process(typed_root: Path, shm_dir:
         assert len(got) == len(want) > 0
         ids = Ids(typed_root)
         for (gi, go, gb), (wi, wo, wb) in zip(got, want):
+            assert all(torch.equal(go[t], wo[t]) for t in wo)
             check_minibatch(ids, gi, go, gb, 3)
             for t in wi:
                 assert torch.equal(gi[t], wi[t])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -23,7 +23,8 @@ def test_job_args_are_the_job_spec_fields_but_split() -> None:
     args = typing.get_type_hints(JobArgs)
     as_fields = {JOB_ARG_FIELDS.get(k, k): v for k, v in args.items()}
     want = {name: tp for name, tp in SPEC_TYPES.items() if name != "split"}
-    want["fanouts"] = Sequence[int]  # the loaders take any sequence; JobSpec keeps a tuple
+    want["fanouts"] = Sequence[int | Mapping[str, int]]  # any sequence, {etype: k} layers too; JobSpec keeps a tuple
+    want["etype_fanouts"] = Sequence[tuple[int, str, int]]
     assert as_fields == want
     required = {JOB_ARG_FIELDS.get(k, k) for k in JobArgs.__required_keys__}
     assert required == {n for n, f in SPEC_FIELDS.items() if f.default is dataclasses.MISSING}

@@ -6,34 +6,29 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
-import dgl
 import grpc
-import numpy as np
 import torch
 
-from graphfeed.common import blocks as blocks_codec
-from graphfeed.common import bulk, codec
+from graphfeed.common import bulk
 from graphfeed.common.buffers import BufferPool
-from graphfeed.common.bulk import Bulk, Received
+from graphfeed.common.bulk import Received
 from graphfeed.common.errors import GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.schema import GraphSchema, types_from_proto
-from graphfeed.common.shm import SegmentReader
 from graphfeed.common.transport import ClientTransport
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
+from graphfeed.trainer.blocks import Batch, as_tensor, dgl_blocks, feature_tensor, to_dgl_blocks
 from graphfeed.trainer.connect import Resume, wait_for
 from graphfeed.trainer.hetero import hetero_dgl_blocks
 from graphfeed.trainer.job import JobArgs, job_spec, job_to_proto
 
 if TYPE_CHECKING:
-    from graphfeed.common.blocks import SampledBlocks
     from graphfeed.loader.core import Loader
     from graphfeed.loader.minibatch import ReadyMinibatch
 
@@ -59,90 +54,6 @@ class EpochStats:
     def minibatches_per_s(self) -> float:
         elapsed = time.perf_counter() - self.started
         return self.minibatches / elapsed if elapsed > 0 else 0.0
-
-
-def _torch(arr: np.ndarray) -> torch.Tensor:
-    """A tensor over ``arr`` without a copy. Inline arrays are read-only views of the received
-    message (torch warns about those; training never writes minibatch inputs in place); shared-
-    memory arrays are private writable mappings."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(arr)
-
-
-def feature_tensor(features: np.ndarray) -> torch.Tensor:
-    """A tensor over minibatch features without a copy; bfloat16 (:data:`codec.BFLOAT16`, which
-    torch cannot take from NumPy) is reinterpreted through its bits."""
-    if features.dtype == codec.BFLOAT16:
-        return _torch(features.view(np.int16)).view(torch.bfloat16)  # torch 2.2 has no uint16
-    return _torch(features)
-
-
-def dgl_blocks(
-    sb: SampledBlocks,
-    features: torch.Tensor,
-    labels: torch.Tensor | None,
-    feature_name: str,
-    label_name: str,
-    device: torch.device | None = None,
-    feature_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, list]:
-    """DGL blocks on ``device`` (default: the CPU) from sampled blocks, with ``features``
-    attached to the first block's src nodes and ``labels`` to the last block's dst nodes.
-    Tensors already on ``device`` (features read on the GPU) are attached without a copy.
-    ``feature_dtype``: the features are cast to it on ``device``, after the move (so reduced-
-    precision features also halve the host -> device copy); None keeps their type."""
-    device = device or torch.device("cpu")
-    input_nodes = _torch(sb.input_nodes.astype(np.int64, copy=False))
-    out = []
-    for b in sb.blocks:
-        block = dgl.create_block(
-            (_torch(b.edge_src.astype(np.int64, copy=False)), _torch(b.edge_dst.astype(np.int64, copy=False))),
-            num_src_nodes=b.num_src,
-            num_dst_nodes=b.num_dst,
-        )
-        block.srcdata[dgl.NID] = input_nodes[: b.num_src]
-        block.dstdata[dgl.NID] = input_nodes[: b.num_dst]
-        block.edata[dgl.EID] = _torch(b.edge_ids.astype(np.int64, copy=False))
-        out.append(block if device.type == "cpu" else block.to(device))
-    input_nodes = input_nodes.to(device)
-    if out:
-        on_device = features.to(device)
-        out[0].srcdata[feature_name] = on_device if feature_dtype is None else on_device.to(feature_dtype)
-        if label_name and labels is not None:
-            out[-1].dstdata[label_name] = labels.to(device)
-    return input_nodes, input_nodes[: len(sb.output_nodes)], out
-
-
-def to_dgl_blocks(
-    mb: pb.Minibatch,
-    feature_name: str,
-    label_name: str,
-    segments: SegmentReader | None = None,
-    device: torch.device | None = None,
-    bulk_bytes: Bulk | None = None,
-    feature_dtype: torch.dtype | None = None,
-    schema: GraphSchema | None = None,
-) -> tuple[Any, Any, list]:
-    """Builds DGL blocks from a Minibatch message (its tensors in ``segments`` or its
-    ``bulk_bytes``), with features and labels attached (no copies on the CPU, unless
-    ``feature_dtype`` asks for a cast: see :func:`dgl_blocks`). A graph of several types
-    (``schema``) gives heterogeneous blocks and ``{ntype: ids}`` node dicts
-    (:func:`graphfeed.trainer.hetero.hetero_dgl_blocks`)."""
-    sb = blocks_codec.from_proto(mb.blocks, segments, bulk_bytes)
-    if schema is not None and schema.is_hetero:
-        typed = {
-            t.ntype: feature_tensor(codec.decode(t.tensor, f"features of {t.ntype}", segments, bulk_bytes))
-            for t in mb.typed_features
-        }
-        labels_by_type = {
-            t.ntype: _torch(codec.decode(t.tensor, f"labels of {t.ntype}", segments, bulk_bytes))
-            for t in mb.typed_labels
-        }
-        return hetero_dgl_blocks(sb, schema, typed, labels_by_type, feature_name, label_name, device, feature_dtype)
-    features = feature_tensor(codec.decode(mb.input_features, "input_features", segments, bulk_bytes))
-    labels = _torch(codec.decode(mb.labels, "labels", segments, bulk_bytes)) if label_name else None
-    return dgl_blocks(sb, features, labels, feature_name, label_name, device, feature_dtype)
 
 
 class _StepLoader:
@@ -188,7 +99,7 @@ class _StepLoader:
     resume_s: float = 0.0  # how long a broken stream is reopened at the next step (0: never)
     resumes: int = 0  # streams reopened so far
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
+    def __iter__(self) -> Iterator[Batch]:
         epoch = self.epoch
         self.stats = EpochStats()
         resume = Resume(self.resume_s, f"{type(self).__name__} epoch {epoch}")
@@ -205,7 +116,7 @@ class _StepLoader:
                 self.resumes += 1
         self.epoch, self.step = epoch + 1, 0
 
-    def _epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
+    def _epoch(self, epoch: int) -> Iterator[Batch]:
         """The minibatches of ``epoch`` from :attr:`step`, advancing it."""
         with self._minibatches(epoch, self.step) as stream:
             while True:
@@ -231,7 +142,7 @@ class _StepLoader:
         """``(epoch, step)`` a minibatch says it is."""
         raise NotImplementedError
 
-    def _batch(self, mb: Any) -> tuple[torch.Tensor, torch.Tensor, list]:
+    def _batch(self, mb: Any) -> Batch:
         """``(input_nodes, output_nodes, blocks)`` on :attr:`device`."""
         raise NotImplementedError
 
@@ -337,7 +248,7 @@ class RemoteDataLoader(_StepLoader):
     def _position(self, mb: Received[pb.Minibatch]) -> tuple[int, int]:
         return mb.message.step_key.epoch, mb.message.step_key.step
 
-    def _batch(self, mb: Received[pb.Minibatch]) -> tuple[torch.Tensor, torch.Tensor, list]:
+    def _batch(self, mb: Received[pb.Minibatch]) -> Batch:
         job = self.job
         return to_dgl_blocks(
             mb.message,
@@ -405,7 +316,7 @@ class EmbeddedDataLoader(_StepLoader):
                 mb.blocks,
                 self.schema,
                 {t: feature_tensor(f) for t, f in mb.typed_features.items()},
-                {t: _torch(y) for t, y in mb.typed_labels.items()},
+                {t: as_tensor(y) for t, y in mb.typed_labels.items()},
                 self.job.feature_name,
                 self.job.label_name,
                 self.device,
@@ -417,7 +328,7 @@ class EmbeddedDataLoader(_StepLoader):
             features = to_torch(mb.features)  # DLPack: the device array itself
         else:
             features = feature_tensor(mb.features)
-        labels = _torch(mb.labels) if self.job.label_name else None
+        labels = as_tensor(mb.labels) if self.job.label_name else None
         return dgl_blocks(
             mb.blocks, features, labels, self.job.feature_name, self.job.label_name, self.device, self.feature_dtype
         )

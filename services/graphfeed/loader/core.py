@@ -159,6 +159,9 @@ class Loader:
             info.num_classes,
             info.num_nodes,
             info.types,
+            {info.node_data[k].ntype: tuple(info.node_data[k].row_shape) for k in self._tables(job.feature_name)}
+            if info.types.is_hetero
+            else {},
         )
 
     def _cache(self, feature_name: str) -> SharedCache:

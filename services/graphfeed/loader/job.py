@@ -154,3 +154,4 @@ class JobInfo:
     num_classes: int
     num_nodes: int
     types: GraphSchema | None = None  # node/edge types (a typed graph streams typed features)
+    typed_feature_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # by node type with the feature

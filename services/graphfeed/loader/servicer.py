@@ -32,6 +32,9 @@ def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
         num_classes=info.num_classes,
         num_nodes=info.num_nodes,
         types=types_to_proto(info.types, pb.DescribeJobResponse().types) if info.types is not None else None,
+        typed_feature_shapes=[
+            pb.TypedShape(ntype=t, row_shape=list(shape)) for t, shape in info.typed_feature_shapes.items()
+        ],
     )
 
 

@@ -101,6 +101,11 @@ class TrainConfig(BaseSettings):
         description="Neighbors per layer when evaluating, one per --fanouts layer (the model's depth); "
         "not given: -1 (all neighbors) for every layer.",
     )
+    model: Literal["sage", "rgcn"] = Field(
+        default="sage",
+        description="Example model: sage (GraphSAGE, one node and edge type) or rgcn (an RGCN over every relation "
+        "of a typed graph; learnable embeddings for featureless node types).",
+    )
     hidden: int = Field(default=64, description="Hidden units.")
     lr: float = Field(default=0.01, description="Adam learning rate.")
     weight_decay: float = Field(default=5e-4, description="Adam weight decay.")

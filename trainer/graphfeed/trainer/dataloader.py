@@ -82,6 +82,14 @@ class _StepLoader:
     def feature_shape(self) -> tuple[int, ...]:
         return tuple(self.info.feature_row_shape)
 
+    @property
+    def typed_feature_shapes(self) -> dict[str, tuple[int, ...]]:
+        """In a graph of several node types: the feature's row shape per node type that has it."""
+        shapes = self.info.typed_feature_shapes
+        if isinstance(shapes, dict):  # JobInfo
+            return dict(shapes)
+        return {s.ntype: tuple(s.row_shape) for s in shapes}  # DescribeJobResponse
+
     def set_epoch(self, epoch: int) -> None:
         """Starts the next iteration at the beginning of ``epoch``."""
         self.epoch, self.step = int(epoch), 0

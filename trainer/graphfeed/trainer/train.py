@@ -23,6 +23,7 @@ from graphfeed.trainer.checkpoint import save_checkpoint
 from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.connect import wait_for
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
+from graphfeed.trainer.hetero_models import RGCN, input_features, rgcn_optimizers
 from graphfeed.trainer.job import JobArgs
 from graphfeed.trainer.metrics import TrainerMetrics
 from graphfeed.trainer.models import GraphSAGE
@@ -47,16 +48,24 @@ class EpochReport:
     remote_feature_bytes: int
 
 
-def batch_digest(input_nodes: torch.Tensor, blocks: list) -> str:
+def batch_digest(input_nodes: torch.Tensor | dict[str, torch.Tensor], blocks: list) -> str:
     """Short digest of a minibatch (ids + features), used to prove replays are identical."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(input_nodes.cpu().numpy().tobytes())
-    h.update(blocks[0].srcdata["feat"].cpu().numpy().tobytes())
+    for ids in _by_type(input_nodes):
+        h.update(ids.cpu().numpy().tobytes())
+    for feat in _by_type(blocks[0].srcdata.get("feat", {})):
+        h.update(feat.cpu().numpy().tobytes())
     for b in blocks:
-        src, dst = b.edges()
-        h.update(src.cpu().numpy().tobytes())
-        h.update(dst.cpu().numpy().tobytes())
+        for etype in b.canonical_etypes:
+            src, dst = b.edges(etype=etype)
+            h.update(src.cpu().numpy().tobytes())
+            h.update(dst.cpu().numpy().tobytes())
     return h.hexdigest()
+
+
+def _by_type(x: torch.Tensor | dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """A tensor, or a typed graph's tensors in node-type order."""
+    return [x[k] for k in sorted(x)] if isinstance(x, dict) else [x]
 
 
 def init_distributed(cfg: TrainConfig) -> None:
@@ -95,14 +104,17 @@ class Trainer:
         if not cfg.loader_address:
             self.embedded, self._sampler = _embedded_loader(cfg)
         self.train_loader = self._data_loader("train", cfg.fanouts, cfg.batch_size, shuffle=True, job_id=cfg.job_id)
-        in_feats = int(torch.tensor(self.train_loader.feature_shape).prod())
-        self.model = GraphSAGE(in_feats, cfg.hidden, self.train_loader.num_classes, len(cfg.fanouts), cfg.dropout)
+        self.model = _model(cfg, self.train_loader)
         self.model.to(self.device)
         self.ddp = None
         if cfg.world_size > 1:
             ids = [self.device] if self.device.type == "cuda" else None
-            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+            # An RGCN leaves the relations and types a minibatch lacks without gradient.
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=cfg.model == "rgcn")
+        if isinstance(self.model, RGCN):  # SparseAdam for its embeddings of featureless types
+            self.opts = rgcn_optimizers(self.model, cfg.lr, cfg.weight_decay)
+        else:
+            self.opts = [torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)]
         self.applied: list[tuple[int, int, str]] = []  # (epoch, step, digest) of every applied step
         if cfg.checkpoint is not None and cfg.checkpoint.exists():
             self._restore(torch.load(cfg.checkpoint, map_location=self.device))
@@ -134,7 +146,8 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
+        for opt, opt_state in zip(self.opts, state["optimizers"], strict=True):
+            opt.load_state_dict(opt_state)
         torch.set_rng_state(state["torch_rng"].cpu())
         if "cuda_rng" in state and self.device.type == "cuda":  # dropout on a GPU draws from its RNG
             torch.cuda.set_rng_state(state["cuda_rng"].cpu(), self.device)
@@ -145,7 +158,7 @@ class Trainer:
     def _state(self) -> dict:
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(),
+            "optimizers": [opt.state_dict() for opt in self.opts],
             "torch_rng": torch.get_rng_state(),
             **({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
             "loader": self.train_loader.state_dict(),
@@ -166,14 +179,15 @@ class Trainer:
             if batch is None:
                 break
             t1 = time.perf_counter()
-            input_nodes, _output_nodes, blocks = batch
+            input_nodes, output_nodes, blocks = batch
             step = self.train_loader.step - 1
-            x = blocks[0].srcdata["feat"]
-            y = blocks[-1].dstdata["label"]
-            loss = F.cross_entropy(model(blocks, x), y)
-            self.opt.zero_grad()
+            logits, y = _predict(model, output_nodes, blocks)
+            loss = F.cross_entropy(logits, y)
+            for opt in self.opts:
+                opt.zero_grad()
             loss.backward()
-            self.opt.step()
+            for opt in self.opts:
+                opt.step()
             losses.append(float(loss))  # float() waits for the device: the step time is complete
             self.metrics.record(wait_s=t1 - t0, step_s=time.perf_counter() - t1)
             progress.update(t1 - t0, losses[-1])
@@ -195,10 +209,10 @@ class Trainer:
         with self._data_loader(
             split, self.cfg.eval_fanouts, batch_size, shuffle=False, job_id=f"{self.cfg.job_id}-eval"
         ) as loader:
-            for _in, _out, blocks in loader:
-                pred = self.model(blocks, blocks[0].srcdata["feat"]).argmax(1)
-                correct += int((pred == blocks[-1].dstdata["label"]).sum())
-                total += len(pred)
+            for _in, output_nodes, blocks in loader:
+                logits, y = _predict(self.model, output_nodes, blocks)
+                correct += int((logits.argmax(1) == y).sum())
+                total += len(y)
         return correct / max(1, total)
 
     def fit(self, on_epoch=None) -> list[EpochReport]:  # noqa: ANN001
@@ -234,6 +248,36 @@ class Trainer:
             if self._sampler is not None:
                 self._sampler.close()
             self.embedded.partitions.close()
+
+
+def _model(cfg: TrainConfig, loader: RemoteDataLoader | EmbeddedDataLoader) -> torch.nn.Module:
+    """The example model ``cfg.model`` sized for the graph ``loader`` reads."""
+    depth, classes = len(cfg.fanouts), loader.num_classes
+    if cfg.model == "sage":
+        if loader.schema is not None and loader.schema.is_hetero:
+            raise ValueError("the graph has several node or edge types: train it with --model rgcn")
+        return GraphSAGE(int(torch.tensor(loader.feature_shape).prod()), cfg.hidden, classes, depth, cfg.dropout)
+    schema = loader.schema
+    if schema is None:
+        raise ValueError("the data loader does not know the graph's node and edge types")
+    shapes = loader.typed_feature_shapes or {schema.ntypes[0]: loader.feature_shape}
+    widths = {t: int(torch.tensor(shape).prod()) for t, shape in shapes.items()}
+    num_nodes = {t: schema.num_nodes(t) for t in schema.ntypes}
+    return RGCN(schema.etypes, widths, num_nodes, cfg.hidden, classes, depth, cfg.dropout)
+
+
+def _predict(model: torch.nn.Module, output_nodes: object, blocks: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, labels)`` of a minibatch's output nodes: GraphSAGE on the features, or an RGCN
+    over every node type of the seeds that has labels (their logits and labels concatenated)."""
+    if not isinstance(output_nodes, dict):
+        return model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
+    logits = model(blocks, input_features(blocks[0], "feat"))
+    last = blocks[-1]
+    types = [t for t in sorted(output_nodes) if "label" in last.dstnodes[t].data]
+    return (
+        torch.cat([logits[t] for t in types]),
+        torch.cat([last.dstnodes[t].data["label"].long() for t in types]),
+    )
 
 
 def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:

@@ -48,7 +48,7 @@ def typed_graph() -> GraphData:
             "user": {"feat": user_feat(u)},
             "item": {"feat": item_feat(items), "label": items % 3},
         },
-        {"item": {"train": items[: ITEMS // 2], "val": items[ITEMS // 2 :]}},
+        {"item": {"train": items[: ITEMS // 2], "val": items[ITEMS // 2 : 30], "test": items[30:]}},
         add_reverse=True,
     )
 

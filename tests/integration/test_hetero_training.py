@@ -8,6 +8,10 @@ tests/integration/test_hetero_end_to_end.py, whose item labels are a function of
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +94,30 @@ def test_rgcn_resume_repeats_and_loses_nothing(cluster: InProcessCluster, tmp_pa
     assert b["applied"] == a["applied"]  # same minibatches, digest for digest
     for k, v in a["model"].items():
         assert torch.equal(v, b["model"][k]), k
+
+
+def test_two_ddp_ranks_train_one_rgcn(cluster: InProcessCluster, tmp_path: Path) -> None:
+    """Each rank gets its own seeds; only gradient averaging (dense and the embeddings' sparse
+    gradients) keeps the replicas equal."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    procs = []
+    for rank in range(2):
+        cmd = [sys.executable, "-m", "graphfeed", "train", "--loader", cluster.loader.address, "--model", "rgcn"]
+        cmd += ["--epochs", "1", "--batch-size", "4", "--fanouts", "3", "3", "--seed", "3", "--hidden", "16"]
+        cmd += ["--rank", str(rank), "--world-size", "2", "--job-id", "rgcn-ddp", "--metrics-port", "0"]
+        cmd += ["--checkpoint", str(tmp_path / f"r{rank}.pt"), "--no-progress"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    r0, r1 = (torch.load(tmp_path / f"r{r}.pt") for r in range(2))
+    assert len(r0["applied"]) == len(r1["applied"]) > 0
+    assert {d for *_, d in r0["applied"]}.isdisjoint({d for *_, d in r1["applied"]})
+    for name, tensor in r0["model"].items():
+        assert torch.allclose(r1["model"][name], tensor, atol=1e-6), f"replicas diverged: {name}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "disk": "graphfeed.bench.disk",
     "tgn": "graphfeed.bench.tgn",
     "append": "graphfeed.bench.append",
+    "rgcn-fidelity": "graphfeed.bench.rgcn_fidelity",
 }
 
 

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> InProcessCluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessCluster]:
     root = tmp_path_factory.mktemp("typed-train") / "g"
     write_partitioned(typed_graph(), root, 2, method="random", seed=3)
     c = InProcessCluster.start(root)

@@ -61,7 +61,7 @@ def test_packed_epochs_stream_exact_features_from_the_packs(arith_root: Path, or
         samples = {
             (s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
         }
-        assert samples[("graphfeed_loader_cache_hits_total", (("tier", "pack"), ("ntype", "_N")))] == stats.hits
+        assert samples[("graphfeed_loader_cache_hits_total", (("ntype", "_N"), ("tier", "pack")))] == stats.hits
         assert samples[("graphfeed_loader_pack_read_bytes_total", ())] == stats.disk_bytes
     finally:
         c.stop()

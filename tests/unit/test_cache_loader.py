@@ -74,7 +74,7 @@ def test_prefetch_and_cache_counters_are_exported_per_tier() -> None:
     LoaderMetrics.create(registry).watch(_State())
     text = generate_latest(registry).decode()
     got = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples}
-    host = (("tier", "host"), ("ntype", "_N"))
+    host = (("ntype", "_N"), ("tier", "host"))
     assert got[("graphfeed_loader_cache_hits_total", host)] == 7
     assert got[("graphfeed_loader_cache_misses_total", host)] == 3
     assert got[("graphfeed_loader_prefetch_issued_total", host)] == 4

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.buffers import BufferPool
-from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange
+from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.common.placement import HostPlacement, Placement
 from graphfeed.common.schema import DEFAULT_NTYPE
@@ -231,8 +231,6 @@ class Loader:
         caches = CacheGroup({key: self._cache(key) for key in self._tables(job.feature_name)})
         if self.partitions.info.types.is_hetero:
             on_device = False  # per-type features are host arrays (the GPU tier serves one-type graphs)
-            if self.pack_root is not None:
-                raise FailedPrecondition("packed features serve graphs of one node type; run this job without packs")
         if job.feature_wire_dtype:
             placement = None  # the features are converted before they are sent: no use assembling them in shared memory
             first = next(iter(caches.caches.values()))
@@ -246,7 +244,7 @@ class Loader:
             max_ids_per_request=self.max_ids_per_request,
             placement=placement or self.host_placement,
             on_device=on_device,
-            packs=self._pack_tier(job, epoch),
+            packs=self._pack_tiers(job, epoch, list(caches.caches)),
         )
         work = StreamWork(
             sampler=self.sampler,
@@ -272,19 +270,26 @@ class Loader:
         self._streams.add(stream)
         return stream
 
-    def _pack_tier(self, job: JobSpec, epoch: int) -> PackTier | None:
+    def _pack_tiers(self, job: JobSpec, epoch: int, keys: list[str]) -> dict[str, PackTier]:
+        """The packed tier of each table ``keys`` names that has packs for ``job``'s ``epoch``
+        (a typed graph's tables are packed apart, each under the job with its key as feature)."""
         if self.pack_root is None:
-            return None
-        return open_pack_tier(
-            self.pack_root,
-            self.partitions.info,
-            job,
-            epoch,
-            self.pack_stats,
-            lookahead_steps=self.lookahead_steps,
-            threads=self.pack_read_threads,
-            direct=self.pack_direct_io,
-        )
+            return {}
+        tiers = {}
+        for key in keys:
+            tier = open_pack_tier(
+                self.pack_root,
+                self.partitions.info,
+                dataclasses.replace(job, feature_name=key) if key != job.feature_name else job,
+                epoch,
+                self.pack_stats,
+                lookahead_steps=self.lookahead_steps,
+                threads=self.pack_read_threads,
+                direct=self.pack_direct_io,
+            )
+            if tier is not None:
+                tiers[key] = tier
+        return tiers
 
     def warm_cache(self, feature_name: str) -> None:
         """Fills ``feature_name``'s caches now (as its first stream would at its first

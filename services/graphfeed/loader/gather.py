@@ -160,7 +160,7 @@ class Gatherer:
             consumer maps).
         on_device: assemble features in device memory where the cache has a device lookup.
         label_name: "" for no labels (an empty int64 array).
-        packs: the stream's packed-disk tier, between the cache and the graph-stores.
+        packs: the stream's packed-disk tiers by node-data key, between the cache and the graph-stores.
     """
 
     partitions: PartitionSet
@@ -170,7 +170,7 @@ class Gatherer:
     max_ids_per_request: int
     placement: Placement
     on_device: bool = False
-    packs: PackTier | None = None
+    packs: dict[str, PackTier] = field(default_factory=dict)  # by node-data key: the stream's packed tables
 
     @property
     def cache(self) -> CacheGroup:
@@ -285,8 +285,9 @@ class Gatherer:
         them, the rest from their owners; returns the rows read from the pack and the bytes
         received per partition."""
         packed = 0
-        if self.packs is not None and len(miss_ids):
-            found, pack_rows = self.packs.lookup(step, miss_ids)
+        packs = self.packs.get(key)
+        if packs is not None and len(miss_ids):
+            found, pack_rows = packs.lookup(step, miss_ids)
             packed = len(pack_rows)
             if packed:
                 into.out[into.positions[found]] = pack_rows

@@ -176,8 +176,8 @@ def _produce(w: StreamWork) -> None:
         for _, fut in pending:
             fut.cancel()
         cache.close_stream(stream)
-        if w.gatherer.packs is not None:
-            w.gatherer.packs.close()
+        for packs in w.gatherer.packs.values():
+            packs.close()
         if w.channel.closed:  # consumer gone mid-stream
             w.gatherer.placement.abandon()
         log.debug("producer job=%s rank=%d epoch=%d exits", w.job.job_id, w.job.rank, w.plan.epoch)

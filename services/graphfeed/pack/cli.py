@@ -18,7 +18,7 @@ from graphfeed.common.config import add_settings_argument, add_settings_argument
 from graphfeed.common.partition import GraphManifest, part_dir_name
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.pack.config import PackSettings
-from graphfeed.pack.writer import pack_epoch
+from graphfeed.pack.writer import pack_tables
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
     partitions = open_partitions(settings)
     try:
         for epoch in epochs:
-            m = pack_epoch(partitions, job, epoch, settings.out, opts)
-            print(json.dumps({"epoch": epoch, "steps": m.num_steps, "packs": len(m.packs), **m.stats}), flush=True)
+            for m in pack_tables(partitions, job, epoch, settings.out, opts):
+                line = {"epoch": epoch, "table": m.job.feature_name, "steps": m.num_steps, "packs": len(m.packs)}
+                print(json.dumps({**line, **m.stats}), flush=True)
     finally:
         partitions.close()
     return 0

@@ -41,10 +41,17 @@ def plan_epoch(partitions: PartitionSet, job: JobSpec, epoch: int) -> EpochPlan:
 
 
 def sample_steps(
-    sampler: BlockSampler, job: JobSpec, plan: EpochPlan, workers: int = 2, window: int = 8
+    sampler: BlockSampler,
+    job: JobSpec,
+    plan: EpochPlan,
+    workers: int = 2,
+    window: int = 8,
+    fanouts: list[int | list[int]] | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """``(step, input nodes)`` of every step in order, sampled ``window`` steps ahead on
-    ``workers`` threads (the sampling kernels release the GIL)."""
+    ``workers`` threads (the sampling kernels release the GIL). ``fanouts``: the job's as the
+    sampler takes them (:meth:`JobSpec.sampler_fanouts`; default ``job.fanouts``)."""
+    layers = list(job.fanouts) if fanouts is None else fanouts
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pack-sample") as pool:
         pending: deque[tuple[int, Future]] = deque()
         next_step = 0
@@ -58,7 +65,7 @@ def sample_steps(
                             pool.submit(
                                 sampler.sample,
                                 seeds,
-                                list(job.fanouts),
+                                layers,
                                 job.replace,
                                 job.job_seed,
                                 plan.epoch,
@@ -80,5 +87,6 @@ def sample_epoch(
     """Samples every step of ``epoch`` for ``job``'s rank (see :func:`sample_steps`)."""
     plan = plan_epoch(partitions, job, epoch)
     t0 = time.perf_counter()
-    inputs = [ids for _, ids in sample_steps(sampler, job, plan, workers)]
+    fanouts = job.sampler_fanouts(partitions.info.types)
+    inputs = [ids for _, ids in sample_steps(sampler, job, plan, workers, fanouts=fanouts)]
     return SampledEpoch(plan, inputs, time.perf_counter() - t0)

@@ -11,12 +11,13 @@ their threads while earlier packs are fetched and written; "reuse" samples the e
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,10 @@ from typing import Literal
 
 import numpy as np
 
-from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.errors import InvalidArgument, NotFound
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.graph_store.fanout import fetch_rows
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.graph_store.types import PartitionInfo, PartitionSet
 from graphfeed.loader.cache.base import in_degrees, top_by_degree
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.packs.format import (
@@ -47,7 +48,7 @@ from graphfeed.sampler.types import BlockSampler
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PackOptions", "pack_epoch"]
+__all__ = ["PackOptions", "pack_epoch", "pack_tables"]
 
 
 @dataclass(frozen=True)
@@ -96,19 +97,23 @@ def pack_epoch(
         raise InvalidArgument(f"bad pack options {opts}")
     t0 = time.perf_counter()
     info = partitions.info
+    if job.feature_name not in info.node_data:
+        raise NotFound(f"node data {job.feature_name!r} does not exist; known: {sorted(info.node_data)}")
     spec = info.node_data[job.feature_name]
     row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.row_shape, dtype=np.int64))
+    table_rows = info.types.num_nodes(spec.ntype)
     plan = plan_epoch(partitions, job, epoch)
     times = {"sample_seconds": 0.0, "fetch_seconds": 0.0, "write_seconds": 0.0}
-    sampled = _timed(
-        (ids for _, ids in sample_steps(sampler or MultiHopSampler(partitions), job, plan, opts.sample_workers)), times
-    )
+    fanouts = job.sampler_fanouts(info.types)
+    steps_ids = sample_steps(sampler or MultiHopSampler(partitions), job, plan, opts.sample_workers, fanouts=fanouts)
+    mine = _of_table(info, job.feature_name)
+    sampled = _timed((mine(ids) for _, ids in steps_ids), times)
     if opts.resident == "reuse" and opts.resident_bytes >= row_bytes:
         epoch_steps = list(sampled)  # the whole epoch's reuse decides what is resident
         steps: Iterable[np.ndarray] = epoch_steps
         resident = _by_reuse(epoch_steps, info.num_nodes, opts.resident_bytes // row_bytes)
     else:  # known before sampling: packs are fetched and written while later steps are sampled
-        steps, resident = sampled, _by_degree(partitions, opts, row_bytes)
+        steps, resident = sampled, _by_degree(partitions, opts, row_bytes, job.feature_name)
     final = Path(root) / job_key(job, epoch)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -119,8 +124,8 @@ def pack_epoch(
     stats = {
         "packed_bytes": packed,
         "file_bytes": sum(p.file_bytes for p in packs),
-        "table_bytes": info.num_nodes * row_bytes,
-        "blow_up": packed / max(1, info.num_nodes * row_bytes),
+        "table_bytes": table_rows * row_bytes,
+        "blow_up": packed / max(1, table_rows * row_bytes),
         "resident_bytes": len(resident) * row_bytes,
         "needed_bytes": sum(s.num_packed for p in packs for s in p.steps) * row_bytes,
         **times,
@@ -164,14 +169,47 @@ def _timed(steps: Iterator[np.ndarray], times: dict[str, float]) -> Iterator[np.
         yield ids
 
 
-def _by_degree(partitions: PartitionSet, opts: PackOptions, row_bytes: int) -> np.ndarray:
-    """The highest in-degree gids that fit ``resident_bytes`` (int64, ascending): what a
-    ``static_degree`` cache of that size holds. Empty unless ``resident`` is "degree"."""
+def pack_tables(
+    partitions: PartitionSet,
+    job: JobSpec,
+    epoch: int,
+    root: Path,
+    options: PackOptions | None = None,
+    sampler: BlockSampler | None = None,
+) -> list[PackManifest]:
+    """:func:`pack_epoch` of every table of ``job.feature_name``: the one table of a one-type
+    graph, or one per node type that has the feature (each under the key of ``job`` with that
+    table's ``ntype/name`` as its feature name, where a loader streaming ``job`` looks; each
+    table's packs hold its type's rows only). A typed graph samples the epoch once per table."""
+    schema, known = partitions.info.types, partitions.info.node_data
+    keys = [k for k in (schema.data_key(t, job.feature_name) for t in schema.ntypes) if k in known]
+    if not keys:
+        raise NotFound(f"node data {job.feature_name!r} does not exist; known: {sorted(known)}")
+    return [
+        pack_epoch(partitions, dataclasses.replace(job, feature_name=key), epoch, root, options, sampler)
+        for key in keys
+    ]
+
+
+def _of_table(info: PartitionInfo, key: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The input nodes whose rows node-data ``key`` holds: all of them, or (``ntype/name`` of a
+    typed graph) those of its node type."""
+    if "/" not in key:
+        return lambda ids: ids
+    schema, t = info.types, info.types.ntype_id(info.node_data[key].ntype)
+    return lambda ids: ids[schema.ntype_of(ids) == t]
+
+
+def _by_degree(partitions: PartitionSet, opts: PackOptions, row_bytes: int, table: str) -> np.ndarray:
+    """The highest in-degree gids (of ``table``'s type) that fit ``resident_bytes`` (int64,
+    ascending): what a ``static_degree`` cache of that size holds. Empty unless ``resident`` is
+    "degree"."""
     n = partitions.info.num_nodes
     cap = min(n, opts.resident_bytes // row_bytes)
     if opts.resident != "degree" or cap == 0:
         return np.empty(0, dtype=np.int64)
-    return np.sort(top_by_degree(in_degrees(partitions, n, opts.max_ids_per_request), cap)).astype(np.int64)
+    degrees = in_degrees(partitions, n, opts.max_ids_per_request, table)
+    return np.sort(top_by_degree(degrees, cap)).astype(np.int64)
 
 
 def _by_reuse(steps: Sequence[np.ndarray], num_nodes: int, cap: int) -> np.ndarray:

@@ -84,6 +84,7 @@ class PackedJob:
     rank: int
     world_size: int
     feature_name: str
+    etype_fanouts: tuple[tuple[int, str, int], ...] = ()
 
     @classmethod
     def of(cls, job: JobSpec) -> PackedJob:
@@ -99,6 +100,7 @@ class PackedJob:
             job.rank,
             job.world_size,
             job.feature_name,
+            tuple(tuple(e) for e in job.etype_fanouts),  # type: ignore[misc]
         )
 
 
@@ -202,7 +204,9 @@ class PackManifest:
         d.pop("row_bytes", None)
         g = d.pop("graph")
         d["graph"] = GraphIdentity(**{**g, "node_offsets": tuple(g["node_offsets"])})
-        d["job"] = PackedJob(**{**d["job"], "fanouts": tuple(d["job"]["fanouts"])})
+        job = d["job"]
+        etype_fanouts = tuple((int(a), str(b), int(c)) for a, b, c in job.get("etype_fanouts", ()))
+        d["job"] = PackedJob(**{**job, "fanouts": tuple(job["fanouts"]), "etype_fanouts": etype_fanouts})
         d["row_shape"] = tuple(d["row_shape"])
         d["packs"] = tuple(PackFile(**{**p, "steps": tuple(StepRange(**s) for s in p["steps"])}) for p in d["packs"])
         return cls(**d)

@@ -219,8 +219,9 @@ class GraphSchema:
         if len(self.ntypes) == 1:
             return {self.ntypes[0]: np.arange(len(gids), dtype=np.int64)}
         types = self.ntype_of(gids)
-        order = np.argsort(types, kind="stable")
-        bounds = np.searchsorted(types[order], np.arange(len(self.ntypes) + 1))
+        small = types.astype(np.uint8 if len(self.ntypes) < 256 else np.int32)  # uint8 sorts by radix
+        order = np.argsort(small, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(types, minlength=len(self.ntypes)))])
         return {t: order[bounds[i] : bounds[i + 1]] for i, t in enumerate(self.ntypes) if bounds[i + 1] > bounds[i]}
 
 

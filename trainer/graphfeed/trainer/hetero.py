@@ -37,12 +37,13 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import dgl
+import numba
 import numpy as np
 import torch
 
 from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.common.schema import GraphSchema, etype_name
+from graphfeed.common.schema import GraphSchema
 
 __all__ = ["hetero_dgl_blocks", "split_by_ntype"]
 
@@ -66,11 +67,49 @@ def _stable_ranks(types: np.ndarray, num_types: int) -> tuple[np.ndarray, np.nda
     """(order, bounds, rank): ``order`` lists positions type by type (stable), those of type
     ``t`` at ``order[bounds[t]:bounds[t+1]]``; ``rank[i]`` is position ``i``'s index among the
     positions of its type."""
-    order = np.argsort(types, kind="stable")
-    bounds = np.searchsorted(types[order], np.arange(num_types + 1))
+    order = np.argsort(types.astype(np.uint8 if num_types < 256 else np.int32), kind="stable")  # uint8: radix
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(types, minlength=num_types))])
     rank = np.empty(len(types), np.int64)
     rank[order] = np.arange(len(types), dtype=np.int64) - np.repeat(bounds[:-1], np.diff(bounds))
     return order, bounds, rank
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _group_edges(edge_src, edge_dst, eids, etype_offsets, rank):  # noqa: ANN001, ANN202
+    """Counting sort of a block's edges by edge type (stable), in two passes: ``(bounds, u, v,
+    type-wise edge ids, first bad edge or -1)``; edge type ``r``'s edges are
+    ``[bounds[r], bounds[r+1])``, ``u``/``v`` their endpoints' indices within their node types."""
+    num_etypes = len(etype_offsets) - 1
+    n = len(eids)
+    r = np.empty(n, dtype=np.int64)
+    bounds = np.zeros(num_etypes + 1, dtype=np.int64)
+    for i in range(n):
+        e = eids[i]
+        lo, hi = 0, num_etypes
+        while lo < hi:  # the edge type whose range holds e
+            mid = (lo + hi) // 2
+            if etype_offsets[mid + 1] <= e:
+                lo = mid + 1
+            else:
+                hi = mid
+        if e < 0 or lo >= num_etypes:
+            return bounds, r, r, r, i
+        r[i] = lo
+        bounds[lo + 1] += 1
+    for k in range(num_etypes):
+        bounds[k + 1] += bounds[k]
+    at = bounds[:-1].copy()
+    u = np.empty(n, dtype=np.int64)
+    v = np.empty(n, dtype=np.int64)
+    typewise = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        k = r[i]
+        p = at[k]
+        at[k] += 1
+        u[p] = rank[edge_src[i]]
+        v[p] = rank[edge_dst[i]]
+        typewise[p] = eids[i] - etype_offsets[k]
+    return bounds, u, v, typewise, -1
 
 
 def _counts(types: np.ndarray, n: int, num_types: int) -> np.ndarray:
@@ -115,12 +154,10 @@ def hetero_dgl_blocks(
         typed = np.asarray(orig_ids, dtype=np.int64)[input_gids]
     order, bounds, rank = _stable_ranks(types, num_types)
     typed_by_type = [torch.from_numpy(typed[order[bounds[t] : bounds[t + 1]]]) for t in range(num_types)]
-    src_types = np.array([schema.ntype_id(s) for s, _, _ in schema.etypes], dtype=np.int64)
-    dst_types = np.array([schema.ntype_id(d) for _, _, d in schema.etypes], dtype=np.int64)
     out = []
     for b in sb.blocks:
         n_src, n_dst = _counts(types, b.num_src, num_types), _counts(types, b.num_dst, num_types)
-        block = _typed_block(b, schema, types, rank, (src_types, dst_types), (n_src, n_dst))
+        block = _typed_block(b, schema, rank, (n_src, n_dst))
         for t, nt in enumerate(schema.ntypes):
             block.srcnodes[nt].data[dgl.NID] = typed_by_type[t][: n_src[t]]
             block.dstnodes[nt].data[dgl.NID] = typed_by_type[t][: n_dst[t]]
@@ -136,36 +173,22 @@ def hetero_dgl_blocks(
 
 
 def _typed_block(
-    b: Block,
-    schema: GraphSchema,
-    types: np.ndarray,
-    rank: np.ndarray,
-    endpoint_types: tuple[np.ndarray, np.ndarray],
-    num_nodes: tuple[np.ndarray, np.ndarray],
+    b: Block, schema: GraphSchema, rank: np.ndarray, num_nodes: tuple[np.ndarray, np.ndarray]
 ) -> dgl.DGLGraph:
-    """One DGL block with every canonical edge type of ``schema`` (``endpoint_types``: each edge
-    type's src and dst node type ids; ``num_nodes``: src and dst nodes per type); only the edge
-    ids attached."""
-    num_etypes = len(schema.etypes)
-    src_types, dst_types = endpoint_types
-    edge_src = np.asarray(b.edge_src, dtype=np.int64)
-    edge_dst = np.asarray(b.edge_dst, dtype=np.int64)
-    eids = np.asarray(b.edge_ids, dtype=np.int64)
-    r = schema.etype_of(eids)
-    if len(eids):  # an edge must join nodes of its type's endpoint types (else the ids are mixed up)
-        rr = np.minimum(r, num_etypes - 1)
-        bad = (r >= num_etypes) | (eids < 0) | (types[edge_src] != src_types[rr]) | (types[edge_dst] != dst_types[rr])
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise InvalidArgument(
-                f"sampled blocks: edge {int(eids[i])} is not of an edge type joining its endpoints' node types "
-                f"{schema.ntypes[types[edge_src[i]]]} -> {schema.ntypes[types[edge_dst[i]]]} "
-                f"(edge types: {[etype_name(e) for e in schema.etypes]})"
-            )
-    order = np.argsort(r, kind="stable")
-    bounds = np.searchsorted(r[order], np.arange(num_etypes + 1))
-    u, v = rank[edge_src[order]], rank[edge_dst[order]]
-    typewise_eids = eids[order] - schema.etype_offsets[r[order]]
+    """One DGL block with every canonical edge type of ``schema`` (``rank``: each input node's
+    index within its type; ``num_nodes``: src and dst nodes per type); only the edge ids attached."""
+    bounds, u, v, typewise_eids, bad = _group_edges(
+        np.asarray(b.edge_src, dtype=np.int64),
+        np.asarray(b.edge_dst, dtype=np.int64),
+        np.asarray(b.edge_ids, dtype=np.int64),
+        schema.etype_offsets,
+        rank,
+    )
+    if bad >= 0:
+        raise InvalidArgument(
+            f"sampled blocks: edge id {int(b.edge_ids[bad])} is of no edge type "
+            f"(edge ids are [0, {int(schema.etype_offsets[-1])}))"
+        )
     data, eid_data = {}, {}
     for i, etype in enumerate(schema.etypes):
         lo, hi = bounds[i], bounds[i + 1]

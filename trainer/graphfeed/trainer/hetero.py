@@ -83,17 +83,22 @@ def _group_edges(edge_src, edge_dst, eids, etype_offsets, rank):  # noqa: ANN001
     n = len(eids)
     r = np.empty(n, dtype=np.int64)
     bounds = np.zeros(num_etypes + 1, dtype=np.int64)
+    last = 0
     for i in range(n):
         e = eids[i]
-        lo, hi = 0, num_etypes
-        while lo < hi:  # the edge type whose range holds e
-            mid = (lo + hi) // 2
-            if etype_offsets[mid + 1] <= e:
-                lo = mid + 1
-            else:
-                hi = mid
-        if e < 0 or lo >= num_etypes:
-            return bounds, r, r, r, i
+        if etype_offsets[last] <= e < etype_offsets[last + 1]:  # runs of one type: a seed's edges come type by type
+            lo = last
+        else:
+            lo, hi = 0, num_etypes
+            while lo < hi:  # the edge type whose range holds e
+                mid = (lo + hi) // 2
+                if etype_offsets[mid + 1] <= e:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if e < 0 or lo >= num_etypes:
+                return bounds, r, r, r, i
+            last = lo
         r[i] = lo
         bounds[lo + 1] += 1
     for k in range(num_etypes):

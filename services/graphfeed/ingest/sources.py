@@ -14,15 +14,14 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
+from graphfeed.ingest.arrays import check_len, float32_features, int_vector, load_npy
 from graphfeed.ingest.csv_source import load_edge_csv
 from graphfeed.ingest.graph import (
     DEFAULT_FRACTIONS,
     GraphData,
-    check_finite,
     check_ids_in_range,
     check_labels,
     check_splits,
-    find_nonfinite,
     random_split,
     symmetrize,
     symmetrize_edges,
@@ -126,12 +125,12 @@ def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None 
             f"{d / 'feat.npy'}: expected a 2-D numeric array [N, F], got dtype {feat.dtype} shape {feat.shape}"
         )
     n = len(feat)
-    ints = {k: _int_vector(d / f"{k}.npy", arrays[k]) for k in NUMPY_FILES if k != "feat"}
-    _check_len(d / "dst.npy", ints["dst"], len(ints["src"]), "entries as src.npy")
-    _check_len(d / "label.npy", ints["label"], n, "rows as feat.npy")
+    ints = {k: int_vector(d / f"{k}.npy", arrays[k]) for k in NUMPY_FILES if k != "feat"}
+    check_len(d / "dst.npy", ints["dst"], len(ints["src"]), "entries as src.npy")
+    check_len(d / "label.npy", ints["label"], n, "rows as feat.npy")
     if ts is not None:
-        ts = _int_vector(d / "ts.npy", ts)
-        _check_len(d / "ts.npy", ts, len(ints["src"]), "entries as src.npy (one timestamp per edge)")
+        ts = int_vector(d / "ts.npy", ts)
+        check_len(d / "ts.npy", ts, len(ints["src"]), "entries as src.npy (one timestamp per edge)")
     if efeat is not None:
         efeat = _edge_features(d / "edge_feat.npy", efeat, len(ints["src"]))
     for key in ("src", "dst"):
@@ -141,7 +140,7 @@ def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None 
     labels = ints["label"]
     num_classes = check_labels(str(d / "label.npy"), labels, n)
     log.info("%s: %d classes (labels 0..%d)", d / "label.npy", num_classes, num_classes - 1)
-    feat32 = _float32_features(d / "feat.npy", feat)
+    feat32 = float32_features(d / "feat.npy", feat)
     src, dst = ints["src"], ints["dst"]
     if undirected:
         src, dst, ts, efeat = symmetrize_edges(src, dst, ts, efeat)
@@ -163,8 +162,8 @@ def _edge_features(f: Path, efeat: np.ndarray, num_edges: int) -> np.ndarray:
     """``edge_feat.npy`` checked (numeric [E, D]) and as float32."""
     if efeat.ndim != 2 or not np.issubdtype(efeat.dtype, np.number):
         raise InvalidArgument(f"{f}: expected a 2-D numeric array [E, D], got dtype {efeat.dtype} shape {efeat.shape}")
-    _check_len(f, efeat, num_edges, "rows as src.npy (one feature row per edge)")
-    return _float32_features(f, efeat)
+    check_len(f, efeat, num_edges, "rows as src.npy (one feature row per edge)")
+    return float32_features(f, efeat)
 
 
 def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
@@ -178,50 +177,11 @@ def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
             raise NotFound(
                 f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})"
             )
-        arrays[key] = _load_npy(f)
+        arrays[key] = load_npy(f)
     for key in ("ts", "edge_feat"):
         if (d / f"{key}.npy").exists():
-            arrays[key] = _load_npy(d / f"{key}.npy")
+            arrays[key] = load_npy(d / f"{key}.npy")
     return arrays
-
-
-def _load_npy(f: Path) -> np.ndarray:
-    try:
-        return np.load(f, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise InvalidArgument(f"{f}: not a readable .npy array ({e})") from e
-
-
-def _int_vector(f: Path, a: np.ndarray) -> np.ndarray:
-    if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
-        raise InvalidArgument(f"{f}: expected a 1-D integer array, got dtype {a.dtype} shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
-        first = int(np.flatnonzero(a > np.iinfo(np.int64).max)[0])
-        raise InvalidArgument(
-            f"{f}: uint64 values >= 2**63 do not fit int64 ids (they would wrap to negative), "
-            f"e.g. entry {first} is {a[first]}"
-        )
-    return a.astype(np.int64, copy=False)
-
-
-def _float32_features(f: Path, feat: np.ndarray) -> np.ndarray:
-    """``feat`` as float32, refusing NaN/inf in the file and values too large for float32."""
-    check_finite(str(f), feat)
-    with np.errstate(over="ignore"):  # reported just below, naming the file
-        feat32 = feat.astype(np.float32, copy=False)
-    found = None if feat32 is feat else find_nonfinite(feat32)
-    if found is not None:
-        count, row, col = found
-        raise InvalidArgument(
-            f"{f}: {count} feature value(s) beyond the float32 range (features are stored as float32), "
-            f"e.g. {feat[row].reshape(-1)[col]} at row {row}, column {col}"
-        )
-    return feat32
-
-
-def _check_len(f: Path, a: np.ndarray, want: int, what: str) -> None:
-    if len(a) != want:
-        raise InvalidArgument(f"{f}: has {len(a)} entries, expected as many {what} ({want})")
 
 
 def load_synthetic(

@@ -1,5 +1,8 @@
 """Ingest sources: each turns some input into a :class:`GraphData` with ids ``0..N-1``.
 
+Typed sources (imdb, lastfm-hetero, the typed numpy and CSV layouts, the synthetic ``mag``
+presets) build theirs with :func:`graphfeed.ingest.graph.hetero_graph` and take ``add_reverse``.
+
 Undirected inputs are stored with both directions. Sources that model simple graphs (Cora,
 synthetic) have no self loops and no duplicate edges.
 """
@@ -26,8 +29,11 @@ from graphfeed.ingest.graph import (
     symmetrize,
     symmetrize_edges,
 )
+from graphfeed.ingest.hetero_sources import load_imdb, load_lastfm_hetero
 from graphfeed.ingest.synthetic import generate, generate_preset
+from graphfeed.ingest.synthetic_hetero import HETERO_PRESETS, generate_mag
 from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, package_dir
+from graphfeed.ingest.typed_layouts import is_typed_layout, load_numpy_typed
 
 CORA_NUM_CLASSES = 7
 
@@ -97,8 +103,11 @@ def _map_ids(ids: np.ndarray, known: np.ndarray, order: np.ndarray, where: Path)
 NUMPY_FILES = ("src", "dst", "feat", "label", "train_idx", "val_idx", "test_idx")
 
 
-def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None = None) -> GraphData:
-    """A graph stored as ``.npy`` files in one directory.
+def load_numpy_dir(
+    path: str | Path, undirected: bool = False, name: str | None = None, add_reverse: bool = False
+) -> GraphData:
+    """A graph stored as ``.npy`` files in one directory (a directory with ``nodes/`` and
+    ``edges/`` is a typed graph: :func:`graphfeed.ingest.typed_layouts.load_numpy_typed`).
 
     Required: ``src.npy``, ``dst.npy`` (integer [E], edges src -> dst), ``feat.npy`` ([N, ...],
     its row count defines N), ``label.npy`` (integer [N]), ``train_idx.npy``, ``val_idx.npy``,
@@ -114,8 +123,15 @@ def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None 
         undirected: add the reverse of every edge (exact duplicates removed, see :func:`symmetrize`);
             otherwise edges are kept exactly as given and edge ids are positions in ``src.npy``.
         name: dataset name (default: the directory name).
+        add_reverse: typed layout only: also add ``rev_`` edge types (a homogeneous graph is refused).
     """
     d = Path(path)
+    if is_typed_layout(d):
+        if undirected:
+            raise InvalidArgument(f"{d}: a typed graph (nodes/ and edges/) takes --add-reverse, not --undirected")
+        return load_numpy_typed(d, name=name, add_reverse=add_reverse)
+    if add_reverse:
+        raise InvalidArgument(f"{d}: --add-reverse is for typed graphs (nodes/ and edges/); use --undirected")
     arrays = _load_numpy_files(d)
     ts = arrays.pop("ts", None)
     efeat = arrays.pop("edge_feat", None)
@@ -193,15 +209,29 @@ def load_synthetic(
     seed: int = 0,
     split_seed: int | None = None,
     progress: bool = False,
+    add_reverse: bool = False,
     **params: Any,
 ) -> GraphData:
-    """A synthetic graph: a preset (sizes may be overridden) or all four sizes given."""
+    """A synthetic graph: a preset (sizes may be overridden) or all four sizes given.
+
+    The typed presets (:data:`graphfeed.ingest.synthetic_hetero.HETERO_PRESETS`, e.g. ``mag``)
+    fix their node and edge counts; ``feat_dim``, ``num_classes`` and ``homophily`` may change,
+    and ``add_reverse`` adds their ``rev_`` edge types (other presets refuse it).
+    """
     sizes: dict[str, Any] = {
         "num_nodes": num_nodes,
         "num_edges": num_edges,
         "feat_dim": feat_dim,
         "num_classes": num_classes,
     }
+    if preset in HETERO_PRESETS:
+        return generate_mag(
+            preset, seed=seed, split_seed=split_seed, add_reverse=add_reverse, progress=progress, **sizes, **params
+        )
+    if add_reverse:
+        raise InvalidArgument(
+            f"add_reverse is for typed graphs (synthetic presets {sorted(HETERO_PRESETS)}); this one is homogeneous"
+        )
     if preset is not None:
         return generate_preset(preset, seed=seed, split_seed=split_seed, progress=progress, **sizes, **params)
     missing = [k for k, v in sizes.items() if v is None]
@@ -219,6 +249,8 @@ SOURCES: dict[str, Callable[..., GraphData]] = {
     "synthetic": load_synthetic,
     "collegemsg": load_collegemsg,
     "lastfm": load_lastfm,
+    "imdb": load_imdb,
+    "lastfm-hetero": load_lastfm_hetero,
 }
 
 

@@ -51,38 +51,15 @@ def load_imdb(
     """
     import pyarrow.parquet as pq  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
 
-    files = _resources(
-        "imdb",
-        (
-            "imdb_movies_with_genre",
-            "imdb_movies_without_genre",
-            "imdb_actors",
-            "imdb_directors",
-            "imdb_acted_in",
-            "imdb_directed_in",
-        ),
-    )
-    labelled = pq.read_table(files["imdb_movies_with_genre"], columns=["nodeId", "genre", "plot_keywords"])
-    unlabelled = pq.read_table(files["imdb_movies_without_genre"], columns=["nodeId", "plot_keywords"])
+    files = _resources("imdb", tuple(f"imdb_{n}" for n in IMDB_FILES))
     ids, feats = {}, {}
-    for ntype, tables in (
-        ("movie", [(files["imdb_movies_with_genre"], labelled), (files["imdb_movies_without_genre"], unlabelled)]),
-        ("actor", [(files["imdb_actors"], pq.read_table(files["imdb_actors"], columns=["nodeId", "plot_keywords"]))]),
-        (
-            "director",
-            [(files["imdb_directors"], pq.read_table(files["imdb_directors"], columns=["nodeId", "plot_keywords"]))],
-        ),
-    ):
-        raw = np.concatenate([t.column("nodeId").to_numpy().astype(np.int64) for _, t in tables])
-        feat = np.concatenate([list_features(f, t, "plot_keywords") for f, t in tables])
-        order = np.argsort(raw, kind="stable")
-        ids[ntype], feats[ntype] = raw[order], feat[order]
-        if len(np.unique(raw)) != len(raw):
-            raise InvalidArgument(f"imdb: {ntype} node ids repeat in {[str(f) for f, _ in tables]}")
-    movie = ids["movie"]
-    with_genre = np.searchsorted(movie, labelled.column("nodeId").to_numpy().astype(np.int64))
-    label = np.zeros(len(movie), np.int64)
-    label[with_genre] = labelled.column("genre").to_numpy().astype(np.int64)
+    for ntype, names in (("movie", ("movies_with_genre", "movies_without_genre")), ("actor", ("actors",))):
+        ids[ntype], feats[ntype] = _typed_nodes(ntype, [files[f"imdb_{n}"] for n in names])
+    ids["director"], feats["director"] = _typed_nodes("director", [files["imdb_directors"]])
+    genre = pq.read_table(files["imdb_movies_with_genre"], columns=["nodeId", "genre"])
+    with_genre = map_ids(files["imdb_movies_with_genre"], genre.column("nodeId").to_numpy(), ids["movie"], "movie")
+    label = np.zeros(len(ids["movie"]), np.int64)  # movies without a genre: 0, and in no split
+    label[with_genre] = genre.column("genre").to_numpy().astype(np.int64)
     split = random_split(len(with_genre), fractions, split_seed)
     edges = {}
     for (s, rel, d), f in (
@@ -104,6 +81,28 @@ def load_imdb(
         orig_ids=ids,
         extra={"split_seed": split_seed, "labelled_movies": len(with_genre)},
     )
+
+
+IMDB_FILES = (
+    "movies_with_genre",
+    "movies_without_genre",
+    "actors",
+    "directors",
+    "acted_in",
+    "directed_in",
+)
+
+
+def _typed_nodes(ntype: str, files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    """(dataset ids ascending, their plot-keyword features) of the nodes of ``ntype`` in ``files``."""
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    tables = [(f, pq.read_table(f, columns=["nodeId", "plot_keywords"])) for f in files]
+    raw = np.concatenate([t.column("nodeId").to_numpy().astype(np.int64) for _, t in tables])
+    if len(np.unique(raw)) != len(raw):
+        raise InvalidArgument(f"imdb: {ntype} node ids repeat in {[str(f) for f in files]}")
+    order = np.argsort(raw, kind="stable")
+    return raw[order], np.concatenate([list_features(f, t, "plot_keywords") for f, t in tables])[order]
 
 
 def load_lastfm_hetero(add_reverse: bool = False) -> GraphData:

@@ -6,6 +6,9 @@ Examples::
     graphfeed ingest --source synthetic --preset large --out /data/large --method metis
     graphfeed ingest --source csv --path edges.csv --feat-dim 32 --undirected --out /data/csv
     graphfeed ingest --source collegemsg --undirected --out /data/collegemsg --num-partitions 2
+    graphfeed ingest --source imdb --add-reverse --out /data/imdb
+    graphfeed ingest --source synthetic --preset mag --add-reverse --out /data/mag --num-partitions 4
+    graphfeed ingest --source numpy --path typed_dir --add-reverse --out /data/typed   # typed_dir: nodes/, edges/
 """
 
 from __future__ import annotations
@@ -21,17 +24,24 @@ import numpy as np
 from graphfeed.common.errors import GraphfeedError, InvalidArgument
 from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
 from graphfeed.ingest.graph import GraphData
-from graphfeed.ingest.outdir import staged_out
+from graphfeed.ingest.outdir import check_out, staged_out
 from graphfeed.ingest.partition import METHODS, write_partitioned
 from graphfeed.ingest.sources import SOURCES, load_source
 from graphfeed.ingest.synthetic import PRESETS
+from graphfeed.ingest.synthetic_hetero import HETERO_PRESETS, describe
+from graphfeed.ingest.typed_layouts import is_typed_layout
+
+TYPED_SOURCES = ("imdb", "lastfm-hetero")
+"""Sources that are always typed; numpy and csv are typed for a directory of nodes/ and edges/,
+synthetic for a typed preset."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the ``ingest`` subcommand (handler: :func:`run`)."""
     p = subparsers.add_parser(
         "ingest",
-        help="load a graph (cora, collegemsg, lastfm, numpy dir, edge CSV, synthetic) and write it as partitions",
+        help="load a graph (cora, imdb, collegemsg, lastfm, lastfm-hetero, numpy dir, CSV, synthetic) and write it "
+        "as partitions",
         description="Load a graph, partition it (METIS or random) and write one directory per partition\n"
         "for the graph-stores. Prints one line per partition and the totals.",
         epilog="examples:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    graphfeed")),
@@ -39,9 +49,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     src = p.add_argument_group("source")
     src.add_argument("--source", required=True, choices=sorted(SOURCES), help="input kind")
-    src.add_argument("--path", type=Path, help="input: a directory of .npy files (numpy) or an edge-list file (csv)")
+    src.add_argument(
+        "--path",
+        type=Path,
+        help="input: a directory of .npy files (numpy) or an edge-list file (csv); for either, a directory with "
+        "nodes/ and edges/ is a typed graph (see the README)",
+    )
     src.add_argument(
         "--undirected", action="store_true", help="numpy/csv/collegemsg/lastfm: also add the reverse of every edge"
+    )
+    src.add_argument(
+        "--add-reverse",
+        action="store_true",
+        help="typed graphs (imdb, lastfm-hetero, typed numpy/csv directories, --preset mag): also add the edge type "
+        "(dst, rev_REL, src) of every edge type",
     )
     src.add_argument(
         "--labels", type=Path, help="csv: node,label per node (integer classes 0..C-1): a graph to train on"
@@ -55,8 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
-    presets = ", ".join(f"{k} ({_describe(v)})" for k, v in PRESETS.items())
-    syn.add_argument("--preset", choices=sorted(PRESETS), help="named sizes: " + presets)
+    presets = ", ".join([f"{k} ({_describe(v)})" for k, v in PRESETS.items()])
+    presets += ", " + ", ".join(f"{k} ({describe(v)})" for k, v in HETERO_PRESETS.items())
+    syn.add_argument("--preset", choices=sorted([*PRESETS, *HETERO_PRESETS]), help="named sizes: " + presets)
     syn.add_argument("--num-nodes", type=int, help="number of nodes")
     syn.add_argument("--num-edges", type=int, help="number of distinct undirected edges (twice as many are stored)")
     syn.add_argument("--feat-dim", type=int, help="feature width (csv: width of seeded random features, default 0)")
@@ -90,15 +112,17 @@ def _describe(spec: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``graphfeed ingest``; returns the exit status (2 on a user error)."""
     try:
+        check_out(args.out, args.force)  # before reading the input; nothing is created until it loaded
+        kwargs = source_kwargs(args)
+        t0 = time.perf_counter()
+        g = load_source(args.source, **kwargs)
+        t_load = time.perf_counter() - t0
+        print(
+            f"loaded {g.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, "
+            f"node data {_node_data(g)}{_types(g)} in {t_load:.1f}s",
+            flush=True,
+        )
         with staged_out(args.out, args.force) as stage:  # --out is replaced only once all is written
-            t0 = time.perf_counter()
-            g = load_source(args.source, **source_kwargs(args))
-            t_load = time.perf_counter() - t0
-            print(
-                f"loaded {g.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, "
-                f"node data {_node_data(g)} in {t_load:.1f}s",
-                flush=True,
-            )
             manifest = write_partitioned(
                 g, stage, args.num_partitions, args.method, args.seed, progress=not args.no_progress
             )
@@ -121,6 +145,18 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
     if kind in ("numpy", "csv") and args.path is None:
         raise InvalidArgument(f"--source {kind} needs --path")
+    typed = kind in TYPED_SOURCES or (kind in ("numpy", "csv") and is_typed_layout(args.path))
+    typed = typed or (kind == "synthetic" and args.preset in HETERO_PRESETS)
+    if args.add_reverse and not typed:
+        raise InvalidArgument(
+            f"--add-reverse adds reverse edge types to a typed graph (imdb, lastfm-hetero, a numpy or csv directory "
+            f"with nodes/ and edges/, synthetic --preset {'/'.join(HETERO_PRESETS)}); --source {kind} "
+            "gives a homogeneous graph (--undirected adds reverse edges there)"
+        )
+    if typed and args.undirected:
+        raise InvalidArgument(
+            f"--undirected is for homogeneous graphs; --source {kind} here is typed: use --add-reverse"
+        )
     if kind != "synthetic":
         used = [
             f"--{k.replace('_', '-')}"
@@ -140,6 +176,21 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return {"split_seed": args.split_seed}
     if kind in ("collegemsg", "lastfm"):  # chronological 70/15/15 event split, in the manifest's extra
         return {"undirected": args.undirected}
+    if kind == "imdb":
+        return {"split_seed": args.split_seed, "add_reverse": args.add_reverse}
+    if kind == "lastfm-hetero":  # link prediction: no labels, no splits
+        return {"add_reverse": args.add_reverse}
+    if kind == "numpy" and typed:
+        return {"path": args.path, "add_reverse": args.add_reverse}
+    if kind == "csv" and typed:  # the edge-list flags are passed on to be refused by name
+        return {
+            "path": args.path,
+            "add_reverse": args.add_reverse,
+            "num_features": args.feat_dim or 0,
+            "labels": args.labels,
+            "features": args.features,
+            "columns": args.columns,
+        }
     if kind == "numpy":
         return {"path": args.path, "undirected": args.undirected}
     if kind == "csv":
@@ -153,7 +204,9 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "features": args.features,
             "columns": args.columns,
         }
-    extra = {} if args.homophily is None else {"homophily": args.homophily}
+    extra: dict[str, Any] = {} if args.homophily is None else {"homophily": args.homophily}
+    if typed:
+        extra["add_reverse"] = args.add_reverse
     return {
         "preset": args.preset,
         **sizes,
@@ -166,6 +219,14 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def _node_data(g: GraphData) -> str:
     return ", ".join(f"{k} {t.dtype}{list(t.shape[1:])}" for k, t in g.node_data.items()) or "none"
+
+
+def _types(g: GraphData) -> str:
+    if not g.is_hetero:
+        return ""
+    nodes = ", ".join(f"{t} {n:,}" for t, n in zip(g.ntypes, g.node_counts()))
+    edges = ", ".join(f"{':'.join(e)} {n:,}" for e, n in zip(g.etypes, g.edge_counts()))
+    return f"; node types {nodes}; edge types {edges}"
 
 
 def _count(ids: np.ndarray | None) -> int:

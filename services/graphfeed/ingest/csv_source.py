@@ -11,6 +11,7 @@ import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
 from graphfeed.ingest.graph import DEFAULT_FRACTIONS, GraphData, check_labels, random_split, symmetrize_edges
+from graphfeed.ingest.typed_layouts import is_typed_layout, load_csv_typed
 
 
 def load_edge_csv(
@@ -26,6 +27,7 @@ def load_edge_csv(
     labels: str | Path | None = None,
     features: str | Path | None = None,
     columns: Sequence[str] | None = None,
+    add_reverse: bool = False,
 ) -> GraphData:
     """An edge list: one edge per line, ``src,dst`` and maybe more columns; node ids integers or
     names.
@@ -56,8 +58,17 @@ def load_edge_csv(
         features: a CSV of ``node,x1,x2,...`` (numbers), one line per node: "feat" instead of
             random noise.
         columns: the name of every column, in order (a header line is then skipped, not read).
+        add_reverse: typed layout only: also add ``rev_`` edge types (an edge list is refused).
+
+    A directory with ``nodes/`` and ``edges/`` is a typed graph instead
+    (:func:`graphfeed.ingest.typed_layouts.load_csv_typed`), which takes only ``name`` and ``add_reverse``.
     """
     f = Path(path)
+    if is_typed_layout(f):
+        _refuse_edge_list_options(f, undirected, num_features, labels, features, columns)
+        return load_csv_typed(f, name=name, add_reverse=add_reverse)
+    if add_reverse:
+        raise InvalidArgument(f"{f}: --add-reverse is for typed graphs (a directory of nodes/ and edges/)")
     if f.is_dir():
         raise InvalidArgument(
             f"csv source: {f} is a directory; give the edge-list file (a directory of .npy files is --source numpy)"
@@ -109,6 +120,33 @@ def load_edge_csv(
             **({"edge_feat_columns": feat_names} if feat_names else {}),
         },
     )
+
+
+def _refuse_edge_list_options(
+    d: Path,
+    undirected: bool,
+    num_features: int,
+    labels: str | Path | None,
+    features: str | Path | None,
+    columns: Sequence[str] | None,
+) -> None:
+    """A typed CSV directory carries its own labels and features: the edge list's options are refused."""
+    given = [
+        flag
+        for flag, on in (
+            ("--undirected (use --add-reverse)", undirected),
+            ("--feat-dim", num_features > 0),
+            ("--labels", labels is not None),
+            ("--features", features is not None),
+            ("--columns", columns is not None),
+        )
+        if on
+    ]
+    if given:
+        raise InvalidArgument(
+            f"{d}: a typed CSV directory (nodes/ and edges/) has its labels and features in nodes/<type>.csv; "
+            f"{', '.join(given)} only apply to an edge-list file"
+        )
 
 
 TS_COLUMN_NAMES = ("ts", "t", "time", "timestamp")

@@ -1,5 +1,8 @@
 """Ingest sources: each turns some input into a :class:`GraphData` with ids ``0..N-1``.
 
+Typed sources (imdb, lastfm-hetero, the typed numpy and CSV layouts, the synthetic ``mag``
+presets) build theirs with :func:`graphfeed.ingest.graph.hetero_graph` and take ``add_reverse``.
+
 Undirected inputs are stored with both directions. Sources that model simple graphs (Cora,
 synthetic) have no self loops and no duplicate edges.
 """
@@ -14,21 +17,23 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
+from graphfeed.ingest.arrays import check_len, float32_features, int_vector, load_npy
 from graphfeed.ingest.csv_source import load_edge_csv
 from graphfeed.ingest.graph import (
     DEFAULT_FRACTIONS,
     GraphData,
-    check_finite,
     check_ids_in_range,
     check_labels,
     check_splits,
-    find_nonfinite,
     random_split,
     symmetrize,
     symmetrize_edges,
 )
+from graphfeed.ingest.hetero_sources import load_imdb, load_lastfm_hetero
 from graphfeed.ingest.synthetic import generate, generate_preset
+from graphfeed.ingest.synthetic_hetero import HETERO_PRESETS, generate_mag
 from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, package_dir
+from graphfeed.ingest.typed_layouts import is_typed_layout, load_numpy_typed
 
 CORA_NUM_CLASSES = 7
 
@@ -98,8 +103,11 @@ def _map_ids(ids: np.ndarray, known: np.ndarray, order: np.ndarray, where: Path)
 NUMPY_FILES = ("src", "dst", "feat", "label", "train_idx", "val_idx", "test_idx")
 
 
-def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None = None) -> GraphData:
-    """A graph stored as ``.npy`` files in one directory.
+def load_numpy_dir(
+    path: str | Path, undirected: bool = False, name: str | None = None, add_reverse: bool = False
+) -> GraphData:
+    """A graph stored as ``.npy`` files in one directory (a directory with ``nodes/`` and
+    ``edges/`` is a typed graph: :func:`graphfeed.ingest.typed_layouts.load_numpy_typed`).
 
     Required: ``src.npy``, ``dst.npy`` (integer [E], edges src -> dst), ``feat.npy`` ([N, ...],
     its row count defines N), ``label.npy`` (integer [N]), ``train_idx.npy``, ``val_idx.npy``,
@@ -115,8 +123,15 @@ def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None 
         undirected: add the reverse of every edge (exact duplicates removed, see :func:`symmetrize`);
             otherwise edges are kept exactly as given and edge ids are positions in ``src.npy``.
         name: dataset name (default: the directory name).
+        add_reverse: typed layout only: also add ``rev_`` edge types (a homogeneous graph is refused).
     """
     d = Path(path)
+    if is_typed_layout(d):
+        if undirected:
+            raise InvalidArgument(f"{d}: a typed graph (nodes/ and edges/) takes --add-reverse, not --undirected")
+        return load_numpy_typed(d, name=name, add_reverse=add_reverse)
+    if add_reverse:
+        raise InvalidArgument(f"{d}: --add-reverse is for typed graphs (nodes/ and edges/); use --undirected")
     arrays = _load_numpy_files(d)
     ts = arrays.pop("ts", None)
     efeat = arrays.pop("edge_feat", None)
@@ -126,12 +141,12 @@ def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None 
             f"{d / 'feat.npy'}: expected a 2-D numeric array [N, F], got dtype {feat.dtype} shape {feat.shape}"
         )
     n = len(feat)
-    ints = {k: _int_vector(d / f"{k}.npy", arrays[k]) for k in NUMPY_FILES if k != "feat"}
-    _check_len(d / "dst.npy", ints["dst"], len(ints["src"]), "entries as src.npy")
-    _check_len(d / "label.npy", ints["label"], n, "rows as feat.npy")
+    ints = {k: int_vector(d / f"{k}.npy", arrays[k]) for k in NUMPY_FILES if k != "feat"}
+    check_len(d / "dst.npy", ints["dst"], len(ints["src"]), "entries as src.npy")
+    check_len(d / "label.npy", ints["label"], n, "rows as feat.npy")
     if ts is not None:
-        ts = _int_vector(d / "ts.npy", ts)
-        _check_len(d / "ts.npy", ts, len(ints["src"]), "entries as src.npy (one timestamp per edge)")
+        ts = int_vector(d / "ts.npy", ts)
+        check_len(d / "ts.npy", ts, len(ints["src"]), "entries as src.npy (one timestamp per edge)")
     if efeat is not None:
         efeat = _edge_features(d / "edge_feat.npy", efeat, len(ints["src"]))
     for key in ("src", "dst"):
@@ -141,7 +156,7 @@ def load_numpy_dir(path: str | Path, undirected: bool = False, name: str | None 
     labels = ints["label"]
     num_classes = check_labels(str(d / "label.npy"), labels, n)
     log.info("%s: %d classes (labels 0..%d)", d / "label.npy", num_classes, num_classes - 1)
-    feat32 = _float32_features(d / "feat.npy", feat)
+    feat32 = float32_features(d / "feat.npy", feat)
     src, dst = ints["src"], ints["dst"]
     if undirected:
         src, dst, ts, efeat = symmetrize_edges(src, dst, ts, efeat)
@@ -163,8 +178,8 @@ def _edge_features(f: Path, efeat: np.ndarray, num_edges: int) -> np.ndarray:
     """``edge_feat.npy`` checked (numeric [E, D]) and as float32."""
     if efeat.ndim != 2 or not np.issubdtype(efeat.dtype, np.number):
         raise InvalidArgument(f"{f}: expected a 2-D numeric array [E, D], got dtype {efeat.dtype} shape {efeat.shape}")
-    _check_len(f, efeat, num_edges, "rows as src.npy (one feature row per edge)")
-    return _float32_features(f, efeat)
+    check_len(f, efeat, num_edges, "rows as src.npy (one feature row per edge)")
+    return float32_features(f, efeat)
 
 
 def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
@@ -178,50 +193,11 @@ def _load_numpy_files(d: Path) -> dict[str, np.ndarray]:
             raise NotFound(
                 f"numpy source: required file {f} is missing (need {', '.join(k + '.npy' for k in NUMPY_FILES)})"
             )
-        arrays[key] = _load_npy(f)
+        arrays[key] = load_npy(f)
     for key in ("ts", "edge_feat"):
         if (d / f"{key}.npy").exists():
-            arrays[key] = _load_npy(d / f"{key}.npy")
+            arrays[key] = load_npy(d / f"{key}.npy")
     return arrays
-
-
-def _load_npy(f: Path) -> np.ndarray:
-    try:
-        return np.load(f, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise InvalidArgument(f"{f}: not a readable .npy array ({e})") from e
-
-
-def _int_vector(f: Path, a: np.ndarray) -> np.ndarray:
-    if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
-        raise InvalidArgument(f"{f}: expected a 1-D integer array, got dtype {a.dtype} shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
-        first = int(np.flatnonzero(a > np.iinfo(np.int64).max)[0])
-        raise InvalidArgument(
-            f"{f}: uint64 values >= 2**63 do not fit int64 ids (they would wrap to negative), "
-            f"e.g. entry {first} is {a[first]}"
-        )
-    return a.astype(np.int64, copy=False)
-
-
-def _float32_features(f: Path, feat: np.ndarray) -> np.ndarray:
-    """``feat`` as float32, refusing NaN/inf in the file and values too large for float32."""
-    check_finite(str(f), feat)
-    with np.errstate(over="ignore"):  # reported just below, naming the file
-        feat32 = feat.astype(np.float32, copy=False)
-    found = None if feat32 is feat else find_nonfinite(feat32)
-    if found is not None:
-        count, row, col = found
-        raise InvalidArgument(
-            f"{f}: {count} feature value(s) beyond the float32 range (features are stored as float32), "
-            f"e.g. {feat[row].reshape(-1)[col]} at row {row}, column {col}"
-        )
-    return feat32
-
-
-def _check_len(f: Path, a: np.ndarray, want: int, what: str) -> None:
-    if len(a) != want:
-        raise InvalidArgument(f"{f}: has {len(a)} entries, expected as many {what} ({want})")
 
 
 def load_synthetic(
@@ -233,15 +209,29 @@ def load_synthetic(
     seed: int = 0,
     split_seed: int | None = None,
     progress: bool = False,
+    add_reverse: bool = False,
     **params: Any,
 ) -> GraphData:
-    """A synthetic graph: a preset (sizes may be overridden) or all four sizes given."""
+    """A synthetic graph: a preset (sizes may be overridden) or all four sizes given.
+
+    The typed presets (:data:`graphfeed.ingest.synthetic_hetero.HETERO_PRESETS`, e.g. ``mag``)
+    fix their node and edge counts; ``feat_dim``, ``num_classes`` and ``homophily`` may change,
+    and ``add_reverse`` adds their ``rev_`` edge types (other presets refuse it).
+    """
     sizes: dict[str, Any] = {
         "num_nodes": num_nodes,
         "num_edges": num_edges,
         "feat_dim": feat_dim,
         "num_classes": num_classes,
     }
+    if preset in HETERO_PRESETS:
+        return generate_mag(
+            preset, seed=seed, split_seed=split_seed, add_reverse=add_reverse, progress=progress, **sizes, **params
+        )
+    if add_reverse:
+        raise InvalidArgument(
+            f"add_reverse is for typed graphs (synthetic presets {sorted(HETERO_PRESETS)}); this one is homogeneous"
+        )
     if preset is not None:
         return generate_preset(preset, seed=seed, split_seed=split_seed, progress=progress, **sizes, **params)
     missing = [k for k, v in sizes.items() if v is None]
@@ -259,6 +249,8 @@ SOURCES: dict[str, Callable[..., GraphData]] = {
     "synthetic": load_synthetic,
     "collegemsg": load_collegemsg,
     "lastfm": load_lastfm,
+    "imdb": load_imdb,
+    "lastfm-hetero": load_lastfm_hetero,
 }
 
 

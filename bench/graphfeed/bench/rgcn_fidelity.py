@@ -4,7 +4,7 @@ On a typed graph (default: IMDB from the graphdatascience wheel, movie genre of 
 have one), for each seed: DGL's own ``DataLoader`` on the heterograph in this process
 (:func:`graphfeed.trainer.hetero_baseline.train_hetero_in_process`), and graphfeed's example job
 (``graphfeed train --model rgcn``: graph-store, sampler and loader processes over gRPC, the
-graph ingested into ``--partitions`` METIS partitions). Same model class, seed, split, fanouts
+graph ingested into ``--partitions`` METIS partitions), both with DGL's ``rev_`` relations added. Same model class, seed, split, fanouts
 and hyper-parameters; the table gives test accuracy per seed and the means.
 """
 
@@ -44,7 +44,7 @@ def accuracies(source: str, seeds: list[int], partitions: int = 2, **job: object
     from graphfeed.trainer.hetero_baseline import train_hetero_in_process
     from graphfeed.trainer.train import TrainConfig, Trainer
 
-    g = load_source(source)
+    g = load_source(source, add_reverse=True)  # movie <- actor <- movie: two hops need the reverse relations
     out: dict[str, list[float]] = {"dgl": [], "graphfeed": [], "dgl_s": [], "graphfeed_s": []}
     with tempfile.TemporaryDirectory(prefix="rgcn-fidelity-") as tmp:
         root = Path(tmp) / source

@@ -59,7 +59,10 @@ def add_common(
         )
     if preset is not None:
         p.add_argument(
-            "--preset", default=preset, help=f"synthetic preset: tiny, small, medium, large; or cora (default {preset})"
+            "--preset",
+            default=preset,
+            help=f"synthetic preset: tiny, small, medium, large, mag (typed, MAG-like), mag-small; or cora "
+            f"(default {preset})",
         )
         p.add_argument("--root", "--data", type=Path, default=None, help="an ingested dataset instead of the preset's")
     if workdir is not None:
@@ -155,8 +158,12 @@ def dataset(
 def _graph(name: str) -> Any:
     from graphfeed.ingest.sources import load_source
     from graphfeed.ingest.synthetic import generate_preset
+    from graphfeed.ingest.synthetic_hetero import HETERO_PRESETS, generate_mag
 
-    return load_source("cora") if name == "cora" else generate_preset(name.removeprefix("synthetic-"), progress=True)
+    preset = name.removeprefix("synthetic-")
+    if preset in HETERO_PRESETS:  # typed, with DGL's rev_ relations as DGL users add them to ogbn-mag
+        return generate_mag(preset, add_reverse=True, progress=True)
+    return load_source("cora") if name == "cora" else generate_preset(preset, progress=True)
 
 
 def ensure_dataset(args: argparse.Namespace) -> Path:

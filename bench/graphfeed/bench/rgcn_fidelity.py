@@ -4,8 +4,9 @@ On a typed graph (default: IMDB from the graphdatascience wheel, movie genre of 
 have one), for each seed: DGL's own ``DataLoader`` on the heterograph in this process
 (:func:`graphfeed.trainer.hetero_baseline.train_hetero_in_process`), and graphfeed's example job
 (``graphfeed train --model rgcn``: graph-store, sampler and loader processes over gRPC, the
-graph ingested into ``--partitions`` METIS partitions), both with DGL's ``rev_`` relations added. Same model class, seed, split, fanouts
-and hyper-parameters; the table gives test accuracy per seed and the means.
+graph ingested into ``--partitions`` METIS partitions), both with DGL's ``rev_`` relations
+added. Same model class, seed, split, fanouts and hyper-parameters; the table gives test
+accuracy per seed and the means.
 """
 
 from __future__ import annotations

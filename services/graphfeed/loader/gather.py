@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.common.placement import HostPlacement, Placed, Placement
+from graphfeed.common.placement import Placed, Placement
 from graphfeed.graph_store.fanout import RowsRequest, fetch_rows
 from graphfeed.graph_store.types import PartitionSet, RowsInto
 from graphfeed.loader.cache.base import DeviceCachePolicy, Rows, RowsAt
@@ -133,6 +133,7 @@ class Gathered:
     placed: Placed | None  # None for device features
     typed_features: dict[str, np.ndarray] = field(default_factory=dict)
     typed_labels: dict[str, np.ndarray] = field(default_factory=dict)
+    typed_placed: dict[str, Placed] = field(default_factory=dict)  # where each type's features were placed
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ class Gatherer:
                 if key in known:
                     label_reqs[ntype] = RowsRequest(self.partitions, key, seeds[pos], self.max_ids_per_request)
         features: dict[str, np.ndarray] = {}
+        placed: dict[str, Placed] = {}
         labels: dict[str, np.ndarray] = {}
         got: dict[int, int] = {}
         got_labels: dict[int, int] = {}
@@ -227,8 +229,10 @@ class Gatherer:
                 key = schema.data_key(ntype, self.feature_name)
                 if key not in self.caches.caches:
                     continue  # a featureless type
-                t = self._gather_table(stream, step, key, ids[pos], self.typed_placement, False)
+                t = self._gather_table(stream, step, key, ids[pos], self.placement, False)
                 features[ntype] = t.rows
+                if t.placed is not None:
+                    placed[ntype] = t.placed
                 misses, packed, rows = misses + t.misses, packed + t.packed, rows + len(pos)
                 _add(got, t.got)
             for ntype, req in label_reqs.items():
@@ -246,12 +250,8 @@ class Gatherer:
             placed=None,
             typed_features=features,
             typed_labels=labels,
+            typed_placed=placed,
         )
-
-    @property
-    def typed_placement(self) -> Placement:
-        """Where per-type features are assembled: ordinary memory (several arrays per minibatch)."""
-        return HostPlacement()
 
     def _gather_table(
         self, stream: int, step: int, key: str, ids: np.ndarray, placement: Placement, on_device: bool

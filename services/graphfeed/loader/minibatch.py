@@ -40,3 +40,4 @@ class ReadyMinibatch:
     # a graph of several node types: per node type, instead of ``features`` / ``labels`` (empty)
     typed_features: dict[str, np.ndarray] = field(default_factory=dict)
     typed_labels: dict[str, np.ndarray] = field(default_factory=dict)
+    typed_placed: dict[str, Placed] = field(default_factory=dict)  # where each type's features were assembled

@@ -48,6 +48,7 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
     r.encode(mb.features, msg.input_features)
     r.encode(mb.labels, msg.labels)
     for ntype, rows in mb.typed_features.items():
+        r.adopt_placed(rows, mb.typed_placed.get(ntype))
         r.encode(rows, msg.typed_features.add(ntype=ntype).tensor)
     for ntype, rows in mb.typed_labels.items():
         r.encode(rows, msg.typed_labels.add(ntype=ntype).tensor)

@@ -130,6 +130,7 @@ def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: f
     g = w.gatherer.gather(stream, step, sb, sample_s)
     # Converted here, in the producer: overlaps with the consumer sending the previous minibatch.
     features = to_wire(g.features, w.job.feature_wire_dtype)
+    typed = {t: to_wire(f, w.job.feature_wire_dtype) for t, f in g.typed_features.items()}
     return ReadyMinibatch(
         job_seed=w.job.job_seed,
         epoch=w.plan.epoch,
@@ -140,8 +141,9 @@ def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: f
         labels=g.labels,
         stats=g.stats,
         placed=g.placed if features is g.features else None,  # a converted copy lies in no placement
-        typed_features={t: to_wire(f, w.job.feature_wire_dtype) for t, f in g.typed_features.items()},
+        typed_features=typed,
         typed_labels=g.typed_labels,
+        typed_placed={t: p for t, p in g.typed_placed.items() if typed[t] is g.typed_features[t]},
     )
 
 

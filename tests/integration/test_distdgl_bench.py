@@ -76,6 +76,8 @@ def test_two_machines_serve_a_trainer_and_shut_down_cleanly(cora_root: Path, par
         assert not [f for f in os.listdir("/dev/shm") if f.startswith(GRAPH_NAME)]
         runs = [system.run(2), system.run(5)]  # 5 x 512 > 1625 training nodes: the second run crosses into a new epoch
         assert [r.minibatches for r in runs] == [2, 5]
+        # the last run's features, pulled at the table's width (DGL names the one node type _N)
+        assert system.feat_shapes["_N"][0] == 2708 and system.pulled["_N"][1:] == system.feat_shapes["_N"][1:]
         assert all(r.sampled_edges > 0 and r.seconds > 0 for r in runs)
         assert set(runs[0].cpu_seconds) == {"trainer", "server-0", "server-1"}
         # the trainer reads machine 0's partition from shared memory and machine 1's over TCP

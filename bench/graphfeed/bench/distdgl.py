@@ -10,6 +10,9 @@ processes share the host's network: the ip_config lists ``127.0.0.1`` twice with
 
 The trainer samples in its own process (``DGL_NUM_SAMPLER=0``) with ``DistNodeDataLoader`` and
 ``NeighborSampler``, and pulls each minibatch's input features from the ``feat`` DistTensor.
+A typed graph (graphfeed's node and edge types) is a DGL heterograph throughout: partitioned
+with ``feat`` and ``train_mask`` per node type, the loader seeded ``{ntype: ids}`` and each
+type's input features pulled from that type's ``feat`` DistTensor.
 :class:`DistDGLSystem` keeps all three processes alive between runs, so a harness can
 alternate it run by run with other systems; each run is one command over the trainer's pipes.
 
@@ -55,7 +58,9 @@ def ensure_partitions(root: Path, workdir: Path, load: Callable[[Path], tuple[An
     """DistDGL's partition config (JSON) for graphfeed's dataset ``root``, written once.
 
     ``dgl.distributed.partition_graph`` splits the graph into 2 METIS parts, balancing training
-    nodes and edges (DistDGL's recipe), with node data ``feat`` and ``train_mask``. The result is
+    nodes and edges (DistDGL's recipe), with node data ``feat`` and ``train_mask``; on a
+    heterograph per node type (those with a feature table, those with training nodes), balancing
+    each node type and, within a seed type, its training nodes. The result is
     cached under ``workdir`` keyed by ``root``'s path and manifest; a later call returns it
     without loading anything.
 
@@ -63,7 +68,8 @@ def ensure_partitions(root: Path, workdir: Path, load: Callable[[Path], tuple[An
         root: a graphfeed partitioned dataset (holds ``manifest.json``).
         workdir: where the DistDGL partitions are kept (``distdgl-<name>-<key>/``).
         load: ``root -> (DGLGraph in global id space, float32 features, training ids)``, called
-            only when the partitions are not cached yet (``graphfeed.bench.harness.load_global``).
+            only when the partitions are not cached yet (``graphfeed.bench.harness.load_global``);
+            for a typed graph a heterograph, ``{ntype: features}`` and ``{ntype: training ids}``.
     """
     from graphfeed.common.partition import MANIFEST
 
@@ -84,20 +90,60 @@ def ensure_partitions(root: Path, workdir: Path, load: Callable[[Path], tuple[An
 
 def _partition(g: Any, feat: Any, train: Any, out: Path) -> None:
     import dgl
-    import torch
 
-    mask = torch.zeros(g.num_nodes(), dtype=torch.bool)
-    mask[train] = True
     started = time.perf_counter()
-    g.ndata["feat"], g.ndata["train_mask"] = feat, mask
     try:
+        if isinstance(feat, dict):  # a typed graph: a DGL heterograph, data per node type
+            _set_typed_data(g, feat, train)
+            balance: Any = _balance_by_train(g)
+        else:
+            balance = _train_mask(g.num_nodes(), train)
+            g.ndata["feat"], g.ndata["train_mask"] = feat, balance
         dgl.distributed.partition_graph(
-            g, GRAPH_NAME, NUM_MACHINES, str(out), part_method="metis", balance_ntypes=mask, balance_edges=True
+            g, GRAPH_NAME, NUM_MACHINES, str(out), part_method="metis", balance_ntypes=balance, balance_edges=True
         )
     finally:  # the caller's graph is left as it came (its DGL reference samples it)
-        g.ndata.pop("feat")
-        g.ndata.pop("train_mask")
+        for nt in g.ntypes:
+            for key in ("feat", "train_mask"):
+                g.nodes[nt].data.pop(key, None)
     log.info("DistDGL partitions of %d nodes written to %s in %.1fs", g.num_nodes(), out, time.perf_counter() - started)
+
+
+def _train_mask(num_nodes: int, ids: Any) -> Any:
+    import torch
+
+    mask = torch.zeros(num_nodes, dtype=torch.bool)
+    mask[ids] = True
+    return mask
+
+
+def _set_typed_data(g: Any, feat: dict[str, Any], train: dict[str, Any]) -> None:
+    """``feat`` on each type that has a table, ``train_mask`` on each type with training ids
+    (DistDGL stores them as ``<ntype>/feat`` and ``<ntype>/train_mask`` DistTensors)."""
+    for nt, table in feat.items():
+        g.nodes[nt].data["feat"] = table
+    for nt, ids in train.items():
+        g.nodes[nt].data["train_mask"] = _train_mask(g.num_nodes(nt), ids)
+
+
+def _balance_by_train(g: Any) -> dict[str, Any]:
+    """METIS constraints of a heterograph in DGL 2.1's form: ``{ntype: int classes 0..k-1}``.
+
+    ``partition_graph`` balances each node type as one class and, for a type given here, each
+    of its classes separately (here: training and other nodes of a seed type), as DistDGL
+    balances ``train_mask`` on a homogeneous graph. A 1-D tensor would be ignored on a
+    heterograph (node types only), and a type's classes must be exactly ``0..k-1``, so a type
+    whose nodes are all training nodes is left to balance as one class.
+    """
+    import torch
+
+    out = {}
+    for nt in g.ntypes:
+        if "train_mask" in g.nodes[nt].data:
+            classes = g.nodes[nt].data["train_mask"].to(torch.int32)
+            if len(torch.unique(classes)) == 2:
+                out[nt] = classes
+    return out
 
 
 # --- launcher --------------------------------------------------------------------------------
@@ -210,6 +256,10 @@ class DistDGLSystem:
         self.start_timeout_s, self.run_timeout_s, self.stop_timeout_s = start_timeout_s, run_timeout_s, stop_timeout_s
         self.procs: dict[str, _Proc] = {}
         self.num_train = 0
+        # [rows, width...] of each node type's feature DistTensor (DGL's ``_N`` when untyped)
+        self.feat_shapes: dict[str, list[int]] = {}
+        # [rows, width...] of the features the last run pulled, by node type
+        self.pulled: dict[str, list[int]] = {}
         self._lines: _Lines | None = None
 
     def __enter__(self) -> DistDGLSystem:
@@ -230,7 +280,7 @@ class DistDGLSystem:
             "1 trainer on machine 0 "
             f"sampling in-process (DGL_NUM_SAMPLER=0, OMP_NUM_THREADS={self.trainer_threads}), "
             f"DistNodeDataLoader + NeighborSampler({self.fanouts}), batch {self.batch_size}, shuffle, "
-            f"features pulled from the DistTensor"
+            "features pulled from the DistTensor" + ("s of each node type" if set(self.feat_shapes) - {"_N"} else "")
         )
 
     def start(self) -> None:
@@ -291,7 +341,8 @@ class DistDGLSystem:
             trainer = self._spawn("trainer", cmd, trainer_env, pipes=True)
             assert trainer.stdout is not None  # stdout=PIPE
             self._lines = _Lines(trainer.stdout)
-            self.num_train = int(self._answer(self.start_timeout_s)["train"])
+            ready = self._answer(self.start_timeout_s)
+            self.num_train, self.feat_shapes = int(ready["train"]), ready["feat"]
             log.info(
                 "DistDGL trainer ready after %.1fs: %d training nodes", time.perf_counter() - started, self.num_train
             )
@@ -309,6 +360,7 @@ class DistDGLSystem:
         wire, cpu = _wire_bytes(servers), {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
         self._send(f"run {steps}")
         got = self._answer(self.run_timeout_s)
+        self.pulled = got["rows"]
         cpu = {name: sum(p.cpu_times()[:2]) - cpu[name] for name, p in procs.items()}
         traffic = {f"{name} rpc wire": n - wire[name] for name, n in _wire_bytes(servers).items()}
         # TCP payload bytes each server sent plus received, keyed "<server> rpc wire"; servers talk
@@ -425,29 +477,56 @@ def _train(ip_config: str, fanouts: list[int], batch_size: int) -> None:
 
     dgl.distributed.initialize(ip_config)
     g = dgl.distributed.DistGraph(GRAPH_NAME)
-    # Every training node (node_split refuses 1 trainer over 2 partitions), in DistDGL's ids.
-    train = g.ndata["train_mask"][0 : g.num_nodes()].nonzero().squeeze(1)
+    # Every training node (node_split refuses 1 trainer over 2 partitions: its even split
+    # asserts trainers % partitions == 0), in DistDGL's ids; per type on a heterograph.
+    if len(g.ntypes) == 1:
+        train: Any = _mask_ids(g.ndata["train_mask"])
+        feat: Any = g.ndata["feat"]
+        shapes = {g.ntypes[0]: list(feat.shape)}
+        num_train = len(train)
+    else:  # input nodes and features are {ntype: ...}; featureless types have no rows to pull
+        train = {nt: _mask_ids(g.nodes[nt].data["train_mask"]) for nt in g.ntypes if "train_mask" in g.nodes[nt].data}
+        feat = {nt: g.nodes[nt].data["feat"] for nt in g.ntypes if "feat" in g.nodes[nt].data}
+        shapes = {nt: list(t.shape) for nt, t in feat.items()}
+        num_train = sum(len(ids) for ids in train.values())
     sampler = dgl.dataloading.NeighborSampler(fanouts)
     loader = dgl.dataloading.DistNodeDataLoader(g, train, sampler, batch_size=batch_size, shuffle=True, drop_last=False)
-    feat = g.ndata["feat"]
-    print(json.dumps({"train": len(train)}), file=answers)
+    print(json.dumps({"train": num_train, "feat": shapes}), file=answers)
     while (line := sys.stdin.readline().split()) and line[0] == "run":
         started = time.perf_counter()
-        edges = _minibatches(loader, feat, int(line[1]))
-        print(json.dumps({"seconds": time.perf_counter() - started, "edges": edges}), file=answers)
+        edges, rows = _minibatches(loader, feat, int(line[1]))
+        print(json.dumps({"seconds": time.perf_counter() - started, "edges": edges, "rows": rows}), file=answers)
     dgl.distributed.exit_client()  # the barrier, then a shutdown request to every server
 
 
-def _minibatches(loader: Any, feat: Any, steps: int) -> int:
+def _mask_ids(mask: Any) -> Any:
+    """The ids whose entry of a boolean ``DistTensor`` is set."""
+    return mask[0 : len(mask)].nonzero().squeeze(1)
+
+
+def _minibatches(loader: Any, feat: Any, steps: int) -> tuple[int, dict[str, list[int]]]:
+    """Samples ``steps`` minibatches and pulls their input features (local rows from shared
+    memory, remote rows over RPC); returns the block edges and, by node type (DGL's ``_N`` on a
+    homogeneous graph), the shape of all the feature rows pulled."""
     edges = done = 0
+    rows: dict[str, list[int]] = {}
+
+    def pulled(nt: str, x: Any) -> None:
+        rows[nt] = [rows.get(nt, [0])[0] + x.shape[0], *x.shape[1:]]
+
     while done < steps:
         for input_nodes, _seeds, blocks in loader:  # a new shuffled epoch on each pass
             edges += sum(b.num_edges() for b in blocks)
-            feat[input_nodes]  # pulled: local rows from shared memory, remote rows over RPC
+            if isinstance(feat, dict):
+                for nt, table in feat.items():
+                    if nt in input_nodes:
+                        pulled(nt, table[input_nodes[nt]])
+            else:
+                pulled("_N", feat[input_nodes])
             done += 1
             if done == steps:
                 break
-    return edges
+    return edges, rows
 
 
 def main(argv: list[str]) -> int:

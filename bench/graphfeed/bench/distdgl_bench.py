@@ -10,6 +10,9 @@ Systems, alternated run by run so machine drift hits both:
   (2 servers, 1 trainer; see :mod:`graphfeed.bench.distdgl`): ``DistNodeDataLoader`` +
   ``NeighborSampler`` + ``feat[input_nodes]`` pulled from the ``DistTensor``.
 
+A typed dataset (``--root`` of a graph with node/edge types) runs both on the same DGL
+heterograph: seeds ``{ntype: ids}`` and each type's features pulled from its own table.
+
 Writes JSON and a markdown table; the ratio compares DistDGL with DGL from the same run.
 """
 

@@ -166,6 +166,11 @@ def _graph(name: str) -> Any:
     return load_source("cora") if name == "cora" else generate_preset(preset, progress=True)
 
 
+def dataset_name(args: argparse.Namespace) -> str:
+    """What a report calls the dataset: ``--root``'s directory name, else the preset."""
+    return Path(args.root).name if getattr(args, "root", None) else args.preset
+
+
 def ensure_dataset(args: argparse.Namespace) -> Path:
     """The dataset the common flags name: ``--root``, or ``--preset`` in 2 METIS partitions under ``--workdir``."""
     if args.root:

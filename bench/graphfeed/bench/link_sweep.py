@@ -84,7 +84,7 @@ def _summary(systems: dict, args: argparse.Namespace, cache_bytes: int, rate: st
             s["ratio_vs_no_cache"] = s["minibatches_per_s"] / none
     dgl = systems["dgl_sample_gather"]["minibatches_per_s"]
     return {
-        "preset": args.preset,
+        "preset": harness.dataset_name(args),
         "link": rate,
         "cache_bytes": cache_bytes,
         "capacity": args.capacity,

@@ -199,7 +199,7 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
         if dgl_cpu and name in systems_
     }
     return {
-        "preset": args.preset,
+        "preset": harness.dataset_name(args),
         "transport": args.transport,
         "link": args.link or "loopback",
         "batch_size": args.batch_size,

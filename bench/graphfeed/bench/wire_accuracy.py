@@ -98,7 +98,7 @@ def summarize(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace)
     means = {wire: statistics.mean(r["test_acc"] for r in rs) for wire, rs in runs.items()}
     base = means.get(STORED)
     return {
-        "preset": args.preset,
+        "preset": harness.dataset_name(args),
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "fanouts": list(args.fanouts),

@@ -207,6 +207,10 @@ class GraphStoreClient:
                 return written * into.row_bytes
             except FailedPrecondition as exc:
                 nbytes = self._read_into(name, ids, into.out, into.positions)  # raises if the store itself refuses
+                offer = self._transport.offer
+                if offer is not None and not (offer.directory / into.shared.segment).exists():
+                    # Our own segment went (its stream was closed meanwhile): the store is not to blame.
+                    return nbytes
                 log.warning(
                     "graph-store %s cannot write into our shared memory (%s); reading rows from now on",
                     self.address,

@@ -117,6 +117,11 @@ class CachePolicy(ABC):
     def on_sampled(self, key: AccessKey, ids: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Step ``key`` of a stream was sampled: ``ids`` will be looked up later; default: nothing."""
 
+    @property
+    def hears_ahead(self) -> bool:
+        """Whether :meth:`on_sampled` does anything (else announcing a step costs nothing)."""
+        return type(self).on_sampled is not CachePolicy.on_sampled
+
     def on_access(self, ids: np.ndarray, hit_mask: np.ndarray, key: AccessKey | None = None) -> None:  # noqa: B027
         """Called after each minibatch lookup (``key``: which stream and step, if known); default: nothing."""
 

@@ -59,7 +59,7 @@ class SharedCache:
         """Tells the policy which ids ``step`` will look up, once: the sampling future's
         done-callback calls it, and the producer again just before gathering (a callback may
         run after the waiter wakes). Late calls for a gathered step or a closed stream are ignored."""
-        if fut.cancelled() or fut.exception() is not None:
+        if fut.cancelled() or fut.exception() is not None or not self.policy.hears_ahead:
             return
         ids = fut.result()[0].input_nodes
         if self.select is not None:

@@ -55,7 +55,9 @@ def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 def producers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("loader-producer")]
+    """This module's producer threads (job ``JOB.job_id``): a stream another test in the same
+    process left winding down is not this test's to wait for."""
+    return [t for t in threading.enumerate() if t.name.startswith(f"loader-producer-{JOB.job_id}-")]
 
 
 @pytest.mark.parametrize(

@@ -107,6 +107,12 @@ class PartitionInfo:
     graph_version: str = ""  # the ingest run's id (GraphManifest.graph_version)
     schema: GraphSchema | None = None  # node/edge types (None: read as the one-type schema)
 
+    def tables(self, name: str) -> list[str]:
+        """The node-data keys of ``name``: itself in a one-type graph, else ``ntype/name`` of each
+        node type that has it (featureless types have none)."""
+        schema = self.types
+        return [k for k in (schema.data_key(t, name) for t in schema.ntypes) if k in self.node_data]
+
     @property
     def types(self) -> GraphSchema:
         """The graph's node and edge types (:mod:`graphfeed.common.schema`)."""

@@ -136,10 +136,7 @@ class Loader:
         return EpochPlan.for_job(self._split_ids(job.split), job, epoch)
 
     def _tables(self, name: str) -> list[str]:
-        """The node-data keys of ``name``: itself in a one-type graph, else ``ntype/name`` of
-        each node type that has it (featureless types have none)."""
-        schema, known = self.partitions.info.types, self.partitions.info.node_data
-        return [k for k in (schema.data_key(t, name) for t in schema.ntypes) if k in known]
+        return self.partitions.info.tables(name)
 
     def describe(self, job: JobSpec) -> JobInfo:
         """Steps and seeds per epoch for the job's rank, feature shape/type, classes, nodes.
@@ -178,8 +175,7 @@ class Loader:
                     ntype, _, name = feature_name.partition("/")
                     sizes = {
                         k: schema.num_nodes(info.node_data[k].ntype) * _row_bytes(info.node_data[k])
-                        for k in (schema.data_key(t, name) for t in schema.ntypes)
-                        if k in info.node_data
+                        for k in info.tables(name)
                     }
                     budget = int(self.cache_bytes * sizes[feature_name] / max(1, sum(sizes.values())))
                     t = schema.ntype_id(ntype)

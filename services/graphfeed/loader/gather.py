@@ -173,10 +173,6 @@ class Gatherer:
     on_device: bool = False
     packs: dict[str, PackTier] = field(default_factory=dict)  # by node-data key: the stream's packed tables
 
-    @property
-    def cache(self) -> CacheGroup:
-        return self.caches
-
     def warm_up(self) -> None:
         """Warms the caches up (once per cache, whichever stream comes first)."""
         for key, cache in self.caches.caches.items():

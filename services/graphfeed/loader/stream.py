@@ -151,7 +151,7 @@ def _produce(w: StreamWork) -> None:
     """The producer thread: sampling window, then gather in step order, then the queue."""
     pending: deque[tuple[int, Future]] = deque()
     next_step = w.start_step
-    cache = w.gatherer.cache
+    cache = w.gatherer.caches
     stream = cache.open_stream()
     try:
         if w.start_step < w.plan.num_steps:

@@ -181,10 +181,9 @@ def pack_tables(
     graph, or one per node type that has the feature (each under the key of ``job`` with that
     table's ``ntype/name`` as its feature name, where a loader streaming ``job`` looks; each
     table's packs hold its type's rows only). A typed graph samples the epoch once per table."""
-    schema, known = partitions.info.types, partitions.info.node_data
-    keys = [k for k in (schema.data_key(t, job.feature_name) for t in schema.ntypes) if k in known]
+    keys = partitions.info.tables(job.feature_name)
     if not keys:
-        raise NotFound(f"node data {job.feature_name!r} does not exist; known: {sorted(known)}")
+        raise NotFound(f"node data {job.feature_name!r} does not exist; known: {sorted(partitions.info.node_data)}")
     return [
         pack_epoch(partitions, dataclasses.replace(job, feature_name=key), epoch, root, options, sampler)
         for key in keys

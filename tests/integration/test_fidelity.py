@@ -47,6 +47,7 @@ def graphfeed_test_acc(cfg: TrainConfig) -> float:
         trainer.close()
 
 
+@pytest.mark.timeout(1500)  # 6 trainings: ~200 s at load average 8; catches a hang
 def test_graphsage_on_cora_matches_in_process_dgl(cora, cora_cluster) -> None:  # noqa: ANN001
     ours, theirs = [], []
     for seed in SEEDS:
@@ -73,6 +74,7 @@ def cora_rownorm_cluster(cora: GraphData, tmp_path_factory: pytest.TempPathFacto
     c.stop()
 
 
+@pytest.mark.timeout(1500)  # 9 trainings: ~200 s at load average 8 (300 s ran out under load); catches a hang
 def test_reduced_precision_feature_wire_costs_little_accuracy_on_cora(cora, cora_rownorm_cluster) -> None:  # noqa: ANN001
     # Cora's own 0/1 features are exact in both types (training on them is bit-identical), so
     # the cost is measured on the row-normalized features, whose values both types round.

@@ -182,3 +182,18 @@ def test_closed_store_says_so_and_partition_can_be_reopened(open_store: OpenStor
     again = open_store(0)  # RocksDB's lock was released at open
     assert again.get_degrees(np.array([0])).tolist() == [1]  # gid 0 is input node 0
     s.close()  # idempotent
+
+
+def test_an_answer_over_the_byte_limit_is_refused_before_sampling(open_store: OpenStore) -> None:
+    """Ids per request do not bound an answer (fanout -1 on a hub): its bytes do (issue 28)."""
+    s = open_store(0, max_answer_bytes=16 * 40)  # room for 40 sampled edges
+    seeds = np.arange(s.start, s.start + 20, dtype=np.int64)
+    degrees = s.get_degrees(seeds)
+    assert degrees.sum() > 40  # the arithmetic graph: more in-edges than fit
+    with pytest.raises(ResourceExhausted, match=rf"20 seeds would sample {degrees.sum()} edges .* limit of 640 bytes"):
+        s.sample_neighbors(seeds, -1, False, 0)
+    with pytest.raises(ResourceExhausted, match="would sample"):
+        s.sample_neighbors(seeds, MAX_DEG, True, 0)  # with replacement every seed of degree > 0 takes all 7
+    fits = seeds[np.cumsum(degrees) <= 40]
+    assert len(s.sample_neighbors(fits, -1, False, 0).src) == degrees[: len(fits)].sum()  # the store keeps serving
+    assert len(s.sample_neighbors(seeds, 2, False, 0).src) <= 40  # the fanout's bound fits: no count needed

@@ -19,7 +19,10 @@ from graphfeed.common.shm.placement import ShmPlaced, ShmPlacement
 from graphfeed.common.shm.quota import FULL, QUOTA
 from graphfeed.common.transport import ServerTransport
 from graphfeed.common.v1 import tensor_pb2
-from graphfeed.graph_store.v1.graph_store_pb2 import SampleNeighborsResponse
+from graphfeed.graph_store.metrics import GraphStoreMetrics
+from graphfeed.graph_store.servicer import GraphStoreServicer
+from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.v1.graph_store_pb2 import GetNodeDataRequest, GetNodeDataResponse, SampleNeighborsResponse
 from graphfeed.loader.servicer import StreamSlots
 from tests.unit.test_transport import _Context
 
@@ -152,6 +155,39 @@ def test_a_response_that_finds_no_room_goes_inline_whole(
     assert codec.decode(rec.message.src, bulk=rec.bulk).tolist() == list(range(5))
     assert codec.decode(rec.message.edge_ids, bulk=rec.bulk).tolist() == [7, 8, 9, 10]
     offer.close()
+
+
+def test_node_data_refused_shared_memory_is_answered_in_bounded_chunks(
+    arith_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the segment for a GetNodeData answer is refused, the rows go inline in the store's
+    chunks, never gathered whole into one array and one message (issue 28: 150k Cora ids made one
+    860 MB message and a 2.8 GB peak)."""
+    store = GraphStore.open(arith_root / "part-00000", chunk_bytes=64)  # 4 rows of 4 float32 per chunk
+    registry = CollectorRegistry()
+    transport = ServerTransport(tmp_path, "GraphStoreService", registry)
+    servicer = GraphStoreServicer(store, GraphStoreMetrics.create(registry), transport)
+    offer = shm.ShmOffer.create(tmp_path)
+    assert offer is not None
+
+    def no_room(self: shm.SegmentPool, nbytes: int, name: str | None = None) -> shm.Segment:
+        raise ResourceExhausted(f"no room for a {nbytes}-byte segment in {self.directory}")
+
+    monkeypatch.setattr(shm.SegmentPool, "acquire", no_room)
+    ids = np.arange(store.start, store.stop, dtype=np.int64)
+    request = GetNodeDataRequest(name="feat")
+    codec.encode(ids, request.ids)
+    answers = [
+        bulk.parse(GetNodeDataResponse, bulk.serializer(None)(m))
+        for m in servicer.GetNodeData(request, _Context(offer.metadata()))  # type: ignore[arg-type]
+    ]
+    rows = [codec.decode(a.message.rows, bulk=a.bulk) for a in answers]
+    assert len(answers) == -(-len(ids) // 4) and all(len(r) <= 4 for r in rows)
+    assert np.array_equal(np.concatenate(rows), store.get_node_data("feat", ids))
+    assert [int(a.message.start) for a in answers] == list(range(0, len(ids), 4))
+    offer.close()
+    transport.close()
+    store.close()
 
 
 def test_the_stream_placement_declines_a_client_over_its_quota(tmp_path: Path) -> None:

@@ -282,3 +282,14 @@ def test_ten_sigkills_during_appends_lose_nothing_and_apply_nothing_twice(graph:
     start, rng = 0, np.random.default_rng(0)
     for _ in range(10):  # one log through every trial: each reopen replays all earlier trials too
         start = _kill_trial(graph / "part-00000", tmp_path / "klog", start, int(rng.integers(1, 40)))
+
+
+def test_an_answer_over_the_byte_limit_is_refused_and_the_store_keeps_serving(open_store: Open) -> None:
+    s = open_store(0, max_answer_bytes=24 * 5)  # room for 5 sampled edges (24 bytes each)
+    nodes = np.arange(0, 20, dtype=np.int64)
+    late = np.full(len(nodes), 1 << 62)
+    whole = open_store(1).sample(np.arange(20, 40), np.full(20, 1 << 62), -1)
+    assert len(whole.nbr) > 5  # the other partition, unlimited, answers as before
+    with pytest.raises(ResourceExhausted, match=r"20 roots would sample \d+ edges, over the answer limit of 5 edges"):
+        s.sample(nodes, late, -1)
+    assert len(s.sample(nodes[:2], late[:2], 2).nbr) <= 4  # still serving what fits

@@ -34,6 +34,10 @@ SAMPLER_MAX_SEEDS_PER_REQUEST = 1_000_000
 MAX_MESSAGE_BYTES = 1 << 30
 """Bytes of one gRPC message, sent or received (a minibatch of the 1M-node preset is ~114 MB of
 features); requests are bounded separately by the limits above."""
+MAX_ANSWER_BYTES = MAX_MESSAGE_BYTES
+"""Bytes of sampled edges one SampleNeighbors or SampleTemporal answer may hold: a request
+whose answer would be larger is refused (RESOURCE_EXHAUSTED, before anything is allocated)
+instead of building it, since ids per request alone do not bound it (fanout -1 on a hub)."""
 MAX_TENSOR_DIMS = 32
 """Dimensions of one tensor on the wire."""
 

@@ -80,6 +80,15 @@ class Response:
         place), or an ordinary one inline."""
         return self.empty_many([shape], dtype)[0]
 
+    def shared_empty(self, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray | None:
+        """:meth:`empty` only where it lies in the response's segment: None inline, or when the
+        segment is refused (quota, no room), so that the caller answers in bounded pieces
+        instead of building the whole answer in one ordinary array."""
+        if self.directory is None:
+            return None
+        out = self.empty(shape, dtype)
+        return out if self.directory is not None else None
+
     def empty_many(self, shapes: Sequence[Sequence[int]], dtype: DTypeLike) -> list[np.ndarray]:
         """Several arrays like :meth:`empty`, laid out in one segment after whatever was
         encoded before (which that segment then carries too)."""

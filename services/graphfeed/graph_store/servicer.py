@@ -18,7 +18,7 @@ from graphfeed.common import codec
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import InvalidArgument, ResourceExhausted
 from graphfeed.common.schema import types_to_proto
-from graphfeed.common.transport import Allocator, Response, ServerTransport
+from graphfeed.common.transport import Response, ServerTransport
 from graphfeed.common.v1 import tensor_pb2
 from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore, MeteredTemporal, TemporalMetrics
 from graphfeed.graph_store.sampling import Alloc
@@ -73,16 +73,18 @@ def sample_into(r: Response, resp: pb.SampleNeighborsResponse) -> Alloc:
 
 
 def node_data_chunks(
-    store: MeteredGraphStore, name: str, ids: np.ndarray, into: Allocator | None
+    store: MeteredGraphStore, name: str, ids: np.ndarray, r: Response
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """GetNodeData's ``(start, rows)`` chunks: with ``into`` (a shared-memory response, where
-    one message holds any size) every row gathered into ``into(shape, dtype)`` at once, else
-    the store's chunks of bounded size. Validates the name and ids at the call."""
+    """GetNodeData's ``(start, rows)`` chunks: every row gathered at once into the response's
+    segment when it has one that takes them (one message holds any size there), else the
+    store's chunks of bounded size, also when the segment is refused (the whole answer is never
+    built in one ordinary array). Validates the name and ids at the call."""
     chunks = store.iter_node_data(name, ids)
-    if into is None:
-        return chunks
     spec = store.info().node_data[name]
-    return iter([(0, store.get_node_data(name, ids, out=into((len(ids), *spec.row_shape), spec.dtype)))])
+    out = r.shared_empty((len(ids), *spec.row_shape), spec.dtype) if r.shared else None
+    if out is None:
+        return chunks
+    return iter([(0, store.get_node_data(name, ids, out=out))])
 
 
 def scatter_into_target(store: MeteredGraphStore, request: pb.GetNodeDataRequest, ids: np.ndarray, r: Response) -> int:
@@ -197,7 +199,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
             if request.HasField("target"):  # rows go into the caller's own segment, none in the message
                 yield pb.GetNodeDataResponse(start=0, rows_written=scatter_into_target(self._store, request, ids, r))
                 return
-            for start, rows in node_data_chunks(self._store, request.name, ids, r.alloc):
+            for start, rows in node_data_chunks(self._store, request.name, ids, r):
                 resp = pb.GetNodeDataResponse(start=start)
                 r.encode(rows, resp.rows)
                 yield r.framed(resp)

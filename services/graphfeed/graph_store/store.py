@@ -14,7 +14,12 @@ from typing import Any
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, name_ids
-from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_FANOUT, NODE_DATA_CHUNK_BYTES
+from graphfeed.common.limits import (
+    GRAPH_STORE_MAX_IDS_PER_REQUEST,
+    MAX_ANSWER_BYTES,
+    MAX_FANOUT,
+    NODE_DATA_CHUNK_BYTES,
+)
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_typed
@@ -55,6 +60,9 @@ def _partition_info(reader: PartitionReader) -> PartitionInfo:
     )
 
 
+_ANSWER_EDGE_BYTES = 16  # a sampled edge in a SampleNeighbors answer: its source and its edge id (int64 each)
+
+
 class GraphStore:
     """Serves one partition: neighbor sampling, node-data rows, degrees and splits.
 
@@ -73,6 +81,8 @@ class GraphStore:
             node data and splits are loaded; its memory-mapped topology stays in use).
         max_ids_per_request: most seeds/ids accepted in one call (default 4,000,000).
         max_fanout: largest ``fanout`` accepted besides ``-1`` (default 1000).
+        max_answer_bytes: most bytes of sampled edges one call may answer with (default
+            :data:`~graphfeed.common.limits.MAX_ANSWER_BYTES`; also the temporal graph's).
         chunk_bytes: most bytes of rows per chunk from :meth:`iter_node_data` (default 4 MiB;
             a chunk always holds at least one row).
         memory_budget: bytes of node data kept in memory; 0 (default) keeps all of it.
@@ -92,6 +102,7 @@ class GraphStore:
         *,
         max_ids_per_request: int = GRAPH_STORE_MAX_IDS_PER_REQUEST,
         max_fanout: int = MAX_FANOUT,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         chunk_bytes: int = NODE_DATA_CHUNK_BYTES,
         memory_budget: int = 0,
         direct_io: bool = False,
@@ -103,6 +114,7 @@ class GraphStore:
         self._closed = False
         self.max_ids_per_request = max_ids_per_request
         self.max_fanout = max_fanout
+        self.max_answer_bytes = max_answer_bytes
         self.chunk_bytes = chunk_bytes
         self.partition_id: int = reader.partition_id
         self.start: int = reader.start
@@ -132,7 +144,12 @@ class GraphStore:
             )
         if reader.edge_ts is not None or append_dir is not None:
             self.temporal = TemporalStore.open(
-                reader, append_dir, max_ids_per_request=max_ids_per_request, max_fanout=max_fanout, **temporal_limits
+                reader,
+                append_dir,
+                max_ids_per_request=max_ids_per_request,
+                max_fanout=max_fanout,
+                max_answer_bytes=max_answer_bytes,
+                **temporal_limits,
             )
         self._info = _partition_info(reader)
         log.info(
@@ -248,6 +265,7 @@ class GraphStore:
         if not 0 <= int(first_position) < 1 << 63:
             raise InvalidArgument(f"first_position must be in [0, 2**63), got {first_position}")
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
+        self._check_answer_size(rows, fanouts, bool(replace))
         r = self._reader
         offsets, src, eids = sample_typed(
             r.etype_indptr,
@@ -261,6 +279,24 @@ class GraphStore:
             int(first_position),
         )
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
+
+    def _check_answer_size(self, rows: np.ndarray, fanouts: list[int], replace: bool) -> None:
+        """ResourceExhausted when sampling ``rows`` would answer with more than
+        ``max_answer_bytes`` (16 bytes per edge): counted exactly only when the fanouts' bound
+        (every row taking its full fanout) does not already fit."""
+        limit = self.max_answer_bytes
+        k = np.asarray(fanouts, dtype=np.int64)
+        if (k >= 0).all() and len(rows) * int(k.sum()) * _ANSWER_EDGE_BYTES <= limit:
+            return
+        ip = self._reader.etype_indptr
+        deg = ip[:, rows + 1] - ip[:, rows]  # [R, N]
+        taken = np.where(deg > 0, k[:, None], 0) if replace else np.minimum(deg, k[:, None])
+        edges = int(np.where(k[:, None] == -1, deg, taken).sum())
+        if edges * _ANSWER_EDGE_BYTES > limit:
+            raise ResourceExhausted(
+                f"{len(rows)} seeds would sample {edges} edges ({edges * _ANSWER_EDGE_BYTES} bytes), over the "
+                f"answer limit of {limit} bytes; send fewer seeds per request or a smaller fanout"
+            )
 
     def _check_fanouts(self, fanout: int | Sequence[int]) -> list[int]:
         """One fanout per edge type from ``fanout`` (an int for all, or one per edge type)."""

@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from graphfeed.common.cacheline import prefetch
+from graphfeed.common.errors import ResourceExhausted
 from graphfeed.graph_store.sampling import SMALL_FANOUT, _draw, _insertion_sort, _row_key
 
 if TYPE_CHECKING:
@@ -244,6 +245,7 @@ def sample_snapshot(
     seed: int,
     first_position: int = 0,
     want_pos: bool = False,
+    max_edges: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Samples the neighbours of each ``(rows[i], times[i])`` strictly before ``times[i]``.
 
@@ -256,6 +258,8 @@ def sample_snapshot(
         seed: uint64 seed of the uniform draws (``sample_csr``'s).
         first_position: batch position of ``rows[0]``.
         want_pos: also return where each sampled edge lives (for its feature row).
+        max_edges: most edges the answer may hold: more (counted before anything is sampled)
+            raise ResourceExhausted; None: no limit.
 
     Returns:
         ``(offsets, nbr, ts, eid, pos)``: int64 arrays, each root's edges in ascending time;
@@ -288,6 +292,11 @@ def sample_snapshot(
         k_arr,
     )
     total = int(offsets[-1])
+    if max_edges is not None and total > max_edges:
+        raise ResourceExhausted(
+            f"{n} roots would sample {total} edges, over the answer limit of {max_edges} edges; "
+            "send fewer roots per request or a smaller fanout"
+        )
     nbr, ts, eid = (np.empty(total, dtype=np.int64) for _ in range(3))
     pos = np.empty(total if want_pos else 0, dtype=np.int64)
     if total:

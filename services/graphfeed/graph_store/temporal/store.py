@@ -27,7 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, ResourceExhausted
-from graphfeed.common.limits import GRAPH_STORE_MAX_IDS_PER_REQUEST, MAX_APPEND_EDGES_PER_REQUEST, MAX_FANOUT
+from graphfeed.common.limits import (
+    GRAPH_STORE_MAX_IDS_PER_REQUEST,
+    MAX_ANSWER_BYTES,
+    MAX_APPEND_EDGES_PER_REQUEST,
+    MAX_FANOUT,
+)
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.temporal import index as ti
 from graphfeed.graph_store.temporal import requests
@@ -37,6 +42,8 @@ from graphfeed.graph_store.temporal.compactor import Compactor
 from graphfeed.graph_store.temporal.recovery import log_layout, partition_base, recover
 from graphfeed.graph_store.temporal.sampling import gather_features, sample_snapshot
 from graphfeed.graph_store.temporal.types import AppendAck, OutOfOrder, TemporalInfo, TemporalSample
+
+_EDGE_BYTES = 24  # a sampled edge in a SampleTemporal answer: neighbour, time and edge id (int64 each)
 
 __all__ = ["AppendAck", "OutOfOrder", "TemporalInfo", "TemporalSample", "TemporalStore"]
 
@@ -78,6 +85,7 @@ class TemporalStore:
         max_append_edges: int = MAX_APPEND_EDGES_PER_REQUEST,
         max_ids_per_request: int = GRAPH_STORE_MAX_IDS_PER_REQUEST,
         max_fanout: int = MAX_FANOUT,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         max_blocks: int = 256,
         compact_min_edges: int = 1_000_000,
         snapshot_min_edges: int = 0,
@@ -85,6 +93,7 @@ class TemporalStore:
         self.layout = layout
         self.max_append_edges, self.max_ids_per_request = max_append_edges, max_ids_per_request
         self.max_fanout, self.max_blocks = max_fanout, max_blocks
+        self.max_answer_bytes = max_answer_bytes
         self.compact_min_edges, self.snapshot_min_edges = compact_min_edges, snapshot_min_edges
         self._log = append_log
         self._lock = threading.Lock()  # orders appends: staging, the log's WAL, the blocks
@@ -120,7 +129,7 @@ class TemporalStore:
                 edges without ``edge_ts.npy`` count as edges at ``t = 0``.
             log_dir: the append log (RocksDB, created if missing); None: appends are refused.
             num_partitions, partition_id: checked against the partition's manifest when given.
-            limits: ``max_append_edges``, ``max_ids_per_request``, ``max_fanout``, ``max_blocks``,
+            limits: ``max_append_edges``, ``max_ids_per_request``, ``max_fanout``, ``max_answer_bytes``, ``max_blocks``,
                 ``compact_min_edges``, ``snapshot_min_edges`` (see the class).
 
         Raises:
@@ -327,6 +336,7 @@ class TemporalStore:
             int(seed),
             int(first_position),
             want,
+            max_edges=self.max_answer_bytes // (_EDGE_BYTES + (8 + 4 * self.edge_feat_dim if want else 0)),
         )
         return TemporalSample(offsets, nbr, ts, eid, gather_features(snap, pos) if pos is not None else None)
 

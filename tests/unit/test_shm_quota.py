@@ -179,7 +179,7 @@ def test_node_data_refused_shared_memory_is_answered_in_bounded_chunks(
     codec.encode(ids, request.ids)
     answers = [
         bulk.parse(GetNodeDataResponse, bulk.serializer(None)(m))
-        for m in servicer.GetNodeData(request, _Context(offer.metadata()))  # type: ignore[arg-type]
+        for m in servicer.GetNodeData(request, _Context(offer.metadata()))
     ]
     rows = [codec.decode(a.message.rows, bulk=a.bulk) for a in answers]
     assert len(answers) == -(-len(ids) // 4) and all(len(r) <= 4 for r in rows)

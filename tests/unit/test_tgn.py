@@ -154,7 +154,7 @@ def test_a_training_step_lowers_its_batchs_loss_for_every_seed() -> None:
         assert norm > 0
         with torch.no_grad():
             for (_, p), g in zip(named, grads):
-                p -= (1e-3 / norm) * g  # a step of length 1e-3 against the gradient
+                p.sub_(g, alpha=1e-3 / norm)  # a step of length 1e-3 against the gradient
         after = trainer._forward(src, dst, t, neg)[2]
         assert float(after) < float(loss), (seed, float(loss), float(after))
 

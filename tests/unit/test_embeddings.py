@@ -76,7 +76,7 @@ class DglReference:
 def push_step(store: EmbeddingStore, step: int, order: tuple[int, ...] = (0, 1)) -> None:
     ids = ranks_ids(step)
     for rank in order:
-        store.push("job:author", StepKey(0, step), rank, 2, ids[rank], grads_of(step, rank, ids[rank]))
+        store.push("job:author", "job", StepKey(0, step), rank, 2, ids[rank], grads_of(step, rank, ids[rank]))
 
 
 @pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
@@ -108,20 +108,22 @@ def test_a_step_waits_for_every_rank_and_replays_apply_once(tmp_path: Path) -> N
     store.create(spec())
     ids = ranks_ids(0)
     g0 = grads_of(0, 0, ids[0])
-    ack = store.push("job:author", StepKey(0, 0), 0, 2, ids[0], g0)
+    ack = store.push("job:author", "job", StepKey(0, 0), 0, 2, ids[0], g0)
     assert not ack.duplicate and ack.applied == NO_STEP and ack.pending_ranks == (1,)
     with pytest.raises(DeadlineExceeded, match=r"ranks.*\[1\]"):
         store.pull("job:author", AUTHORS, after=StepKey(0, 0), timeout_s=0.05)
-    assert store.push("job:author", StepKey(0, 0), 0, 2, ids[0], g0).duplicate  # retried before the step
-    ack = store.push("job:author", StepKey(0, 0), 1, 2, ids[1], grads_of(0, 1, ids[1]))
+    assert store.push("job:author", "job", StepKey(0, 0), 0, 2, ids[0], g0).duplicate  # retried before the step
+    ack = store.push("job:author", "job", StepKey(0, 0), 1, 2, ids[1], grads_of(0, 1, ids[1]))
     assert ack.applied == StepKey(0, 0) and ack.pending_ranks == ()
     after = store.pull("job:author", AUTHORS)
     for rank in (0, 1):  # replayed after the step was applied: nothing changes
-        assert store.push("job:author", StepKey(0, 0), rank, 2, ids[rank], grads_of(0, rank, ids[rank])).duplicate
+        assert store.push(
+            "job:author", "job", StepKey(0, 0), rank, 2, ids[rank], grads_of(0, rank, ids[rank])
+        ).duplicate
     assert np.array_equal(store.pull("job:author", AUTHORS), after)
     assert store.table("job:author").num_applied == 1
     with pytest.raises(FailedPrecondition, match="other gradients"):
-        store.push("job:author", StepKey(0, 0), 0, 2, ids[0], g0 + 1)
+        store.push("job:author", "job", StepKey(0, 0), 0, 2, ids[0], g0 + 1)
     store.close()
 
 
@@ -151,16 +153,18 @@ def test_refusals_say_what_is_wrong_and_the_table_keeps_working(tmp_path: Path) 
     with pytest.raises(NotFound, match=r"ids 0, 13 are not author nodes owned by partition 0 \(those are \[4, 10\)\)"):
         store.pull("job:author", np.array([4, 0, 13]))
     with pytest.raises(InvalidArgument, match=r"float32 \[2, 4\].*got float32 \[2, 3\]"):
-        store.push("job:author", StepKey(0, 0), 0, 1, np.array([4, 5]), np.zeros((2, 3), np.float32))
+        store.push("job:author", "job", StepKey(0, 0), 0, 1, np.array([4, 5]), np.zeros((2, 3), np.float32))
     with pytest.raises(InvalidArgument, match=r"got float64 \[2, 4\]"):
-        store.push("job:author", StepKey(0, 0), 0, 1, np.array([4, 5]), np.zeros((2, 4)))
+        store.push("job:author", "job", StepKey(0, 0), 0, 1, np.array([4, 5]), np.zeros((2, 4)))
     with pytest.raises(InvalidArgument, match=r"grads must be float32 \[1, 4\]"):
-        store.push("job:author", StepKey(0, 0), 0, 1, np.array([4]), np.zeros((2, 4), np.float32))
+        store.push("job:author", "job", StepKey(0, 0), 0, 1, np.array([4]), np.zeros((2, 4), np.float32))
     with pytest.raises(ResourceExhausted, match="9 ids in one request exceed the limit of 8"):
         store.pull("job:author", np.full(9, 4))
     with pytest.raises(InvalidArgument, match="rank must be in"):
-        store.push("job:author", StepKey(0, 0), 2, 2, np.array([4]), np.zeros((1, 4), np.float32))
-    store.push("job:author", StepKey(0, 0), 0, 1, np.array([4]), np.ones((1, 4), np.float32))
+        store.push("job:author", "job", StepKey(0, 0), 2, 2, np.array([4]), np.zeros((1, 4), np.float32))
+    with pytest.raises(FailedPrecondition, match="belongs to job 'job', not 'other'"):
+        store.push("job:author", "other", StepKey(0, 0), 0, 1, np.array([4]), np.ones((1, 4), np.float32))
+    store.push("job:author", "job", StepKey(0, 0), 0, 1, np.array([4]), np.ones((1, 4), np.float32))
     assert store.table("job:author").applied == StepKey(0, 0)
     store.close()
 
@@ -174,7 +178,7 @@ def test_restart_keeps_rows_state_and_pending_pushes(tmp_path: Path, flush_every
     for step in range(3):
         push_step(store, step)
     ids = ranks_ids(3)
-    store.push("job:author", StepKey(0, 3), 1, 2, ids[1], grads_of(3, 1, ids[1]))  # step 3 half-pushed
+    store.push("job:author", "job", StepKey(0, 3), 1, 2, ids[1], grads_of(3, 1, ids[1]))  # step 3 half-pushed
     rows, state = store.pull("job:author", AUTHORS), store.table("job:author").state()
     crashed = tmp_path.parent / f"{tmp_path.name}-crashed"
     shutil.copytree(tmp_path, crashed)  # what a killed process leaves (every write was fsync'd)
@@ -182,9 +186,9 @@ def test_restart_keeps_rows_state_and_pending_pushes(tmp_path: Path, flush_every
     assert reopened.table("job:author").applied == StepKey(0, 2)
     assert reopened.pull("job:author", AUTHORS).tobytes() == rows.tobytes()
     assert all(reopened.table("job:author").state()[k].tobytes() == v.tobytes() for k, v in state.items())
-    assert reopened.push("job:author", StepKey(0, 3), 1, 2, ids[1], grads_of(3, 1, ids[1])).duplicate
-    reopened.push("job:author", StepKey(0, 3), 0, 2, ids[0], grads_of(3, 0, ids[0]))
-    store.push("job:author", StepKey(0, 3), 0, 2, ids[0], grads_of(3, 0, ids[0]))
+    assert reopened.push("job:author", "job", StepKey(0, 3), 1, 2, ids[1], grads_of(3, 1, ids[1])).duplicate
+    reopened.push("job:author", "job", StepKey(0, 3), 0, 2, ids[0], grads_of(3, 0, ids[0]))
+    store.push("job:author", "job", StepKey(0, 3), 0, 2, ids[0], grads_of(3, 0, ids[0]))
     assert reopened.pull("job:author", AUTHORS).tobytes() == store.pull("job:author", AUTHORS).tobytes()
     store.close()
     reopened.close()

@@ -18,6 +18,7 @@ import numpy as np
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.futures import completed
 from graphfeed.graph_store.client import GraphStoreClient
+from graphfeed.graph_store.embeddings.client import PartitionEmbeddings
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import Fanout, PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
 
@@ -82,6 +83,10 @@ class RemotePartitionSet(PartitionSet):
         self.clients = [by_id[p] for p in range(n)]
         self.info = next(i for i in infos if i.partition_id == 0)
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="gs-fetch")
+
+    def embeddings(self) -> PartitionEmbeddings:
+        """The trainable embedding tables of these graph-stores, routed by owner (its owner closes it)."""
+        return PartitionEmbeddings([c.embeddings for c in self.clients], self.info.types)
 
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0

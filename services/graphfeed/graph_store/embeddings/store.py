@@ -150,10 +150,14 @@ class EmbeddingStore:
         per = max(1, self.chunk_bytes // max(1, rows.shape[1] * 4))
         return iter([(s, rows[s : s + per]) for s in range(0, max(1, len(rows)), per)])
 
-    def push(self, name: str, key: StepKey, rank: int, world_size: int, ids: np.ndarray, grads: np.ndarray) -> PushAck:
-        """Rank ``rank``'s gradients of step ``key`` for ``ids`` (owned here; may be empty):
-        float32 ``[len(ids), dim]``. Durable when this returns; a replay is taken once."""
+    def push(
+        self, name: str, job: str, key: StepKey, rank: int, world_size: int, ids: np.ndarray, grads: np.ndarray
+    ) -> PushAck:
+        """Rank ``rank`` of job ``job``'s gradients of step ``key`` for ``ids`` (owned here;
+        may be empty): float32 ``[len(ids), dim]``. Durable when this returns; a replay is taken once."""
         table = self.table(name)
+        if job != table.spec.job:
+            raise FailedPrecondition(f"embedding {name!r} belongs to job {table.spec.job!r}, not {job!r}")
         rows = self._rows(table, ids)
         g = np.asarray(grads)
         if g.dtype != np.float32 or g.shape != (len(rows), table.spec.dim):

@@ -1,0 +1,124 @@
+"""Trainable embeddings over gRPC (issue 25): two real graph-store servers on loopback, a
+table of the featureless ``tag`` type created on both, rows pulled and gradients pushed through
+the owner-routing client, a graph-store restarted in between, every refusal with its status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from graphfeed.common.partition import part_dir_name
+from graphfeed.graph_store.config import GraphStoreSettings
+from graphfeed.graph_store.embeddings.optim import combine, init_rows
+from graphfeed.graph_store.embeddings.types import EmbeddingSpec, StepKey
+from graphfeed.graph_store.partitions import RemotePartitionSet
+from graphfeed.graph_store.server import serve
+from graphfeed.ingest.partition import write_partitioned
+from tests.integration.test_hetero_end_to_end import typed_graph
+
+pytestmark = [pytest.mark.integration]
+DIM = 3
+SPEC = EmbeddingSpec(name="emb-job:tag", ntype="tag", dim=DIM, job="emb-job", optimizer="adagrad", lr=0.5, eps=1e-10)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("emb-wire") / "g"
+    write_partitioned(typed_graph(), out, 2, method="random", seed=3)
+    return out
+
+
+def start(root: Path, p: int, max_ids: int = 1000) -> tuple:
+    settings = GraphStoreSettings.model_validate(
+        {"part_dir": root / part_dir_name(p), "port": 0, "metrics_port": -1, "max_ids_per_request": max_ids}
+    )
+    return serve(settings, CollectorRegistry())
+
+
+@pytest.fixture()
+def servers(root: Path) -> Iterator[list]:
+    running = [start(root, p) for p in range(2)]
+    yield running
+    for srv, store in running:
+        srv.stop(0.2)
+        store.close()
+
+
+def test_pull_and_push_route_to_the_owners_and_survive_a_restart(root: Path, servers: list) -> None:
+    parts = RemotePartitionSet([s.address for s, _ in servers], timeout_s=10)
+    emb = parts.embeddings()
+    try:
+        schema = parts.info.types
+        tags = schema.to_gids("tag", np.arange(schema.num_nodes("tag")))
+        assert len(set(parts.owners(tags).tolist())) == 2  # the tags are spread over both partitions
+        assert emb.create(SPEC) and not emb.create(SPEC)
+        emb.restore(SPEC.name, None)  # a fresh job: the seeded rows, whatever an earlier test left
+        assert np.array_equal(emb.pull(SPEC.name, tags, DIM), init_rows(SPEC, tags))
+        assert all(SPEC.name not in i for i in parts.info.node_data)  # not node data: no loader caches it
+        ids = [tags[[0, 1, 1, 5]], tags[[5, 2]]]  # two ranks, repeats within and across
+        grads = [np.full((4, DIM), 1.0, np.float32), np.full((2, DIM), 3.0, np.float32)]
+        first = emb.push(SPEC.name, "emb-job", StepKey(0, 0), 1, 2, ids[1], grads[1])
+        assert all(a.pending_ranks == (0,) for a in first)  # every partition got rank 1's push
+        with pytest.raises(DeadlineExceeded, match=r"awaits ranks \[0\]"):
+            emb.calls[0].timeout_s = 0.5
+            emb.pull(SPEC.name, tags, DIM, after=StepKey(0, 0))
+        emb.calls[0].timeout_s = 10
+        emb.push(SPEC.name, "emb-job", StepKey(0, 0), 0, 2, ids[0], grads[0])
+        got = emb.pull(SPEC.name, tags, DIM, after=StepKey(0, 0))
+        want = init_rows(SPEC, tags)
+        uniq, mean = combine([(ids[0], grads[0]), (ids[1], grads[1])])  # tag 1: 1, tag 5: (1 + 3) / 2
+        pos = np.searchsorted(tags, uniq)
+        want[pos] -= 0.5 * mean / (np.sqrt(mean * mean) + np.float32(1e-10))
+        assert np.array_equal(got, want)
+        assert all(a.duplicate for a in emb.push(SPEC.name, "emb-job", StepKey(0, 0), 0, 2, ids[0], grads[0]))
+        emb.snapshot(SPEC.name, StepKey(0, 0))
+
+        srv, store = servers[1]  # graph-store 1 goes down and comes back on its directory
+        srv.stop(0)
+        store.close()
+        servers[1] = start(root, 1)
+        back = RemotePartitionSet([s.address for s, _ in servers], timeout_s=10)
+        try:
+            assert np.array_equal(back.embeddings().pull(SPEC.name, tags, DIM), got)
+        finally:
+            back.close()
+    finally:
+        emb.close()
+        parts.close()
+
+
+def test_refusals_carry_their_status_and_message(root: Path, servers: list) -> None:
+    srv1, store1 = servers[1]  # partition 1 again, with a limit of 4 ids per request
+    srv1.stop(0)
+    store1.close()
+    servers[1] = start(root, 1, max_ids=4)
+    parts = RemotePartitionSet([s.address for s, _ in servers], timeout_s=10)
+    emb = parts.embeddings()
+    try:
+        calls = emb.calls
+        calls[0].create(SPEC)
+        calls[1].create(SPEC)
+        schema = parts.info.types
+        lo0, hi0 = schema.owned_range(0, "tag")
+        lo1 = schema.owned_range(1, "tag")[0]
+        with pytest.raises(FailedPrecondition, match="exists with other parameters"):
+            calls[0].create(EmbeddingSpec(**{**SPEC.to_dict(), "dim": 4}))
+        with pytest.raises(NotFound, match="'nope' does not exist"):
+            calls[0].pull("nope", np.array([lo0]), DIM)
+        with pytest.raises(NotFound, match="not tag nodes owned by partition 0"):
+            calls[0].pull(SPEC.name, np.array([lo1]), DIM)
+        with pytest.raises(InvalidArgument, match=r"grads must be float32 \[1, 3\]"):
+            calls[0].push(SPEC.name, "emb-job", StepKey(0, 0), 0, 1, np.array([lo0]), np.zeros((1, 2), np.float32))
+        with pytest.raises(ResourceExhausted, match="5 rows in one request exceed the limit of 4"):
+            calls[1].pull(SPEC.name, np.full(5, lo1), DIM)
+        with pytest.raises(FailedPrecondition, match="belongs to job 'emb-job'"):
+            calls[0].push(SPEC.name, "other", StepKey(0, 0), 0, 1, np.array([lo0]), np.zeros((1, DIM), np.float32))
+        assert calls[0].pull(SPEC.name, np.arange(lo0, hi0), DIM).shape == (hi0 - lo0, DIM)  # still serving
+    finally:
+        emb.close()
+        parts.close()

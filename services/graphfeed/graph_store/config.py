@@ -53,7 +53,7 @@ class GraphStoreSettings(ServiceSettings):
     embeddings_dir: str = Field(
         default="",
         description="Directory of the trainable embedding tables (rows, optimizer state, push log, snapshots); "
-        "empty (default): <part_dir>/embeddings. Must survive a restart for tables to (kill -9 included).",
+        "empty (default): <part_dir>/embeddings. Tables survive a restart (kill -9 included) as long as it does.",
     )
 
     temporal_max_blocks: int = Field(

@@ -1,14 +1,17 @@
 """Trainable embeddings over gRPC (issue 25): two real graph-store servers on loopback, a
 table of the featureless ``tag`` type created on both, rows pulled and gradients pushed through
-the owner-routing client, a graph-store restarted in between, every refusal with its status."""
+the owner-routing client, a graph-store restarted in between, every refusal with its status,
+and two ranks stepping one table together through the trainer's classes."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from prometheus_client import CollectorRegistry
 
 from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
@@ -19,7 +22,9 @@ from graphfeed.graph_store.embeddings.types import EmbeddingSpec, StepKey
 from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.server import serve
 from graphfeed.ingest.partition import write_partitioned
+from graphfeed.trainer.remote_embedding import RemoteEmbedding, RemoteSparseOptimizer, table_spec
 from tests.integration.test_hetero_end_to_end import typed_graph
+from tests.unit.test_embeddings import DglReference
 
 pytestmark = [pytest.mark.integration]
 DIM = 3
@@ -121,4 +126,49 @@ def test_refusals_carry_their_status_and_message(root: Path, servers: list) -> N
         assert calls[0].pull(SPEC.name, np.arange(lo0, hi0), DIM).shape == (hi0 - lo0, DIM)  # still serving
     finally:
         emb.close()
+        parts.close()
+
+
+def test_two_ranks_train_one_table_through_the_trainer_classes(servers: list) -> None:
+    """Two ranks (threads) step together: each pulls rows as leaf tensors, backpropagates and
+    pushes its own gradients; every partition applies a step once both pushed, as DGL's
+    SparseAdam would on the two ranks' gradients together."""
+    parts = RemotePartitionSet([s.address for s, _ in servers], timeout_s=20)
+    tables = parts.embeddings()
+    try:
+        schema = parts.info.types
+        n = schema.num_nodes("tag")
+        spec = table_spec("ranks", "tag", n, 4, "adam", 0.1, seed=1)
+        mods = [RemoteEmbedding(tables, schema, spec) for _ in range(2)]
+        opts = [RemoteSparseOptimizer({"tag": m}, "ranks", r, 2) for r, m in enumerate(mods)]
+        opts[0].create()
+        opts[0].restore(None)  # rank 0 resets, the other only follows
+        opts[1].restore(None, apply=False)
+        ids = [torch.tensor([0, 1, 1, n - 1]), torch.tensor([n - 1, 2, 3])]
+        weights = [torch.arange(16.0).reshape(4, 4) / 16, -torch.ones(3, 4)]
+        errors: list[Exception] = []
+
+        def rank(r: int) -> None:
+            try:
+                for step in range(3):
+                    (mods[r](ids[r]) * weights[r]).sum().backward()  # d loss / d row = that row's weight
+                    opts[r].step(StepKey(0, step))
+            except Exception as e:  # noqa: BLE001 - asserted below: a thread's failure must fail the test
+                errors.append(e)
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and not any(t.is_alive() for t in threads), errors
+        gids = schema.to_gids("tag", np.arange(n))
+        ref = DglReference(spec, torch.from_numpy(init_rows(spec, gids)))
+        for _ in range(3):
+            ref.step(torch.cat(ids), torch.cat(weights))
+        got = mods[0](torch.arange(n))  # waits for step 2, as the next step's pull would
+        torch.testing.assert_close(got.detach(), ref.w, rtol=1e-6, atol=1e-7)
+        assert got.requires_grad and not torch.equal(got.detach(), torch.from_numpy(init_rows(spec, gids)))
+    finally:
+        tables.close()
         parts.close()

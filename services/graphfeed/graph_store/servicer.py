@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common import codec
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import InvalidArgument, ResourceExhausted
+from graphfeed.common.limits import EMBEDDING_WAIT_SLICE_S
 from graphfeed.common.schema import types_to_proto
 from graphfeed.common.transport import Allocator, Response, ServerTransport
 from graphfeed.common.v1 import tensor_pb2
@@ -106,11 +107,12 @@ def scatter_into_target(store: MeteredGraphStore, request: pb.GetNodeDataRequest
     return written
 
 
-def wait_budget(context: grpc.ServicerContext) -> float | None:
-    """Seconds a call may wait for a step: its deadline less a margin, so that the core's
-    DeadlineExceeded (saying which pushes are missing) reaches the caller before gRPC's own."""
+def wait_budget(context: grpc.ServicerContext) -> float:
+    """Seconds a call may wait for a step: at most EMBEDDING_WAIT_SLICE_S (the client asks again),
+    and less than its deadline, so that the core's DeadlineExceeded (saying which pushes are
+    missing) reaches the caller before gRPC's own."""
     left = context.time_remaining()
-    return None if left is None else max(0.0, left - 0.05)
+    return EMBEDDING_WAIT_SLICE_S if left is None else max(0.0, min(EMBEDDING_WAIT_SLICE_S, left - 0.05))
 
 
 STRATEGIES: dict[int, str] = {pb.TEMPORAL_STRATEGY_RECENT: "recent", pb.TEMPORAL_STRATEGY_UNIFORM: "uniform"}

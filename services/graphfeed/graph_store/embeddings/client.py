@@ -5,6 +5,7 @@ is waited for, the answers merged in request order)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -13,7 +14,7 @@ import grpc
 import numpy as np
 
 from graphfeed.common import bulk, codec
-from graphfeed.common.errors import DataLoss, from_rpc_error
+from graphfeed.common.errors import DataLoss, DeadlineExceeded, from_rpc_error
 from graphfeed.common.owners import owners
 from graphfeed.common.rpc import streamed
 from graphfeed.common.schema import GraphSchema
@@ -48,25 +49,41 @@ class EmbeddingCalls:
     def create(self, spec: EmbeddingSpec) -> pb.CreateEmbeddingResponse:
         return self._call(self._stub.CreateEmbedding, pb.CreateEmbeddingRequest(spec=wire.spec_to_proto(spec)))
 
+    def _waiting(self, fn: Callable[[float], T]) -> T:
+        """``fn(seconds left)`` asked again while the graph-store answers that the step it waits
+        for is not applied yet (it holds a call at most EMBEDDING_WAIT_SLICE_S), up to this
+        client's deadline; then the last DeadlineExceeded (it names the missing ranks)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return fn(max(0.001, deadline - time.monotonic()))
+            except DeadlineExceeded:
+                if deadline - time.monotonic() < 0.05:
+                    raise
+
     def pull(self, name: str, ids: np.ndarray, dim: int, after: StepKey | None = None) -> np.ndarray:
         """float32 ``[len(ids), dim]`` rows of owned ``ids``, once step ``after`` was applied."""
         req = pb.PullEmbeddingRequest(name=name)
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         wire.key_to_proto(after, req.after)
-        out, got = np.empty((len(ids), dim), np.float32), 0
+        return self._waiting(lambda left: self._pull_once(req, len(ids), dim, left))
+
+    def _pull_once(self, req: pb.PullEmbeddingRequest, n: int, dim: int, timeout_s: float) -> np.ndarray:
+        name = req.name
+        out, got = np.empty((n, dim), np.float32), 0
         try:
-            call = self._pull(req, timeout=self.timeout_s, metadata=self._transport.metadata)
+            call = self._pull(req, timeout=timeout_s, metadata=self._transport.metadata)
             for r in streamed(call, f"graph-store {self.address}"):
                 rows = codec.decode(r.message.rows, name, self._transport.reader(), r.bulk)
                 start = int(r.message.start)
-                if rows.shape[1:] != (dim,) or rows.dtype != np.float32 or not 0 <= start <= len(ids) - len(rows):
+                if rows.shape[1:] != (dim,) or rows.dtype != np.float32 or not 0 <= start <= n - len(rows):
                     raise DataLoss(f"graph-store {self.address}: {name} chunk {rows.shape} at {start} does not fit")
                 out[start : start + len(rows)] = rows
                 got += len(rows)
         except grpc.RpcError as err:
             raise from_rpc_error(err, f"graph-store {self.address}") from None
-        if got != len(ids):
-            raise DataLoss(f"graph-store {self.address} sent {got} rows of {name} for {len(ids)} ids")
+        if got != n:
+            raise DataLoss(f"graph-store {self.address} sent {got} rows of {name} for {n} ids")
         return out
 
     def push(
@@ -81,7 +98,7 @@ class EmbeddingCalls:
     def snapshot(self, name: str, key: StepKey) -> bool:
         req = pb.SnapshotEmbeddingRequest(name=name)
         wire.key_to_proto(key, req.step)
-        return bool(self._call(self._stub.SnapshotEmbedding, req).created)
+        return bool(self._waiting(lambda left: self._call(self._stub.SnapshotEmbedding, req, left)).created)
 
     def restore(self, name: str, key: StepKey | None) -> StepKey:
         req = pb.RestoreEmbeddingRequest(name=name)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
+from graphfeed.common.limits import EMBEDDING_DEDUP_STEPS
 from graphfeed.graph_store.embeddings import files, optim
 from graphfeed.graph_store.embeddings.files import Image
 from graphfeed.graph_store.embeddings.pushlog import LoggedPush, PushLog
@@ -61,6 +62,8 @@ class EmbeddingTable:
         else:
             self._image, self._generation = loaded
         self._unflushed = 0
+        # More than the log can hold (pushes since the last flush): replay recognizes every applied one.
+        self._keep_done = max(EMBEDDING_DEDUP_STEPS, 2 * flush_every)
         self._replaying = True  # the log is only cut once every record of it was taken again
         self._log = PushLog(path / "pushes.log", spec.dim)
         with self._cond:
@@ -174,6 +177,8 @@ class EmbeddingTable:
         img = self._image
         optim.apply_update(self.spec, img.rows, img.state, uniq, grad)
         img.done[key] = tuple(waiting[r].push.digest for r in range(rec.push.world_size))
+        while len(img.done) > self._keep_done:  # oldest first: steps are applied in order
+            del img.done[next(iter(img.done))]
         img.applied, img.count = max(img.applied, key), img.count + 1
         self._unflushed += 1
         self._cond.notify_all()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
+from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from graphfeed.common.partition import part_dir_name
 from graphfeed.graph_store.config import GraphStoreSettings
@@ -172,3 +174,62 @@ def test_two_ranks_train_one_table_through_the_trainer_classes(servers: list) ->
     finally:
         tables.close()
         parts.close()
+
+
+@pytest.mark.slow
+def test_tables_survive_kill_9_of_the_graph_store_processes(root: Path, tmp_path: Path) -> None:
+    """Real ``graphfeed serve graph-store`` processes, SIGKILLed after three steps and half of a
+    fourth (no shutdown, no flush): restarted on the same partitions they serve the same bytes,
+    and the half-pushed step completes with its other rank's push."""
+    spec = EmbeddingSpec(name="kill:tag", ntype="tag", dim=DIM, job="kill", optimizer="adam", lr=0.1)
+
+    def start_all() -> tuple[list[ServiceProcess], RemotePartitionSet]:
+        n = len(started)
+        with ThreadPoolExecutor(2) as pool:  # both start at once: a start is mostly imports
+            procs = list(
+                pool.map(
+                    lambda p: start_service(
+                        f"gs{p}-{n}", ["graph-store", "--part-dir", str(root / part_dir_name(p))], logs
+                    ),
+                    range(2),
+                )
+            )
+        started.extend(procs)
+        return procs, RemotePartitionSet([s.address for s in procs], timeout_s=20)
+
+    logs, started = tmp_path / "logs", []  # type: ignore[var-annotated]
+    procs, parts = start_all()
+    try:
+        emb, schema = parts.embeddings(), parts.info.types
+        tags = schema.to_gids("tag", np.arange(schema.num_nodes("tag")))
+        emb.create(spec)
+        emb.restore(spec.name, None)
+        ref = DglReference(spec, torch.from_numpy(init_rows(spec, tags)))
+        ids = [tags[[0, 3, 3, len(tags) - 1]], tags[[1, len(tags) - 1]]]
+        grads = [np.linspace(-1, 1, 4 * DIM, dtype=np.float32).reshape(4, DIM), np.ones((2, DIM), np.float32)]
+        for step in range(4):
+            for rank in (1, 0) if step < 3 else (1,):  # step 3: rank 1 only
+                emb.push(spec.name, "kill", StepKey(0, step), rank, 2, ids[rank], grads[rank] * (step + 1))
+            ref.step(
+                torch.from_numpy(np.searchsorted(tags, np.concatenate(ids))),
+                torch.from_numpy(np.concatenate(grads) * (step + 1)),
+            )
+        before = emb.pull(spec.name, tags, DIM, after=StepKey(0, 2))
+        emb.close()
+        parts.close()
+        for s in procs:
+            s.proc.kill()
+            s.proc.wait(30)
+        procs, parts = start_all()
+        emb = parts.embeddings()
+        assert emb.pull(spec.name, tags, DIM).tobytes() == before.tobytes()
+        emb.push(spec.name, "kill", StepKey(0, 3), 0, 2, ids[0], grads[0] * 4)  # completes the logged half step
+        got = emb.pull(spec.name, tags, DIM, after=StepKey(0, 3))
+        torch.testing.assert_close(torch.from_numpy(got), ref.w, rtol=1e-6, atol=1e-7)
+        emb.close()
+    finally:
+        parts.close()
+        for s in procs:
+            s.stop()
+    for s in started:
+        assert "Traceback" not in s.log_path.read_text(errors="replace"), s.log_path

@@ -88,6 +88,7 @@ def test_resume_after_a_crash_gives_the_same_rows_and_weights(cluster: InProcess
     assert tag_rows(cluster, "srv-split").tobytes() == tag_rows(cluster, "srv-whole").tobytes()
 
 
+@pytest.mark.slow
 def test_two_ddp_ranks_share_one_server_table(cluster: InProcessCluster, tmp_path: Path) -> None:
     """Two ``graphfeed train`` processes (gloo DDP): dense gradients all-reduced, the tag
     embeddings' pushed by each rank and combined by the graph-stores; the replicas stay equal."""

@@ -240,3 +240,16 @@ def test_snapshot_and_restore_return_to_exact_bytes(tmp_path: Path) -> None:
     store.close()
     assert open_store(tmp_path).pull(s.name, AUTHORS).tobytes() == after_3.tobytes()  # restore is durable
     assert os.listdir(tmp_path)  # the tables live under the given directory
+
+
+def test_a_table_of_another_graph_is_not_served(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.create(spec())
+    store.close()
+    other = GraphSchema(
+        ("paper", "author"), (("author", "writes", "paper"),), np.array([[0, 4, 9], [9, 12, 20]]), np.array([0, 0])
+    )
+    reopened = EmbeddingStore(tmp_path, other, 0, max_ids_per_request=10, chunk_bytes=40)  # 5 authors now, not 6
+    with pytest.raises(NotFound, match="'job:author' does not exist"):
+        reopened.pull("job:author", np.array([4]))
+    assert open_store(tmp_path).table("job:author").applied == NO_STEP  # still there for its own graph

@@ -67,7 +67,10 @@ class EmbeddingStore:
         self._tables: dict[str, EmbeddingTable] = {}
         for spec_file in sorted(self.root.glob(f"*/{SPEC}")) if self.root.exists() else []:
             spec = EmbeddingSpec(**json.loads(spec_file.read_text()))
-            self._tables[spec.name] = self._open(spec)
+            try:
+                self._tables[spec.name] = self._open(spec)
+            except (InvalidArgument, FailedPrecondition) as exc:  # another graph's table: kept on disk, not served
+                log.warning("partition %d: embedding table %r not reopened: %s", partition_id, spec.name, exc)
         if self._tables:
             log.info("partition %d: embedding tables %s reopened", partition_id, sorted(self._tables))
 

@@ -61,6 +61,11 @@ class EmbeddingTable:
             files.save_current(path, self._image, 0)
         else:
             self._image, self._generation = loaded
+            if self._image.rows.shape != (hi - lo, spec.dim):
+                raise FailedPrecondition(
+                    f"embedding {spec.name!r} in {path} holds {list(self._image.rows.shape)} rows, but the partition "
+                    f"has {hi - lo} {spec.ntype} nodes of width {spec.dim}: it was written for another graph"
+                )
         self._unflushed = 0
         # More than the log can hold (pushes since the last flush): replay recognizes every applied one.
         self._keep_done = max(EMBEDDING_DEDUP_STEPS, 2 * flush_every)

@@ -13,10 +13,14 @@ import pytest
 import torch
 
 from graphfeed.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from graphfeed.common.partition import part_dir_name
 from graphfeed.common.schema import GraphSchema
 from graphfeed.graph_store.embeddings.optim import init_rows
 from graphfeed.graph_store.embeddings.store import EmbeddingStore
 from graphfeed.graph_store.embeddings.types import NO_STEP, EmbeddingSpec, StepKey
+from graphfeed.graph_store.partitions import LocalPartitionSet
+from graphfeed.graph_store.store import GraphStore
+from tests.hetero_graphs import write_hetero
 
 # Two partitions of 10 nodes each: paper [0, 4) + author [4, 10) in p0, paper [10, 13) + author [13, 20) in p1.
 SCHEMA = GraphSchema(
@@ -253,3 +257,31 @@ def test_a_table_of_another_graph_is_not_served(tmp_path: Path) -> None:
     with pytest.raises(NotFound, match="'job:author' does not exist"):
         reopened.pull("job:author", np.array([4]))
     assert open_store(tmp_path).table("job:author").applied == NO_STEP  # still there for its own graph
+
+
+def test_partition_embeddings_route_by_owner_in_process(tmp_path: Path) -> None:
+    """The owner-routing client over two in-process graph-stores of the arithmetic heterograph:
+    each tag's row comes from, and its gradient goes to, the partition owning it."""
+    root = write_hetero(tmp_path / "g")
+    stores = [GraphStore.open(root / part_dir_name(p)) for p in range(2)]
+    parts = LocalPartitionSet(stores)
+    emb = parts.embeddings(timeout_s=1)
+    try:
+        schema = parts.info.types
+        tags = schema.to_gids("tag", np.arange(schema.num_nodes("tag")))
+        assert len(set(parts.owners(tags).tolist())) == 2
+        s = spec(ntype="tag", name="job:tag", optimizer="adagrad")
+        assert emb.create(s)
+        assert np.array_equal(emb.pull(s.name, tags[::-1], DIM), init_rows(s, tags[::-1]))  # request order kept
+        grads = np.ones((len(tags), DIM), np.float32)
+        acks = emb.push(s.name, "job", StepKey(0, 0), 0, 1, tags, grads)
+        assert [a.applied for a in acks] == [StepKey(0, 0)] * 2  # both partitions applied the step
+        want = init_rows(s, tags) - np.float32(0.1) * grads / (np.sqrt(grads * grads) + np.float32(1e-10))
+        assert np.array_equal(emb.pull(s.name, tags, DIM, after=StepKey(0, 0)), want)
+        for p, store in enumerate(stores):
+            lo, hi = schema.owned_range(p, "tag")
+            assert store.embeddings.describe(s.name).lo == lo and store.embeddings.table(s.name).hi == hi
+    finally:
+        emb.close()
+        for store in stores:
+            store.close()

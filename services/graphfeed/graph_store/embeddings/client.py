@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
 import numpy as np
@@ -23,6 +23,9 @@ from graphfeed.graph_store.embeddings import wire
 from graphfeed.graph_store.embeddings.types import EmbeddingSpec, PushAck, StepKey
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:  # the in-process tables are not loaded by a process that only dials graph-stores
+    from graphfeed.graph_store.embeddings.store import EmbeddingStore, TableInfo
 
 T = TypeVar("T")
 
@@ -106,16 +109,56 @@ class EmbeddingCalls:
         return wire.key_from_proto(self._call(self._stub.RestoreEmbedding, req).applied)
 
 
+class TableCalls(Protocol):
+    """What :class:`PartitionEmbeddings` asks of one partition (:class:`EmbeddingCalls` over
+    gRPC, :class:`LocalEmbeddingCalls` in process)."""
+
+    def create(self, spec: EmbeddingSpec) -> Any: ...  # anything with .created
+    def pull(self, name: str, ids: np.ndarray, dim: int, after: StepKey | None = None) -> np.ndarray: ...
+    def push(
+        self, name: str, job: str, key: StepKey, rank: int, world_size: int, ids: np.ndarray, grads: np.ndarray
+    ) -> PushAck: ...
+    def snapshot(self, name: str, key: StepKey) -> bool: ...
+    def restore(self, name: str, key: StepKey | None) -> StepKey: ...
+
+
+class LocalEmbeddingCalls:
+    """:class:`EmbeddingCalls`' interface over an in-process
+    :class:`~graphfeed.graph_store.embeddings.store.EmbeddingStore` (socket-free tests, embedded
+    use); waits for a step up to ``timeout_s``."""
+
+    def __init__(self, store: EmbeddingStore, timeout_s: float = 30.0) -> None:
+        self.store, self.timeout_s = store, timeout_s
+
+    def create(self, spec: EmbeddingSpec) -> TableInfo:
+        return self.store.create(spec)
+
+    def pull(self, name: str, ids: np.ndarray, dim: int, after: StepKey | None = None) -> np.ndarray:
+        return self.store.pull(name, ids, after, self.timeout_s)
+
+    def push(
+        self, name: str, job: str, key: StepKey, rank: int, world_size: int, ids: np.ndarray, grads: np.ndarray
+    ) -> PushAck:
+        return self.store.push(name, job, key, rank, world_size, ids, grads)
+
+    def snapshot(self, name: str, key: StepKey) -> bool:
+        return self.store.snapshot(name, key, self.timeout_s)
+
+    def restore(self, name: str, key: StepKey | None) -> StepKey:
+        self.store.restore(name, key)
+        return self.store.table(name).applied
+
+
 class PartitionEmbeddings:
     """Embedding tables over every graph-store of a graph: each id goes to its owner.
 
     Args:
-        calls: one :class:`EmbeddingCalls` per partition, by partition id.
+        calls: one :class:`EmbeddingCalls` (or :class:`LocalEmbeddingCalls`) per partition, by partition id.
         schema: the graph's types (who owns which ids).
         max_parallel: threads that run the per-partition calls.
     """
 
-    def __init__(self, calls: Sequence[EmbeddingCalls], schema: GraphSchema, max_parallel: int = 8) -> None:
+    def __init__(self, calls: Sequence[TableCalls], schema: GraphSchema, max_parallel: int = 8) -> None:
         self.calls, self.schema = list(calls), schema
         self._node_offsets = np.concatenate([schema.ntype_offsets[:, 0], schema.ntype_offsets[-1:, -1]])
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="gs-emb")

@@ -113,6 +113,8 @@ class TableCalls(Protocol):
     """What :class:`PartitionEmbeddings` asks of one partition (:class:`EmbeddingCalls` over
     gRPC, :class:`LocalEmbeddingCalls` in process)."""
 
+    timeout_s: float  # how long a call (a wait for a step included) may take
+
     def create(self, spec: EmbeddingSpec) -> Any: ...  # anything with .created
     def pull(self, name: str, ids: np.ndarray, dim: int, after: StepKey | None = None) -> np.ndarray: ...
     def push(

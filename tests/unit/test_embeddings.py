@@ -222,16 +222,22 @@ def test_snapshot_and_restore_return_to_exact_bytes(tmp_path: Path) -> None:
     push_step(store, 1)
     assert store.snapshot(s.name, StepKey(0, 1), timeout_s=1)
     assert not store.snapshot(s.name, StepKey(0, 1))  # idempotent
+    table_dir = next(tmp_path.glob("*/CURRENT")).parent
+    image, snap = (table_dir / (table_dir / "CURRENT").read_text(), table_dir / "snapshots" / f"{0:012d}-{1:012d}")
+    assert os.stat(image / "rows.npy").st_ino == os.stat(snap / "rows.npy").st_ino  # shared, not written twice
     at_1 = store.pull(s.name, AUTHORS)
     push_step(store, 2)
-    push_step(store, 3, order=(0,))  # a crashed run's half step
-    after_3 = None
+    push_step(store, 3)  # a flush: the image the snapshot shares files with is deleted
+    assert not image.exists()
+    first_3 = store.pull(s.name, AUTHORS)
+    push_step(store, 4, order=(0,))  # a crashed run's half step
     store.restore(s.name, StepKey(0, 1))
     assert store.table(s.name).applied == StepKey(0, 1)
     assert store.pull(s.name, AUTHORS).tobytes() == at_1.tobytes()
-    push_step(store, 2)  # replayed: taken again (its old record was dropped), same bytes as the first time
+    push_step(store, 2)  # replayed: taken again (their old records were dropped)
     push_step(store, 3)
     after_3 = store.pull(s.name, AUTHORS)
+    assert after_3.tobytes() == first_3.tobytes()  # the replayed steps computed the same bytes
     with pytest.raises(FailedPrecondition, match="table is at epoch 0 step 3"):
         store.snapshot(s.name, StepKey(0, 2))
     with pytest.raises(NotFound, match="no snapshot of epoch 0 step 2"):

@@ -4,7 +4,8 @@ An image is a directory (``rows.npy``, one ``.npy`` per optimizer state array, `
 the step it holds and the steps applied up to it) written whole, fsync'd, and only then made
 current: the table's own image by replacing the ``CURRENT`` file that names it, a snapshot by
 renaming its finished directory into ``snapshots/``. A crash leaves the old image or the new
-one, never a mix; files are never changed in place.
+one, never a mix; files are never changed in place, so a snapshot taken right after a flush
+shares the current image's files (hard links) instead of writing the table twice.
 """
 
 from __future__ import annotations
@@ -99,6 +100,29 @@ def save_current(table_dir: Path, image: Image, generation: int) -> None:
     for old in table_dir.glob("image-*"):
         if old.name != name:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def current_dir(table_dir: Path) -> Path:
+    """The directory of the table's current image."""
+    return table_dir / (table_dir / CURRENT).read_text().strip()
+
+
+def link_image(src: Path, dst: Path) -> None:
+    """Makes ``dst`` (a new directory) an image with the files of image ``src``: hard links, as
+    images are never changed in place (deleting one leaves the other whole); a copy where the
+    file system has no hard links."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        try:
+            os.link(f, tmp / f.name)
+        except OSError:
+            shutil.copy2(f, tmp / f.name)
+            _fsync(tmp / f.name)
+    _fsync(tmp)
+    os.replace(tmp, dst)
+    _fsync(dst.parent)
 
 
 def load_current(table_dir: Path) -> tuple[Image, int] | None:

@@ -222,7 +222,9 @@ class EmbeddingTable:
                     f"embedding {self.spec.name!r}: cannot snapshot {key}, the table is at {self._image.applied} "
                     "already; snapshot right after the step"
                 )
-            files.write_image(files.snapshot_dir(self.path, key), self._image)
+            if self._unflushed:  # the image then holds step ``key``: the snapshot shares its files
+                self._flush()
+            files.link_image(files.current_dir(self.path), files.snapshot_dir(self.path, key))
             for old in files.snapshot_keys(self.path)[: -self.keep_snapshots]:
                 shutil.rmtree(files.snapshot_dir(self.path, old), ignore_errors=True)
             return True

@@ -164,6 +164,8 @@ def test_refusals_say_what_is_wrong_and_the_table_keeps_working(tmp_path: Path) 
         store.push("job:author", "job", StepKey(0, 0), 0, 1, np.array([4]), np.zeros((2, 4), np.float32))
     with pytest.raises(ResourceExhausted, match="9 ids in one request exceed the limit of 8"):
         store.pull("job:author", np.full(9, 4))
+    with pytest.raises(InvalidArgument, match=r"world_size must be in \[1, 65536\], got 0"):
+        store.push("job:author", "job", StepKey(0, 0), 0, 0, np.array([4]), np.zeros((1, 4), np.float32))
     with pytest.raises(InvalidArgument, match="rank must be in"):
         store.push("job:author", "job", StepKey(0, 0), 2, 2, np.array([4]), np.zeros((1, 4), np.float32))
     with pytest.raises(FailedPrecondition, match="belongs to job 'job', not 'other'"):

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, name_ids
+from graphfeed.common.limits import MAX_WORLD_SIZE
 from graphfeed.common.schema import GraphSchema
 from graphfeed.graph_store.embeddings.table import EmbeddingTable, push_digest
 from graphfeed.graph_store.embeddings.types import EmbeddingSpec, PushAck, StepKey, StepPush
@@ -168,8 +169,8 @@ class EmbeddingStore:
                 f"embedding {name!r}: grads must be float32 [{len(rows)}, {table.spec.dim}] (one row per id), "
                 f"got {g.dtype} {list(g.shape)}"
             )
-        if world_size < 1:
-            raise InvalidArgument(f"world_size must be >= 1, got {world_size}")
+        if not 1 <= world_size <= MAX_WORLD_SIZE:
+            raise InvalidArgument(f"world_size must be in [1, {MAX_WORLD_SIZE}], got {world_size}")
         push = StepPush(key, int(rank), int(world_size), push_digest(ids, g))
         return table.push(push, rows, g)
 

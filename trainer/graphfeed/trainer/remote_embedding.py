@@ -169,7 +169,8 @@ def server_embeddings(
     )
     schema = parts.info.types
     tables = parts.embeddings()
-    featureless = [t for t in schema.ntypes if t not in (loader.typed_feature_shapes or {})]
+    with_features = loader.typed_feature_shapes or {schema.ntypes[0]: ()}  # one type: it has "feat" (as _model says)
+    featureless = [t for t in schema.ntypes if t not in with_features]
     modules = {
         nt: RemoteEmbedding(
             tables,

@@ -59,9 +59,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         description="Train GraphSAGE from a graphfeed loader; checkpoints and resumes. "
         "Flags override GRAPHFEED_TRAIN_* env vars.",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    add_settings_argument(src, TrainConfig, "loader_address", flag="--loader")
-    add_settings_argument(src, TrainConfig, "graph_stores")
+    # --loader, or --graph-stores with --sampler (an embedded loader); both: a loader service plus
+    # the graph-stores for --embeddings server. Checked in _run_train.
+    add_settings_argument(p, TrainConfig, "loader_address", flag="--loader")
+    add_settings_argument(p, TrainConfig, "graph_stores")
     add_settings_argument(p, TrainConfig, "sampler_address", flag="--sampler")
     # weight_decay and dropout have no flag (as before): the library's to set.
     apart = {
@@ -97,8 +98,10 @@ def _run_train(args: argparse.Namespace) -> int:
     from graphfeed.trainer.metrics import TrainerMetrics  # noqa: PLC0415
     from graphfeed.trainer.train import Trainer, format_report, init_distributed  # noqa: PLC0415 - torch and DGL, for `train` only
 
-    if args.graph_stores is not None and not args.sampler_address:
-        raise SystemExit("graphfeed train: --graph-stores needs --sampler")
+    if args.loader_address is None and args.graph_stores is None:
+        raise SystemExit("graphfeed train: give --loader, or --graph-stores and --sampler")
+    if args.loader_address is None and not args.sampler_address:
+        raise SystemExit("graphfeed train: --graph-stores needs --sampler (or --loader)")
     cfg = settings_from_args(TrainConfig, args)
     configure_clients(ClientSecurity.of(cfg.tls_ca, cfg.tls_client_cert, cfg.tls_client_key, cfg.token_file))
     metrics = TrainerMetrics.create(cfg.job_id, cfg.rank)

@@ -55,17 +55,17 @@ def rule_exprs() -> list[tuple[str, str]]:
 
 def exported_series() -> set[str]:
     """Series names graphfeed's metric classes export (RPC, the shared-memory transport,
-    graph-store and its temporal graph, sampler, loader, trainer)."""
+    graph-store with its temporal graph and embedding tables, sampler, loader, trainer)."""
     from graphfeed.common.metrics import RpcMetrics
     from graphfeed.common.transport import ServerTransport
-    from graphfeed.graph_store.metrics import GraphStoreMetrics, RowTierCollector, TemporalMetrics
+    from graphfeed.graph_store.metrics import EmbeddingMetrics, GraphStoreMetrics, RowTierCollector, TemporalMetrics
     from graphfeed.graph_store.rowstore import RowStats
     from graphfeed.loader.metrics import LoaderMetrics
     from graphfeed.sampler.metrics import SamplerMetrics
     from graphfeed.trainer.metrics import TrainerMetrics
 
     registry = CollectorRegistry()
-    for cls in (RpcMetrics, GraphStoreMetrics, TemporalMetrics, SamplerMetrics, LoaderMetrics):
+    for cls in (RpcMetrics, GraphStoreMetrics, TemporalMetrics, EmbeddingMetrics, SamplerMetrics, LoaderMetrics):
         cls.create(registry)
     TrainerMetrics.create("job", 0, registry)
     ServerTransport(None, "metrics", registry)

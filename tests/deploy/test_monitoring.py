@@ -128,6 +128,9 @@ def test_dashboard_has_the_panels_operators_need() -> None:
         "Temporal sampling roots/s",
         "Disk bytes/s",
         "rows/s by tier",
+        "Embedding rows/s pulled and pushed",
+        "Embedding push latency",
+        "Embedding bytes/s",
     ):
         assert any(words.lower() in t.lower() for t in titles), words
     assert len({p["id"] for p in d["panels"]}) == len(d["panels"])
@@ -138,6 +141,7 @@ def test_dashboard_has_the_panels_operators_need() -> None:
         "Feature cache and loader",
         "Dynamic graphs and out of core",
         "Graph-stores and pods",
+        "Trainable embeddings",
     ]
     for p in d["panels"]:
         if p["type"] == "row":

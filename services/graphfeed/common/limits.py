@@ -29,6 +29,13 @@ MAX_FANOUT = 1000
 """Neighbors per seed and layer a graph-store or sampler accepts, besides -1 (all neighbors)."""
 MAX_APPEND_EDGES_PER_REQUEST = 1_000_000
 """Edges a graph-store accepts in one AppendEdges batch."""
+EMBEDDING_WAIT_SLICE_S = 1.0
+"""Seconds a graph-store holds one PullEmbedding/SnapshotEmbedding that waits for a step; the
+client then asks again, within its deadline. Waiting calls occupy handler threads: bounded, they
+cannot keep the pushes they wait for from getting one."""
+EMBEDDING_DEDUP_STEPS = 4096
+"""Applied steps whose pushes' digests an embedding table keeps, to recognize a retried or
+replayed push (older steps are refused as before the last applied one)."""
 SAMPLER_MAX_SEEDS_PER_REQUEST = 1_000_000
 """Seeds a sampler accepts in one SampleBlocks request (SamplerSettings.max_seeds_per_request)."""
 MAX_MESSAGE_BYTES = 1 << 30

@@ -21,6 +21,7 @@ from graphfeed.common.futures import settle, then
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.schema import DEFAULT_NTYPE, types_from_proto
 from graphfeed.common.transport import ClientTransport
+from graphfeed.graph_store.embeddings.client import EmbeddingCalls
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalInfo, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import (
     Fanout,
@@ -46,6 +47,11 @@ IDEMPOTENT_METHODS = (
     "GetSplit",
     "SampleTemporal",
     "GetTemporalInfo",
+    # idempotent by design: by name and spec, by (job, step, rank) and content, by step
+    "CreateEmbedding",
+    "PullEmbedding",
+    "PushEmbeddingGrad",
+    "SnapshotEmbedding",
 )
 
 
@@ -121,6 +127,7 @@ class GraphStoreClient:
         self._temporal = bulk.unary_unary(
             self._channel, name, "SampleTemporal", pb.SampleTemporalRequest, pb.SampleTemporalResponse
         )
+        self.embeddings = EmbeddingCalls(self._channel, address, timeout_s, self._transport)  # issue 25
 
     def info(self) -> PartitionInfo:
         """What the graph-store says about itself; waits (within the deadline) for it to come up."""

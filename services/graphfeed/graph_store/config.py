@@ -50,6 +50,11 @@ class GraphStoreSettings(ServiceSettings):
         "edges while serving. Empty (default): appends disabled, a static graph (SampleTemporal still serves "
         "ingest-time timestamps). Opt-in: the log holds a lock, so two graph-stores cannot share it.",
     )
+    embeddings_dir: str = Field(
+        default="",
+        description="Directory of the trainable embedding tables (rows, optimizer state, push log, snapshots); "
+        "empty (default): <part_dir>/embeddings. Tables survive a restart (kill -9 included) as long as it does.",
+    )
 
     temporal_max_blocks: int = Field(
         default=256,
@@ -78,6 +83,10 @@ class GraphStoreSettings(ServiceSettings):
             "compact_min_edges": self.temporal_compact_min_edges,
             "snapshot_min_edges": self.temporal_snapshot_min_edges,
         }
+
+    def embeddings_path(self) -> Path | None:
+        """Where embedding tables live, or None for the default under the partition directory."""
+        return Path(self.embeddings_dir) if self.embeddings_dir else None
 
     def append_path(self) -> Path | None:
         """Where the append log lives, or None when appends are disabled."""

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from graphfeed.graph_store.embeddings.store import EmbeddingStore
+from graphfeed.graph_store.embeddings.types import PushAck, StepKey
 from graphfeed.graph_store.rowstore import RowStats
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
@@ -285,3 +287,86 @@ class MeteredTemporal:
     def info(self) -> TemporalInfo:
         """:meth:`TemporalStore.info`."""
         return self.temporal.info()
+
+
+# -- trainable embeddings (issue 25) ---------------------------------------------------------
+
+# A push: validation, a log fsync (~0.1-10 ms on SSD) and, for a step's last rank, the update.
+PUSH_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+@dataclass
+class EmbeddingMetrics:
+    """What a graph-store's embedding tables export (no table label: names are per job)."""
+
+    rows: Counter
+    bytes: Counter
+    pushes: Counter
+    push_latency: Histogram
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> EmbeddingMetrics:
+        prefix = "graphfeed_graph_store_embedding"
+        return cls(
+            rows=Counter(
+                f"{prefix}_rows_total",
+                "Embedding rows pulled, or gradient rows pushed, by direction (pull, push).",
+                ("direction",),
+                registry=registry,
+            ),
+            bytes=Counter(
+                f"{prefix}_bytes_total",
+                "Embedding bytes pulled (rows) or pushed (ids and gradients), by direction (pull, push).",
+                ("direction",),
+                registry=registry,
+            ),
+            pushes=Counter(
+                f"{prefix}_pushes_total",
+                "PushEmbeddingGrad calls taken, by outcome (pending: the step awaits other ranks; applied: this push "
+                "completed its step; duplicate: a retry or replay, nothing taken).",
+                ("outcome",),
+                registry=registry,
+            ),
+            push_latency=Histogram(
+                f"{prefix}_push_latency_seconds",
+                "Time in one PushEmbeddingGrad core call: validate, log fsync and (last rank of a step) the update.",
+                buckets=PUSH_LATENCY_BUCKETS,
+                registry=registry,
+            ),
+        )
+
+
+class MeteredEmbeddings:
+    """A partition's :class:`~graphfeed.graph_store.embeddings.store.EmbeddingStore` with
+    :class:`EmbeddingMetrics` recorded around the calls the servicer makes."""
+
+    def __init__(self, store: EmbeddingStore, metrics: EmbeddingMetrics) -> None:
+        self.store = store
+        self._m = metrics
+
+    def iter_pull(
+        self, name: str, ids: np.ndarray, after: StepKey | None, timeout_s: float | None
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """:meth:`EmbeddingStore.iter_pull` (validated, waited for and read at the call), its
+        rows and bytes counted as they are sent."""
+        chunks = self.store.iter_pull(name, ids, after, timeout_s)
+        return self._counted(chunks)
+
+    def _counted(self, chunks: Iterator[tuple[int, np.ndarray]]) -> Iterator[tuple[int, np.ndarray]]:
+        for start, rows in chunks:
+            self._m.rows.labels("pull").inc(len(rows))
+            self._m.bytes.labels("pull").inc(rows.nbytes)
+            yield start, rows
+
+    def push(
+        self, name: str, job: str, key: StepKey, rank: int, world: int, ids: np.ndarray, grads: np.ndarray
+    ) -> PushAck:
+        """:meth:`EmbeddingStore.push`, timed, counted by outcome."""
+        with self._m.push_latency.time():
+            ack = self.store.push(name, job, key, rank, world, ids, grads)
+        outcome = "duplicate" if ack.duplicate else ("pending" if ack.pending_ranks else "applied")
+        self._m.pushes.labels(outcome).inc()
+        if not ack.duplicate:
+            self._m.rows.labels("push").inc(len(ids))
+            self._m.bytes.labels("push").inc(np.asarray(ids).nbytes + np.asarray(grads).nbytes)
+        return ack

@@ -18,6 +18,7 @@ import numpy as np
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.futures import completed
 from graphfeed.graph_store.client import GraphStoreClient
+from graphfeed.graph_store.embeddings.client import LocalEmbeddingCalls, PartitionEmbeddings
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import Fanout, PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
 
@@ -83,6 +84,10 @@ class RemotePartitionSet(PartitionSet):
         self.info = next(i for i in infos if i.partition_id == 0)
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="gs-fetch")
 
+    def embeddings(self) -> PartitionEmbeddings:
+        """The trainable embedding tables of these graph-stores, routed by owner (its owner closes it)."""
+        return PartitionEmbeddings([c.embeddings for c in self.clients], self.info.types)
+
     def sample_neighbors(
         self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
@@ -127,6 +132,10 @@ class LocalPartitionSet(PartitionSet):
         self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
     ) -> Future[SampledNeighbors]:
         return completed(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed, None, first_position)
+
+    def embeddings(self, timeout_s: float = 30.0) -> PartitionEmbeddings:
+        """The stores' trainable embedding tables, routed by owner (waits up to ``timeout_s``)."""
+        return PartitionEmbeddings([LocalEmbeddingCalls(s.embeddings, timeout_s) for s in self.stores], self.info.types)
 
     def _node_rows(self, p: int, name: str, ids: np.ndarray) -> Future[np.ndarray]:
         return completed(self.stores[p].get_node_data, name, ids)

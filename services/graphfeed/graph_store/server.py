@@ -11,7 +11,7 @@ from graphfeed.common.rpc import RunningServer
 from graphfeed.common.service import run_service, start_service_server
 from graphfeed.common.transport import ServerTransport
 from graphfeed.graph_store.config import GraphStoreSettings
-from graphfeed.graph_store.metrics import GraphStoreMetrics, RowTierCollector, TemporalMetrics
+from graphfeed.graph_store.metrics import EmbeddingMetrics, GraphStoreMetrics, RowTierCollector, TemporalMetrics
 from graphfeed.graph_store.servicer import GraphStoreServicer
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
@@ -42,6 +42,7 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     store = GraphStore.open(
         settings.part_dir,
         append_dir=settings.append_path(),
+        embeddings_dir=settings.embeddings_path(),
         max_ids_per_request=settings.max_ids_per_request,
         max_fanout=settings.max_fanout,
         chunk_bytes=settings.chunk_bytes,
@@ -57,7 +58,9 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     transport = ServerTransport(
         settings.shm_dir, "GraphStoreService", registry, client_quota_bytes=settings.shm_client_quota_bytes
     )
-    servicer = GraphStoreServicer(store, metrics, transport, TemporalMetrics.create(registry))
+    servicer = GraphStoreServicer(
+        store, metrics, transport, TemporalMetrics.create(registry), EmbeddingMetrics.create(registry)
+    )
     running = start_service_server(
         settings,
         register=lambda server: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, server),

@@ -17,10 +17,19 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common import codec
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import InvalidArgument, ResourceExhausted
+from graphfeed.common.limits import EMBEDDING_WAIT_SLICE_S
 from graphfeed.common.schema import types_to_proto
 from graphfeed.common.transport import Response, ServerTransport
 from graphfeed.common.v1 import tensor_pb2
-from graphfeed.graph_store.metrics import GraphStoreMetrics, MeteredGraphStore, MeteredTemporal, TemporalMetrics
+from graphfeed.graph_store.embeddings import wire
+from graphfeed.graph_store.metrics import (
+    EmbeddingMetrics,
+    GraphStoreMetrics,
+    MeteredEmbeddings,
+    MeteredGraphStore,
+    MeteredTemporal,
+    TemporalMetrics,
+)
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.temporal.store import TemporalInfo, TemporalSample
@@ -100,6 +109,14 @@ def scatter_into_target(store: MeteredGraphStore, request: pb.GetNodeDataRequest
     return written
 
 
+def wait_budget(context: grpc.ServicerContext) -> float:
+    """Seconds a call may wait for a step: at most EMBEDDING_WAIT_SLICE_S (the client asks again),
+    and less than its deadline, so that the core's DeadlineExceeded (saying which pushes are
+    missing) reaches the caller before gRPC's own."""
+    left = context.time_remaining()
+    return EMBEDDING_WAIT_SLICE_S if left is None else max(0.0, min(EMBEDDING_WAIT_SLICE_S, left - 0.05))
+
+
 STRATEGIES: dict[int, str] = {pb.TEMPORAL_STRATEGY_RECENT: "recent", pb.TEMPORAL_STRATEGY_UNIFORM: "uniform"}
 
 
@@ -166,9 +183,13 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         metrics: GraphStoreMetrics,
         transport: ServerTransport | None = None,
         temporal_metrics: TemporalMetrics | None = None,
+        embedding_metrics: EmbeddingMetrics | None = None,
     ) -> None:
         self._store = MeteredGraphStore(store, metrics)
         self._temporal = MeteredTemporal(store, temporal_metrics or TemporalMetrics.create(CollectorRegistry()))
+        self._emb = MeteredEmbeddings(
+            store.embeddings, embedding_metrics or EmbeddingMetrics.create(CollectorRegistry())
+        )
         self._max_ids = store.max_ids_per_request
         self._info = info_to_proto(store)
         self._transport = transport or ServerTransport(None)
@@ -244,3 +265,41 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         self, request: pb.GetTemporalInfoRequest, context: grpc.ServicerContext
     ) -> pb.GetTemporalInfoResponse:
         return temporal_info_to_proto(self._temporal.info())
+
+    def CreateEmbedding(
+        self, request: pb.CreateEmbeddingRequest, context: grpc.ServicerContext
+    ) -> pb.CreateEmbeddingResponse:
+        return wire.created_to_proto(self._emb.store.create(wire.spec_from_proto(request.spec)))
+
+    def PullEmbedding(
+        self, request: pb.PullEmbeddingRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.PullEmbeddingResponse | Outgoing]:
+        ids = codec.decode_ids(bounded(request.ids, self._max_ids, "ids"), "ids", allow_empty=True)
+        chunks = self._emb.iter_pull(request.name, ids, wire.optional_key(request, "after"), wait_budget(context))
+        with self._transport.response(context, "PullEmbedding") as r:
+            for start, rows in chunks:
+                resp = pb.PullEmbeddingResponse(start=start)
+                r.encode(rows, resp.rows)
+                yield r.framed(resp)
+
+    def PushEmbeddingGrad(
+        self, request: pb.PushEmbeddingGradRequest, context: grpc.ServicerContext
+    ) -> pb.PushEmbeddingGradResponse:
+        ids = codec.decode_ids(bounded(request.ids, self._max_ids, "ids"), "ids", allow_empty=True)
+        grads = codec.decode(bounded(request.grads, self._max_ids, "grads"), "grads")
+        step, rank, world = wire.key_from_proto(request.step), request.rank, request.world_size
+        return wire.ack_to_proto(self._emb.push(request.name, request.job, step, rank, world, ids, grads))
+
+    def SnapshotEmbedding(
+        self, request: pb.SnapshotEmbeddingRequest, context: grpc.ServicerContext
+    ) -> pb.SnapshotEmbeddingResponse:
+        step = wire.key_from_proto(request.step)
+        return pb.SnapshotEmbeddingResponse(created=self._emb.store.snapshot(request.name, step, wait_budget(context)))
+
+    def RestoreEmbedding(
+        self, request: pb.RestoreEmbeddingRequest, context: grpc.ServicerContext
+    ) -> pb.RestoreEmbeddingResponse:
+        self._emb.store.restore(request.name, wire.optional_key(request, "step"))
+        resp = pb.RestoreEmbeddingResponse()
+        wire.key_to_proto(self._emb.store.table(request.name).applied, resp.applied)
+        return resp

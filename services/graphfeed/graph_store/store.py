@@ -21,6 +21,7 @@ from graphfeed.common.limits import (
     NODE_DATA_CHUNK_BYTES,
 )
 from graphfeed.common.partition import PartitionReader
+from graphfeed.graph_store.embeddings.store import EmbeddingStore
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_typed
 from graphfeed.graph_store.temporal.store import TemporalStore
@@ -89,11 +90,13 @@ class GraphStore:
         direct_io: with a budget, read the other rows with ``O_DIRECT`` (no page cache).
         io_threads: with a budget, threads reading rows from disk (default 8).
         append_dir: the temporal append log (RocksDB); with it, :attr:`temporal` takes appends.
+        embeddings_dir: where trainable embedding tables live (default ``<partition dir>/embeddings``).
         temporal_limits: limits of the :class:`~graphfeed.graph_store.temporal.store.TemporalStore`.
 
     Attributes:
         temporal: the partition's temporal graph (appends, temporal sampling), created when the
             partition has edge timestamps or ``append_dir`` is given; else None.
+        embeddings: the partition's trainable embedding tables (issue 25), reopened from disk.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class GraphStore:
         direct_io: bool = False,
         io_threads: int = 8,
         append_dir: Path | None = None,
+        embeddings_dir: Path | None = None,
         **temporal_limits: int,
     ) -> None:
         self._reader = reader
@@ -152,6 +156,8 @@ class GraphStore:
                 **temporal_limits,
             )
         self._info = _partition_info(reader)
+        emb_dir = reader.path / "embeddings" if embeddings_dir is None else Path(embeddings_dir)
+        self.embeddings = EmbeddingStore(emb_dir, self.schema, self.partition_id, max_ids_per_request, chunk_bytes)
         log.info(
             "partition %d of %r: gids [%d, %d), %d in-edges, node data %s",
             self.partition_id,
@@ -407,6 +413,7 @@ class GraphStore:
         the last reference to the arrays goes.
         """
         self._closed = True
+        self.embeddings.close()
         self._tables.close()
         self._splits = {}
         if self.temporal is not None:

@@ -77,7 +77,8 @@ class TrainConfig(BaseSettings):
     graph_stores: Annotated[list[str], BeforeValidator(split_commas)] = Field(
         default_factory=list,
         description="Comma-separated host:port of every graph-store: run the loader inside this process "
-        "(needs --sampler; with --device cuda, features are gathered on the GPU).",
+        "(needs --sampler; with --device cuda, features are gathered on the GPU). With --loader too: only "
+        "for --embeddings server.",
     )
     sampler_address: str = Field(default="", description="host:port of the sampler service (with --graph-stores).")
     cache_policy: CachePolicyName = _loader_field("cache_policy")
@@ -105,6 +106,17 @@ class TrainConfig(BaseSettings):
         default="sage",
         description="Example model: sage (GraphSAGE, one node and edge type) or rgcn (an RGCN over every relation "
         "of a typed graph; learnable embeddings for featureless node types).",
+    )
+    embeddings: Literal["local", "server"] = Field(
+        default="local",
+        description="Where rgcn's featureless node types' embeddings live: local (an nn.Embedding per rank, "
+        "SparseAdam) or server (tables in the graph-stores, owner-partitioned, their optimizer run there; "
+        "needs --graph-stores).",
+    )
+    embedding_optimizer: Literal["adam", "adagrad"] = Field(
+        default="adam",
+        description="With --embeddings server: the graph-stores' optimizer (DGL's SparseAdam or SparseAdagrad, "
+        "learning rate --lr).",
     )
     hidden: int = Field(default=64, description="Hidden units.")
     lr: float = Field(default=0.01, description="Adam learning rate.")
@@ -178,6 +190,13 @@ class TrainConfig(BaseSettings):
                 f"eval_fanouts has {len(self.eval_fanouts)} layers but fanouts (the model's depth) has "
                 f"{len(self.fanouts)}: {self.eval_fanouts} vs {self.fanouts}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _server_embeddings(self) -> TrainConfig:
+        """Server-side embeddings are rgcn's, and need the graph-stores' addresses."""
+        if self.embeddings == "server" and (self.model != "rgcn" or not self.graph_stores):
+            raise ValueError("--embeddings server needs --model rgcn and --graph-stores (the tables live there)")
         return self
 
     @property

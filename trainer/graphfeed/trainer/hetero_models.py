@@ -43,6 +43,9 @@ class RGCN(nn.Module):
         num_nodes: nodes per node type (the embedding tables' sizes).
         hidden, num_classes, num_layers, dropout: as :class:`~graphfeed.trainer.models.GraphSAGE`.
         embed_dim: width of the embeddings and the projected features (default ``hidden``).
+        embeddings: modules that embed some featureless types instead of a local
+            ``nn.Embedding`` (e.g. :class:`~graphfeed.trainer.remote_embedding.RemoteEmbedding`:
+            the table lives in the graph-stores); called with type-wise ids like it.
     """
 
     def __init__(
@@ -55,17 +58,24 @@ class RGCN(nn.Module):
         num_layers: int = 2,
         dropout: float = 0.5,
         embed_dim: int | None = None,
+        embeddings: Mapping[str, nn.Module] | None = None,
     ) -> None:
         super().__init__()
         embed_dim = embed_dim or hidden
         self.ntypes = list(num_nodes)
         # Module names cannot hold ".": _key() maps a type name to its (unique) module key.
         self.project = nn.ModuleDict({_key(nt): nn.Linear(in_feats[nt], embed_dim) for nt in in_feats})
+        given = dict(embeddings or {})
         self.embed = nn.ModuleDict(
-            {_key(nt): nn.Embedding(n, embed_dim, sparse=True) for nt, n in num_nodes.items() if nt not in in_feats}
+            {
+                _key(nt): given.get(nt) or nn.Embedding(n, embed_dim, sparse=True)
+                for nt, n in num_nodes.items()
+                if nt not in in_feats
+            }
         )
         for emb in self.embed.values():
-            nn.init.xavier_uniform_(emb.weight)  # as RelGraphEmbed in DGL's examples
+            if isinstance(emb, nn.Embedding):
+                nn.init.xavier_uniform_(emb.weight)  # as RelGraphEmbed in DGL's examples
         dims = [embed_dim] + [hidden] * (num_layers - 1) + [num_classes]
         self.convs = nn.ModuleList(
             dglnn.HeteroGraphConv(
@@ -114,8 +124,9 @@ def _key(ntype: str) -> str:
 
 
 def rgcn_optimizers(model: RGCN, lr: float, weight_decay: float = 0.0) -> list[torch.optim.Optimizer]:
-    """Adam for the dense parameters and SparseAdam for the embeddings (sparse gradients), as
-    DGL's RGCN examples train them; step every one of them."""
+    """Adam for the dense parameters and SparseAdam for the local embeddings (sparse gradients),
+    as DGL's RGCN examples train them; step every one of them. Embeddings held by the
+    graph-stores have no local parameters (their optimizer runs there)."""
     sparse = {id(p) for p in model.embed.parameters()}
     opts: list[torch.optim.Optimizer] = [
         torch.optim.Adam([p for p in model.parameters() if id(p) not in sparse], lr=lr, weight_decay=weight_decay)

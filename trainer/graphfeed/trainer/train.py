@@ -4,7 +4,10 @@ service) or EmbeddedDataLoader (the loader in this process, over remote graph-st
 Stateless by design: everything needed to continue lives in the checkpoint (model,
 optimizer, torch RNG state, the loader position and the list of applied steps), written
 atomically after every ``checkpoint_every`` steps. A restarted trainer resumes at the next
-step: no minibatch is lost or applied twice.
+step: no minibatch is lost or applied twice. With ``--embeddings server`` the featureless
+types' tables live in the graph-stores (:mod:`graphfeed.trainer.remote_embedding`): every
+checkpoint first snapshots them at its step and records that step, and a resumed job restores
+them to it (a fresh one to their seeded rows), so replayed steps compute the same rows.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from graphfeed.graph_store.embeddings.types import StepKey
 from graphfeed.trainer.checkpoint import save_checkpoint
 from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.connect import wait_for
@@ -28,8 +32,10 @@ from graphfeed.trainer.job import JobArgs
 from graphfeed.trainer.metrics import TrainerMetrics
 from graphfeed.trainer.models import GraphSAGE
 from graphfeed.trainer.progress import Progress
+from graphfeed.trainer.remote_embedding import RemoteSparseOptimizer, server_embeddings
 
 if TYPE_CHECKING:  # imported at run time only in embedded mode (see _embedded_loader)
+    from graphfeed.graph_store.partitions import RemotePartitionSet
     from graphfeed.loader.core import Loader
     from graphfeed.sampler.client import SamplerClient
 
@@ -104,7 +110,12 @@ class Trainer:
         if not cfg.loader_address:
             self.embedded, self._sampler = _embedded_loader(cfg)
         self.train_loader = self._data_loader("train", cfg.fanouts, cfg.batch_size, shuffle=True, job_id=cfg.job_id)
-        self.model = _model(cfg, self.train_loader)
+        self.remote_opt: RemoteSparseOptimizer | None = None  # --embeddings server
+        self._emb_parts: RemotePartitionSet | None = None
+        remote = None
+        if cfg.embeddings == "server":
+            remote, self.remote_opt, self._emb_parts = server_embeddings(cfg, self.train_loader)
+        self.model = _model(cfg, self.train_loader, remote)
         self.model.to(self.device)
         self.ddp = None
         if cfg.world_size > 1:
@@ -116,8 +127,22 @@ class Trainer:
         else:
             self.opts = [torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)]
         self.applied: list[tuple[int, int, str]] = []  # (epoch, step, digest) of every applied step
+        state = None
         if cfg.checkpoint is not None and cfg.checkpoint.exists():
-            self._restore(torch.load(cfg.checkpoint, map_location=self.device))
+            state = torch.load(cfg.checkpoint, map_location=self.device)
+            self._restore(state)
+        if self.remote_opt is not None:
+            self._restore_embeddings(self.remote_opt, state)
+
+    def _restore_embeddings(self, remote: RemoteSparseOptimizer, state: dict | None) -> None:
+        """Rank 0 returns the server-side tables to the checkpoint's step (a fresh start: to
+        their seeded rows); every rank waits for it before any pushes again."""
+        step = None if state is None else state.get("embeddings_step")
+        remote.restore(None if step is None else StepKey(*step), apply=self.cfg.rank == 0)
+        if self.cfg.world_size > 1:
+            import torch.distributed as dist  # noqa: PLC0415 - multi-rank training only
+
+            dist.barrier()
 
     def _data_loader(
         self, split: str, fanouts: list[int], batch_size: int, *, shuffle: bool, job_id: str
@@ -163,7 +188,16 @@ class Trainer:
             **({"cuda_rng": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
             "loader": self.train_loader.state_dict(),
             "applied": list(self.applied),
+            **({"embeddings_step": _step_tuple(self.remote_opt.last)} if self.remote_opt is not None else {}),
         }
+
+    def _save(self) -> None:
+        """Writes the checkpoint (if any); server-side embeddings are snapshotted at its step first."""
+        if self.cfg.checkpoint is None:
+            return
+        if self.remote_opt is not None:
+            self.remote_opt.snapshot()
+        save_checkpoint(self.cfg.checkpoint, self._state())
 
     def train_epoch(self) -> tuple[float, bool]:
         """One (possibly resumed) epoch; returns (mean loss, stopped early)."""
@@ -188,12 +222,14 @@ class Trainer:
             loss.backward()
             for opt in self.opts:
                 opt.step()
+            if self.remote_opt is not None:
+                self.remote_opt.step(StepKey(epoch, step))  # the graph-stores apply it with the other ranks'
             losses.append(float(loss))  # float() waits for the device: the step time is complete
             self.metrics.record(wait_s=t1 - t0, step_s=time.perf_counter() - t1)
             progress.update(t1 - t0, losses[-1])
             self.applied.append((epoch, step, batch_digest(input_nodes, blocks)))
             if self.cfg.checkpoint is not None and len(self.applied) % self.cfg.checkpoint_every == 0:
-                save_checkpoint(self.cfg.checkpoint, self._state())
+                self._save()
             if self.cfg.stop_after_steps is not None and len(self.applied) >= self.cfg.stop_after_steps:
                 progress.close()
                 return (sum(losses) / max(1, len(losses))), True
@@ -238,11 +274,15 @@ class Trainer:
             if on_epoch is not None:
                 on_epoch(rep)
         if self.cfg.checkpoint is not None:
-            save_checkpoint(self.cfg.checkpoint, self._state())
+            self._save()
         return reports
 
     def close(self) -> None:
         self.train_loader.close()
+        if self.remote_opt is not None:
+            self.remote_opt.close()
+        if self._emb_parts is not None:
+            self._emb_parts.close()
         if self.embedded is not None:
             self.embedded.close()
             if self._sampler is not None:
@@ -250,8 +290,15 @@ class Trainer:
             self.embedded.partitions.close()
 
 
-def _model(cfg: TrainConfig, loader: RemoteDataLoader | EmbeddedDataLoader) -> torch.nn.Module:
-    """The example model ``cfg.model`` sized for the graph ``loader`` reads."""
+def _step_tuple(key: StepKey | None) -> tuple[int, int] | None:
+    return None if key is None else (key.epoch, key.step)
+
+
+def _model(
+    cfg: TrainConfig, loader: RemoteDataLoader | EmbeddedDataLoader, embeddings: dict | None = None
+) -> torch.nn.Module:
+    """The example model ``cfg.model`` sized for the graph ``loader`` reads; ``embeddings``:
+    modules for featureless types held elsewhere (the graph-stores)."""
     depth, classes = len(cfg.fanouts), loader.num_classes
     if cfg.model == "sage":
         if loader.schema is not None and loader.schema.is_hetero:
@@ -263,7 +310,7 @@ def _model(cfg: TrainConfig, loader: RemoteDataLoader | EmbeddedDataLoader) -> t
     shapes = loader.typed_feature_shapes or {schema.ntypes[0]: loader.feature_shape}
     widths = {t: int(torch.tensor(shape).prod()) for t, shape in shapes.items()}
     num_nodes = {t: schema.num_nodes(t) for t in schema.ntypes}
-    return RGCN(schema.etypes, widths, num_nodes, cfg.hidden, classes, depth, cfg.dropout)
+    return RGCN(schema.etypes, widths, num_nodes, cfg.hidden, classes, depth, cfg.dropout, embeddings=embeddings)
 
 
 def _predict(model: torch.nn.Module, output_nodes: object, blocks: list) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,9 +13,18 @@ class TemporalStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TEMPORAL_STRATEGY_UNSPECIFIED: _ClassVar[TemporalStrategy]
     TEMPORAL_STRATEGY_RECENT: _ClassVar[TemporalStrategy]
     TEMPORAL_STRATEGY_UNIFORM: _ClassVar[TemporalStrategy]
+
+class EmbeddingOptimizer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EMBEDDING_OPTIMIZER_UNSPECIFIED: _ClassVar[EmbeddingOptimizer]
+    EMBEDDING_OPTIMIZER_ADAGRAD: _ClassVar[EmbeddingOptimizer]
+    EMBEDDING_OPTIMIZER_ADAM: _ClassVar[EmbeddingOptimizer]
 TEMPORAL_STRATEGY_UNSPECIFIED: TemporalStrategy
 TEMPORAL_STRATEGY_RECENT: TemporalStrategy
 TEMPORAL_STRATEGY_UNIFORM: TemporalStrategy
+EMBEDDING_OPTIMIZER_UNSPECIFIED: EmbeddingOptimizer
+EMBEDDING_OPTIMIZER_ADAGRAD: EmbeddingOptimizer
+EMBEDDING_OPTIMIZER_ADAM: EmbeddingOptimizer
 
 class GetPartitionInfoRequest(_message.Message):
     __slots__ = ()
@@ -240,3 +249,135 @@ class GetTemporalInfoResponse(_message.Message):
     edge_feat_dim: int
     seq: int
     def __init__(self, num_edges: _Optional[int] = ..., num_appended: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_blocks: _Optional[int] = ..., has_edges: bool = ..., min_t: _Optional[int] = ..., max_t: _Optional[int] = ..., edge_feat_dim: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class StepKey(_message.Message):
+    __slots__ = ("epoch", "step")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    step: int
+    def __init__(self, epoch: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+
+class EmbeddingSpec(_message.Message):
+    __slots__ = ("name", "ntype", "dim", "job", "optimizer", "lr", "eps", "beta1", "beta2", "init_low", "init_high", "seed")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NTYPE_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    EPS_FIELD_NUMBER: _ClassVar[int]
+    BETA1_FIELD_NUMBER: _ClassVar[int]
+    BETA2_FIELD_NUMBER: _ClassVar[int]
+    INIT_LOW_FIELD_NUMBER: _ClassVar[int]
+    INIT_HIGH_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ntype: str
+    dim: int
+    job: str
+    optimizer: EmbeddingOptimizer
+    lr: float
+    eps: float
+    beta1: float
+    beta2: float
+    init_low: float
+    init_high: float
+    seed: int
+    def __init__(self, name: _Optional[str] = ..., ntype: _Optional[str] = ..., dim: _Optional[int] = ..., job: _Optional[str] = ..., optimizer: _Optional[_Union[EmbeddingOptimizer, str]] = ..., lr: _Optional[float] = ..., eps: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., init_low: _Optional[float] = ..., init_high: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class CreateEmbeddingRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: EmbeddingSpec
+    def __init__(self, spec: _Optional[_Union[EmbeddingSpec, _Mapping]] = ...) -> None: ...
+
+class CreateEmbeddingResponse(_message.Message):
+    __slots__ = ("created", "first_id", "num_rows", "applied")
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    created: bool
+    first_id: int
+    num_rows: int
+    applied: StepKey
+    def __init__(self, created: bool = ..., first_id: _Optional[int] = ..., num_rows: _Optional[int] = ..., applied: _Optional[_Union[StepKey, _Mapping]] = ...) -> None: ...
+
+class PullEmbeddingRequest(_message.Message):
+    __slots__ = ("name", "ids", "after")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ids: _tensor_pb2.Tensor
+    after: StepKey
+    def __init__(self, name: _Optional[str] = ..., ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., after: _Optional[_Union[StepKey, _Mapping]] = ...) -> None: ...
+
+class PullEmbeddingResponse(_message.Message):
+    __slots__ = ("start", "rows", "bulk_bytes", "bulk")
+    START_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    rows: _tensor_pb2.Tensor
+    bulk_bytes: int
+    bulk: bytes
+    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+
+class PushEmbeddingGradRequest(_message.Message):
+    __slots__ = ("name", "job", "step", "rank", "world_size", "ids", "grads")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    GRADS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job: str
+    step: StepKey
+    rank: int
+    world_size: int
+    ids: _tensor_pb2.Tensor
+    grads: _tensor_pb2.Tensor
+    def __init__(self, name: _Optional[str] = ..., job: _Optional[str] = ..., step: _Optional[_Union[StepKey, _Mapping]] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., grads: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class PushEmbeddingGradResponse(_message.Message):
+    __slots__ = ("duplicate", "applied", "pending_ranks")
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_RANKS_FIELD_NUMBER: _ClassVar[int]
+    duplicate: bool
+    applied: StepKey
+    pending_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, duplicate: bool = ..., applied: _Optional[_Union[StepKey, _Mapping]] = ..., pending_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SnapshotEmbeddingRequest(_message.Message):
+    __slots__ = ("name", "step")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    step: StepKey
+    def __init__(self, name: _Optional[str] = ..., step: _Optional[_Union[StepKey, _Mapping]] = ...) -> None: ...
+
+class SnapshotEmbeddingResponse(_message.Message):
+    __slots__ = ("created",)
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    created: bool
+    def __init__(self, created: bool = ...) -> None: ...
+
+class RestoreEmbeddingRequest(_message.Message):
+    __slots__ = ("name", "step")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    step: StepKey
+    def __init__(self, name: _Optional[str] = ..., step: _Optional[_Union[StepKey, _Mapping]] = ...) -> None: ...
+
+class RestoreEmbeddingResponse(_message.Message):
+    __slots__ = ("applied",)
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    applied: StepKey
+    def __init__(self, applied: _Optional[_Union[StepKey, _Mapping]] = ...) -> None: ...

@@ -76,6 +76,31 @@ class GraphStoreServiceStub(object):
                 request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoRequest.SerializeToString,
                 response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoResponse.FromString,
                 _registered_method=True)
+        self.CreateEmbedding = channel.unary_unary(
+                '/graphfeed.graph_store.v1.GraphStoreService/CreateEmbedding',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.CreateEmbeddingRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.CreateEmbeddingResponse.FromString,
+                _registered_method=True)
+        self.PullEmbedding = channel.unary_stream(
+                '/graphfeed.graph_store.v1.GraphStoreService/PullEmbedding',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PullEmbeddingRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PullEmbeddingResponse.FromString,
+                _registered_method=True)
+        self.PushEmbeddingGrad = channel.unary_unary(
+                '/graphfeed.graph_store.v1.GraphStoreService/PushEmbeddingGrad',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PushEmbeddingGradRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PushEmbeddingGradResponse.FromString,
+                _registered_method=True)
+        self.SnapshotEmbedding = channel.unary_unary(
+                '/graphfeed.graph_store.v1.GraphStoreService/SnapshotEmbedding',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SnapshotEmbeddingRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SnapshotEmbeddingResponse.FromString,
+                _registered_method=True)
+        self.RestoreEmbedding = channel.unary_unary(
+                '/graphfeed.graph_store.v1.GraphStoreService/RestoreEmbedding',
+                request_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.RestoreEmbeddingRequest.SerializeToString,
+                response_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.RestoreEmbeddingResponse.FromString,
+                _registered_method=True)
 
 
 class GraphStoreServiceServicer(object):
@@ -152,6 +177,64 @@ class GraphStoreServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateEmbedding(self, request, context):
+        """Creates a trainable embedding table: one float32 row per node of `spec.ntype` owned by this
+        partition, seeded (a row is a pure function of the seed and the node's global id), with its
+        optimizer state zero, persisted in the partition's directory. Idempotent: the same spec again
+        answers OK (created = false); FAILED_PRECONDITION: a table of that name with another spec;
+        INVALID_ARGUMENT: a bad spec or unknown node type. Embedding tables are not node data: they
+        are never listed in GetPartitionInfo, never served by GetNodeData nor cached by loaders.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullEmbedding(self, request, context):
+        """Rows of an embedding table for owned ids, in request order, streamed in chunks as
+        GetNodeData (bulk framing), once step `after` was applied (waiting up to the call's
+        deadline: DEADLINE_EXCEEDED names the ranks whose pushes are missing). NOT_FOUND: unknown
+        table or an id not of its node type owned here; INVALID_ARGUMENT: bad ids;
+        RESOURCE_EXHAUSTED: too many ids.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushEmbeddingGrad(self, request, context):
+        """One rank's gradients of one training step for owned rows (every rank pushes every step to
+        every partition holding the table, with no ids when none of its rows are here). Acknowledged
+        once durable (push log fsync'd). The step is applied once all world_size ranks pushed it:
+        their gradients are combined in rank order, summed per id and divided by the id's count
+        (DistDGL's sparse optimizers), then the table's optimizer updates the rows. Idempotent: a
+        retried or replayed push (same step, rank and gradients) is applied once and answered with
+        duplicate = true. INVALID_ARGUMENT: grads not float32 [len(ids), dim], bad ids or rank;
+        NOT_FOUND: as PullEmbedding; FAILED_PRECONDITION: another job than the table's, a step
+        already applied with other gradients, another world size for the step, or a step before the
+        last applied one (restore first); RESOURCE_EXHAUSTED: too many ids.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SnapshotEmbedding(self, request, context):
+        """Keeps the table's rows and optimizer state as they are right after `step` (waiting up to the
+        deadline for it to be applied), for RestoreEmbedding. Idempotent. NOT_FOUND: unknown table;
+        FAILED_PRECONDITION: the table is past `step` already and holds no snapshot of it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreEmbedding(self, request, context):
+        """Returns the table to its snapshot of `step` (unset: its seeded initial rows), durably, and
+        forgets every later step (their pushes may be sent again and are applied again): how a
+        trainer resuming from a checkpoint makes its replayed steps compute the same rows.
+        NOT_FOUND: unknown table or no snapshot of `step`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GraphStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +277,31 @@ def add_GraphStoreServiceServicer_to_server(servicer, server):
                     servicer.GetTemporalInfo,
                     request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoRequest.FromString,
                     response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoResponse.SerializeToString,
+            ),
+            'CreateEmbedding': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateEmbedding,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.CreateEmbeddingRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.CreateEmbeddingResponse.SerializeToString,
+            ),
+            'PullEmbedding': grpc.unary_stream_rpc_method_handler(
+                    servicer.PullEmbedding,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PullEmbeddingRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PullEmbeddingResponse.SerializeToString,
+            ),
+            'PushEmbeddingGrad': grpc.unary_unary_rpc_method_handler(
+                    servicer.PushEmbeddingGrad,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PushEmbeddingGradRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PushEmbeddingGradResponse.SerializeToString,
+            ),
+            'SnapshotEmbedding': grpc.unary_unary_rpc_method_handler(
+                    servicer.SnapshotEmbedding,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SnapshotEmbeddingRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SnapshotEmbeddingResponse.SerializeToString,
+            ),
+            'RestoreEmbedding': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreEmbedding,
+                    request_deserializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.RestoreEmbeddingRequest.FromString,
+                    response_serializer=graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.RestoreEmbeddingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -414,6 +522,141 @@ class GraphStoreService(object):
             '/graphfeed.graph_store.v1.GraphStoreService/GetTemporalInfo',
             graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoRequest.SerializeToString,
             graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.GetTemporalInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateEmbedding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/CreateEmbedding',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.CreateEmbeddingRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.CreateEmbeddingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullEmbedding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/PullEmbedding',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PullEmbeddingRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PullEmbeddingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushEmbeddingGrad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/PushEmbeddingGrad',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PushEmbeddingGradRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.PushEmbeddingGradResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SnapshotEmbedding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/SnapshotEmbedding',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SnapshotEmbeddingRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.SnapshotEmbeddingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreEmbedding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/graphfeed.graph_store.v1.GraphStoreService/RestoreEmbedding',
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.RestoreEmbeddingRequest.SerializeToString,
+            graphfeed_dot_graph__store_dot_v1_dot_graph__store__pb2.RestoreEmbeddingResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,6 +26,15 @@ FEATURE_METRICS: dict[str, str] = {
     "graphfeed_graph_store_append_latency_seconds_bucket": "edge appends (--append-dir)",
     "graphfeed_graph_store_append_visible_seconds_bucket": "edge appends (--append-dir)",
     "graphfeed_graph_store_temporal_edges": "a temporal graph (edge timestamps or --append-dir)",
+    **dict.fromkeys(
+        (
+            "graphfeed_graph_store_embedding_rows_total",
+            "graphfeed_graph_store_embedding_bytes_total",
+            "graphfeed_graph_store_embedding_pushes_total",
+            "graphfeed_graph_store_embedding_push_latency_seconds_bucket",
+        ),
+        "trainable embeddings (graphfeed train --embeddings server)",
+    ),
 }
 # Series that come from Prometheus itself or from kube-state-metrics, not from graphfeed.
 EXTERNAL_METRICS = {"up", "kube_statefulset_replicas", "kube_statefulset_status_replicas_ready"}

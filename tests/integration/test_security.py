@@ -198,3 +198,49 @@ def test_a_graph_store_secured_by_its_settings(pki: Pki, cora_root: Path) -> Non
     finally:
         running.stop(0.5)
         store.close()
+
+
+def _list_services(ch: grpc.Channel, token: str | None) -> tuple[grpc.StatusCode, list[str]]:
+    """gRPC reflection's ``list`` (a bidirectional-streaming call) as grpcurl sends it."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    stub = reflection_pb2_grpc.ServerReflectionStub(with_token(ch, token) if token else ch)
+    try:
+        answers = list(
+            stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        )
+    except grpc.RpcError as e:
+        return e.code(), []
+    return grpc.StatusCode.OK, [s.name for a in answers for s in a.list_services_response.service]
+
+
+@pytest.mark.parametrize("reflection", [True, False])
+def test_reflection_asks_for_credentials_and_is_a_setting(pki: Pki, cora_root: Path, reflection: bool) -> None:
+    """Reflection is a bidirectional stream, which the token check let through (issue 28, item 4):
+    it now asks for the token like every call, and ``reflection=False`` removes it."""
+    from graphfeed.graph_store.config import GraphStoreSettings
+    from graphfeed.graph_store.server import serve
+
+    settings = GraphStoreSettings(
+        part_dir=cora_root / part_dir_name(0),
+        metrics_port=-1,
+        health_port=-1,
+        tls_cert=str(pki["server.pem"]),
+        tls_key=str(pki["server.key"]),
+        auth_tokens_file=str(pki["tokens"]),
+        reflection=reflection,
+    )
+    running, store = serve(settings, CollectorRegistry())
+    try:
+        with grpc.secure_channel(running.address, channel_credentials(pki["ca.pem"])) as ch:
+            anonymous = _list_services(ch, None)
+            with_token_ = _list_services(ch, TOKEN)
+        if reflection:
+            assert anonymous == (grpc.StatusCode.UNAUTHENTICATED, [])
+            assert with_token_[0] == grpc.StatusCode.OK
+            assert "graphfeed.graph_store.v1.GraphStoreService" in with_token_[1]
+        else:  # no such method, for anyone
+            assert anonymous == with_token_ == (grpc.StatusCode.UNIMPLEMENTED, [])
+    finally:
+        running.stop(0.5)
+        store.close()

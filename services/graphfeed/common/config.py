@@ -95,6 +95,11 @@ class ServiceSettings(BaseSettings):
     token_file: str = Field(
         default="", description="File whose first line is the bearer token this process's clients send."
     )
+    reflection: bool = Field(
+        default=True,
+        description="Serve gRPC reflection (grpcurl list/describe); it asks for the same token or certificate as "
+        "every other call. false removes it.",
+    )
 
     def server_security(self) -> ServerSecurity:
         return ServerSecurity.of(

@@ -266,6 +266,7 @@ def start_server(
     max_connection_age_s: float = 0.0,
     max_connection_age_grace_s: float = 0.0,
     tls: ServerSecurity | None = None,
+    reflection_on: bool = True,
 ) -> RunningServer:
     """Builds and starts a server with health checking, reflection and the interceptor.
 
@@ -283,6 +284,8 @@ def start_server(
         max_connection_age_grace_s: calls still running then get this long before the
             connection is cut; 0 no limit (long streams are never cut).
         tls: TLS / mutual TLS on the port and who may call (default: plaintext, anyone).
+        reflection_on: serve gRPC reflection (``grpcurl list``; behind the same credentials as
+            every other call).
     """
     tls = tls or ServerSecurity()
     options: list[tuple[str, int]] = channel_options(max_message_bytes)
@@ -299,10 +302,11 @@ def start_server(
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = list(service_names)
-    reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-        server,
-    )
+    if reflection_on:
+        reflection.enable_server_reflection(
+            [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            server,
+        )
     bound = tls.bind(server, f"{host}:{port}")
     if bound == 0:
         raise OSError(f"could not bind gRPC server to {host}:{port}")

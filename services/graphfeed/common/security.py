@@ -10,7 +10,7 @@ Without them anyone who reaches a port reads every feature and label. The pieces
   certificate's identity (common name or a DNS/URI SAN) in an allow list. A call without a
   valid token is UNAUTHENTICATED; a known client whose identity is not allowed is
   PERMISSION_DENIED. The gRPC health service is public (kubelet probes carry no token);
-  reflection is not.
+  reflection is not (and is a setting: ``--reflection false`` removes it).
 - :func:`with_token`: a client channel that sends this process's token on every call.
 
 Files, not values: certificates, keys and tokens are read from paths (a Kubernetes Secret or a
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import grpc
 
-from graphfeed.common.errors import FailedPrecondition, PermissionDenied, Unauthenticated
+from graphfeed.common.errors import FailedPrecondition, GraphfeedError, PermissionDenied, Unauthenticated
 
 # Callable without a token: the kubelet's and load balancers' health checks.
 PUBLIC_METHODS = ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch")
@@ -142,9 +142,11 @@ class Authenticator:
 
 
 class AuthInterceptor(grpc.ServerInterceptor):
-    """Runs :meth:`Authenticator.check` before every unary and server-streaming handler. Goes
-    after the service interceptor in ``grpc.server(interceptors=...)``, so that refusals are
-    mapped to statuses and counted like every other error."""
+    """Runs :meth:`Authenticator.check` before every handler, whatever its kind (unary, server-,
+    client- or bidirectional streaming: gRPC reflection is the last kind, and was open before).
+    Goes after the service interceptor in ``grpc.server(interceptors=...)``, so that refusals of
+    unary and server-streaming calls are mapped to statuses and counted like every other error;
+    a refused client- or bidi-streaming call is aborted here with the refusal's status."""
 
     def __init__(self, auth: Authenticator) -> None:
         self._auth = auth
@@ -174,10 +176,44 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 yield from inner_stream(request, context)
 
             return handler._replace(unary_stream=stream)
-        return handler
+        if handler.stream_unary:
+            inner_su = handler.stream_unary
+
+            def stream_unary(requests: object, context: grpc.ServicerContext) -> object:
+                _check_or_abort(auth, method, metadata, context)
+                return inner_su(requests, context)
+
+            return handler._replace(stream_unary=stream_unary)
+        if handler.stream_stream:
+            inner_ss = handler.stream_stream
+
+            def stream_stream(requests: object, context: grpc.ServicerContext) -> object:
+                _check_or_abort(auth, method, metadata, context)
+                yield from inner_ss(requests, context)
+
+            return handler._replace(stream_stream=stream_stream)
+        raise Unauthenticated(f"{method}: a handler of unknown kind is refused")
 
 
-class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+def _check_or_abort(
+    auth: Authenticator, method: str, metadata: Iterable[tuple[str, str | bytes]], context: grpc.ServicerContext
+) -> None:
+    """:meth:`Authenticator.check`, aborting the call with the refusal's status (the service
+    interceptor maps only unary and server-streaming handlers)."""
+    try:
+        auth.check(method, metadata, context)
+    except GraphfeedError as exc:
+        context.abort(exc.code, str(exc))
+
+
+class _TokenInterceptor(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds the bearer token to calls of every kind (the server checks every kind)."""
+
     def __init__(self, token: str) -> None:
         self._header = (_AUTH_KEY, f"Bearer {token}")
 
@@ -189,6 +225,12 @@ class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClient
 
     def intercept_unary_stream(self, continuation, client_call_details, request):  # noqa: ANN001, ANN202
         return continuation(self._details(client_call_details), request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # noqa: ANN001, ANN202
+        return continuation(self._details(client_call_details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # noqa: ANN001, ANN202
+        return continuation(self._details(client_call_details), request_iterator)
 
 
 def read_token(path: Path | str) -> str:

@@ -85,6 +85,7 @@ def start_service_server(
             max_connection_age_s=settings.max_connection_age_s,
             max_connection_age_grace_s=settings.max_connection_age_grace_s,
             tls=settings.server_security(),
+            reflection_on=settings.reflection,
         )
         try:
             if settings.health_port != -1:

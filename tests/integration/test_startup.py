@@ -243,3 +243,35 @@ def test_sampler_process_started_first_serves_once_its_graph_store_processes_sta
     finally:
         codes = {s.name: s.stop() for s in started}
     assert codes == {s.name: 0 for s in started}, f"every process stops cleanly: {codes}"
+
+
+def _other_address() -> str | None:
+    """An IPv4 address of this machine other than loopback (where a pod's neighbours dial)."""
+    import subprocess
+
+    ip = ["ip", "-4", "-o", "addr"]  # iproute2 from PATH, as the rest of the suite's network tests
+    out = subprocess.run(ip, capture_output=True, text=True, check=False).stdout
+    addrs = [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
+    return next((a for a in addrs if not a.startswith("127.")), None)
+
+
+def test_a_loopback_service_keeps_its_health_port_where_probes_reach_it(tmp_path: Path, arith_root: Path) -> None:
+    """The loader sidecar's layout (issue 28, item 3): gRPC on 127.0.0.1 (only its trainer dials
+    it), health on every interface (the kubelet probes the pod IP). A graph-store process stands
+    in, with the same settings any service has."""
+    other = _other_address()
+    if other is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to dial")
+    args = ["graph-store", "--part-dir", str(arith_root / "part-00000"), "--shm-dir", ""]
+    every = "0.0.0.0"  # noqa: S104 - what the health port must bind in a pod
+    proc = start_service("graph-store", [*args, "--host", "127.0.0.1", "--health-host", every], tmp_path)
+    try:
+        assert proc.health_address is not None
+        port, health_port = proc.address.rsplit(":", 1)[1], proc.health_address.rsplit(":", 1)[1]
+        assert health(f"{other}:{health_port}") == SERVING
+        with socket.socket() as s:
+            s.settimeout(5)
+            assert s.connect_ex((other, int(port))) != 0  # refused: nothing listens there
+        assert health(proc.address) == SERVING
+    finally:
+        proc.stop()

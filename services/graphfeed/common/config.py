@@ -44,6 +44,11 @@ class ServiceSettings(BaseSettings):
         "answered while every handler streams); 0 picks a free one (printed in the READY line), -1 disables it. "
         'Health name "" is SERVING once the peers answer; "graphfeed.liveness" while the process runs.',
     )
+    health_host: str = Field(
+        default="",
+        description="Address the health server binds to; empty: the gRPC server's (host). A loader sidecar binds its "
+        "gRPC port to 127.0.0.1 (only its trainer dials it) and its health port where the kubelet's probes reach it.",
+    )
     max_workers: int = Field(default=16, ge=1, description="gRPC handler threads.")
     max_connection_age_s: float = Field(
         default=60.0,

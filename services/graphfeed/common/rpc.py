@@ -233,6 +233,7 @@ class RunningServer:
     service_names: tuple[str, ...] = ()
     health_server: grpc.Server | None = None  # health outside the handler pool (serve_health)
     health_port: int | None = None
+    health_host: str = "127.0.0.1"  # the health server's bind address (settings.health_host or host)
     on_stop: list[Callable[[], None]] = field(default_factory=list)  # run once the server has stopped
 
     @property

@@ -45,7 +45,7 @@ def wait_for_termination(running: RunningServer, grace_s: float, on_stop: Callab
 def announce(service: str, running: RunningServer) -> None:
     """Prints the machine-readable READY line that `graphfeed demo` and the tests wait for."""
     metrics = f" metrics={dial_host(running.metrics_host)}:{running.metrics_port}" if running.metrics_port else ""
-    health_at = f" health={dial_host(running.host)}:{running.health_port}" if running.health_port else ""
+    health_at = f" health={dial_host(running.health_host)}:{running.health_port}" if running.health_port else ""
     print(f"GRAPHFEED_READY service={service} grpc={running.address}{metrics}{health_at}", flush=True)
 
 
@@ -89,8 +89,9 @@ def start_service_server(
         )
         try:
             if settings.health_port != -1:
+                running.health_host = settings.health_host or settings.host
                 running.health_server, running.health_port = serve_health(
-                    running.health, settings.host, settings.health_port
+                    running.health, running.health_host, settings.health_port
                 )
             if settings.metrics_port != -1:
                 running.metrics_port = serve_metrics(registry, settings.metrics_host, settings.metrics_port)

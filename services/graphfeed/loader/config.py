@@ -87,8 +87,15 @@ class LoaderSettings(PeerServiceSettings):
     max_streams_per_client: int = Field(
         default=16,
         ge=1,
-        description="Minibatch streams one client (one process offering shared memory, else one connection) may "
-        "hold open; more are refused with RESOURCE_EXHAUSTED.",
+        description="Minibatch streams one client (a mutual-TLS identity, else one process offering shared memory, "
+        "else one host) may hold open; more are refused with RESOURCE_EXHAUSTED.",
+    )
+    stream_stall_timeout_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="A minibatch stream whose client takes nothing (reads no message, claims no shared-memory "
+        "segment) for this long is ended, freeing its thread, slot, buffered minibatches and segments; 0 never. "
+        "Above the longest training step between two minibatches.",
     )
     sample_workers: int = Field(default=2, ge=1, description="Threads issuing sampler calls, shared by all streams.")
     pack_root: str = Field(

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any, cast
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from graphfeed.common.readiness import GatedServicer, PeerGate, check_serving
 from graphfeed.common.rpc import RunningServer
@@ -18,6 +18,7 @@ from graphfeed.loader.config import LoaderSettings, max_streams
 from graphfeed.loader.core import Loader
 from graphfeed.loader.metrics import LoaderMetrics
 from graphfeed.loader.servicer import LoaderServicer, StreamSlots
+from graphfeed.loader.stall import StallWatch
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 from graphfeed.sampler.client import SamplerClient
@@ -115,7 +116,13 @@ def start(
         max_backoff_s=settings.peer_backoff_max_s,
     )
     slots = StreamSlots(max_streams(settings.max_workers), settings.max_streams_per_client)
-    servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, slots, transport))
+    stalled = Counter(
+        "graphfeed_loader_streams_stalled",
+        "Minibatch streams ended because their client took nothing",
+        registry=registry,
+    )
+    stalls = StallWatch(settings.stream_stall_timeout_s, on_stall=stalled.inc)
+    servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, slots, transport, stalls=stalls))
     running = start_service_server(
         settings,
         register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(cast(Any, servicer), server),

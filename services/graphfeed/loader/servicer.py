@@ -13,11 +13,13 @@ from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import ResourceExhausted
 from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.schema import types_to_proto
+from graphfeed.common.security import peer_identities
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobInfo
 from graphfeed.loader.job_proto import job_from_proto
 from graphfeed.loader.minibatch import ReadyMinibatch
+from graphfeed.loader.stall import Progress, StallWatch
 from graphfeed.loader.stream import MinibatchStream
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
@@ -60,20 +62,24 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
 
 
 def send_minibatches(
-    stream: MinibatchStream, call: StreamCall, max_unclaimed: int, chunk_bytes: int
+    stream: MinibatchStream, call: StreamCall, max_unclaimed: int, chunk_bytes: int, progress: Progress
 ) -> Iterator[pb.Minibatch | Outgoing]:
     """Each minibatch of ``stream`` as a message of ``call``: its bulk in shared memory unless
     the stream's placement declined it, then inline in chunks of ``chunk_bytes``. At most
     ``max_unclaimed`` messages sent through shared memory wait for the client to claim them;
-    stops when the client has gone."""
+    stops when the client has gone. Every wait on the client (a claim, a send: gRPC resumes
+    this generator once it has sent the last message) runs on ``progress``'s clock."""
     pressure = call.backpressure(max_unclaimed)
     for mb in stream:
         with call.response(shared=not (mb.placed is not None and mb.placed.declined)) as r:
             msg = minibatch_to_proto(mb, r)
-        if not pressure.wait():
-            return
+        with progress.waiting():
+            if not pressure.wait():
+                return
         pressure.sent(r.paths)
-        yield from r.frames(msg, chunk_bytes)
+        for frame in r.frames(msg, chunk_bytes):
+            with progress.waiting():
+                yield frame
 
 
 class StreamSlots:
@@ -85,8 +91,7 @@ class StreamSlots:
     Args:
         total: streams open at once (keep it below the server's handler threads, so that
             DescribeJob is always answered).
-        per_client: streams one client may hold open: one shared-memory offer (one process),
-            else one connection.
+        per_client: streams one client may hold open (see :func:`client_key`).
     """
 
     def __init__(self, total: int, per_client: int) -> None:
@@ -122,6 +127,19 @@ class StreamSlots:
                     del self._open[client]
 
 
+def client_key(context: grpc.ServicerContext, offered: str) -> str:
+    """Who a stream counts against: the verified client certificate's identity (mutual TLS),
+    else the shared-memory offer's client (one process), else the peer's host: a client without
+    either cannot pass its limit by opening more connections (each has its own port)."""
+    who = sorted(peer_identities(context))
+    if who:
+        return f"identity:{who[0]}"
+    if offered:
+        return offered
+    peer = context.peer() or ""  # "ipv4:127.0.0.1:51234", "ipv6:[::1]:51234", "unix:..."
+    return "host:" + (peer.rsplit(":", 1)[0] if peer.startswith(("ipv4:", "ipv6:")) else peer)
+
+
 class LoaderServicer(pb_grpc.LoaderServiceServicer):
     """Implements ``graphfeed.loader.v1.LoaderService``; errors come from the core.
 
@@ -136,9 +154,11 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
         slots: StreamSlots,
         transport: ServerTransport | None = None,
         chunk_bytes: int = STREAM_CHUNK_BYTES,
+        stalls: StallWatch | None = None,
     ) -> None:
         self._loader = loader
         self._slots = slots
+        self._stalls = stalls or StallWatch(0)
         self._transport = transport or ServerTransport(None)
         self._chunk_bytes = chunk_bytes  # bulk bytes per stream message without shared memory
 
@@ -150,10 +170,11 @@ class LoaderServicer(pb_grpc.LoaderServiceServicer):
     ) -> Iterator[pb.Minibatch | Outgoing]:
         with (
             self._transport.stream(context, "StreamMinibatches") as call,
-            self._slots.hold(call.client or context.peer()),
+            self._slots.hold(client_key(context, call.client)),
+            self._stalls.watch(context) as progress,
         ):
             job, placement = job_from_proto(request.job), call.placement(self._loader.host_placement)
             stream = self._loader.stream(job, request.epoch, request.start_step, placement)
             context.add_callback(stream.close)  # a cancelled RPC stops the producer
             with stream:
-                yield from send_minibatches(stream, call, self._loader.max_inflight, self._chunk_bytes)
+                yield from send_minibatches(stream, call, self._loader.max_inflight, self._chunk_bytes, progress)

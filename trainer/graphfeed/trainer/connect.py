@@ -90,8 +90,14 @@ class Resume:
         self._backoff = 0.1
 
     def again(self, exc: GraphfeedError, progressed: bool) -> bool:
-        """Whether to reopen after ``exc`` (sleeping the backoff first); False: give up."""
-        if exc.code not in RESUMABLE_CODES or self.deadline_s <= 0:
+        """Whether to reopen after ``exc`` (sleeping the backoff first); False: give up.
+
+        RESOURCE_EXHAUSTED counts only for a stream that delivered nothing: the loader refused to
+        open it for capacity (its streams all taken, e.g. by clients that stopped reading, which
+        it ends after ``stream_stall_timeout_s``); a stream that had been delivering is over a
+        limit of its own and would be refused again."""
+        capacity = exc.code == grpc.StatusCode.RESOURCE_EXHAUSTED and not progressed
+        if (exc.code not in RESUMABLE_CODES and not capacity) or self.deadline_s <= 0:
             return False
         now = time.monotonic()
         if progressed or self._since is None:

@@ -1,0 +1,82 @@
+"""Clients that open minibatch streams, read one message and stop (issue 28, item 1): each
+used to hold a loader stream (a thread, buffered minibatches, a slot) for as long as its
+connection stayed open, and enough of them refused every trainer. Now a stream whose client
+takes nothing for ``stream_stall_timeout_s`` is ended, opening more connections does not
+pass the per-client limit (anonymous clients count per host), and a trainer refused for
+capacity waits and retries: its epoch is exact."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from graphfeed.loader.v1 import loader_pb2 as pb
+from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
+from graphfeed.trainer.dataloader import RemoteDataLoader
+from graphfeed.trainer.job import job_spec, job_to_proto
+from tests.integration.inprocess import InProcessCluster
+
+pytestmark = pytest.mark.integration
+
+STALLED = 20
+PER_CLIENT = 3
+STALL_S = 3.0
+
+
+def _epoch(address: str) -> list[str]:
+    with RemoteDataLoader(address, "train", fanouts=[5, 5], batch_size=64, seed=3, job_id="legit") as loader:
+        return [hashlib.sha256(b[2][0].srcdata["feat"].numpy().tobytes()).hexdigest() for b in loader]
+
+
+def _end(call: grpc.Call) -> grpc.StatusCode:
+    """How a stream ended, once what it buffered is read."""
+    try:
+        for _ in call:
+            pass
+    except grpc.RpcError as e:
+        return e.code()
+    return call.code()
+
+
+def test_stalled_readers_are_ended_and_a_trainer_still_gets_its_epoch(cora_root: Path) -> None:
+    cluster = InProcessCluster.start(
+        cora_root, max_streams_per_client=PER_CLIENT, stream_stall_timeout_s=STALL_S, max_workers=12
+    )
+    address = cluster.loader.address
+    channels, calls = [], []
+    try:
+        alone = _epoch(address)
+        for i in range(STALLED):  # one connection each: a new connection is not a new client
+            ch = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+            # large minibatches (the whole graph's features each): no epoch fits in the connection's buffers
+            job = job_to_proto(job_spec("train", fanouts=[-1, -1], batch_size=64, seed=i, job_id=f"stall{i}"))
+            call = pb_grpc.LoaderServiceStub(ch).StreamMinibatches(pb.StreamMinibatchesRequest(job=job))
+            channels.append(ch)
+            calls.append(call)
+        admitted = []
+        for call in calls:  # each reads one message (or is refused at once) and then stops reading
+            try:
+                next(call)
+                admitted.append(call)
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+                assert "minibatch streams open" in (e.details() or "")
+        assert len(admitted) == PER_CLIENT  # 20 connections from one host count as one client
+        began = time.monotonic()
+        assert _epoch(address) == alone  # refused while the stalled streams hold the host's slots, then exact
+        assert time.monotonic() - began > STALL_S * 0.5  # it did have to wait for them to be ended
+        ends = [_end(call) for call in admitted]
+        # Each stalled stream was ended by the loader, unless its whole epoch fitted in the
+        # client's own receive buffers (gRPC grows a fast connection's window): then it finished.
+        assert set(ends) <= {grpc.StatusCode.CANCELLED, grpc.StatusCode.OK}
+        assert grpc.StatusCode.CANCELLED in ends, ends
+    finally:
+        for call in calls:
+            call.cancel()
+        for ch in channels:
+            ch.close()
+        cluster.stop()

@@ -316,7 +316,7 @@ def test_gpus_and_images_per_overlay(rendered: dict[str, Rendered]) -> None:
         gpu = name != "cpu"
         assert trainer["image"] == (values["cudaImage"] if gpu else values["image"]), name
         assert (trainer["resources"]["limits"].get(GPU) == 1) == gpu, name
-        assert ("nodeSelector" in pod_spec(job)) == gpu, name
+        assert "nodeSelector" not in pod_spec(job), f"{name}: the GPU request places trainers, not a node label"
         others = [c for w in rendered[name].workloads() for c in containers(w) if c is not trainer]
         assert {c["image"] for c in others} == {values["image"]}, name
         assert not [c for c in others if GPU in json.dumps(c["resources"])], f"{name}: only trainers use GPUs"
@@ -357,6 +357,8 @@ def _allowed(r: Rendered, direction: str, pod: dict, peer: dict, peer_ns: str, p
             for peer_sel in rule.get(side, [{}]) or [{}]:
                 if not peer_sel:  # no peers listed: any source or destination
                     return True
+                if "ipBlock" in peer_sel:  # an address range (NodeLocal DNS), never a pod here
+                    continue
                 ns_sel = peer_sel.get("namespaceSelector")
                 # A podSelector alone means this namespace; a namespaceSelector alone, all its pods.
                 if ns_sel is None:
@@ -387,6 +389,9 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
         ("sampler", "trainer", 29500, False),
         ("graph-store", "trainer", 50051, False),
     ]
+    if "pack" in labels:  # the out-of-core overlay's pack Job reads rows from the graph-stores only
+        flows += [("pack", "graph-store", 50051, True), ("pack", "sampler", 50051, False)]
+        flows += [("pack", "trainer", 29500, False), ("ingest", "pack", 50051, False)]
     for client, server, port, expected in flows:
         ok = _allowed(r, "Egress", labels[client], labels[server], r.namespace, port) and _allowed(
             r, "Ingress", labels[server], labels[client], r.namespace, port
@@ -397,3 +402,7 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
         assert not _allowed(r, "Ingress", labels[server], monitoring, "other", port)
     for w in labels.values():
         assert _allowed(r, "Egress", w, {"k8s-app": "kube-dns"}, "kube-system", 53)
+    dns = r.get("NetworkPolicy", "allow-dns")["spec"]["egress"]
+    assert any(peer.get("ipBlock", {}).get("cidr") == "169.254.20.10/32" for rule in dns for peer in rule["to"]), (
+        "NodeLocal DNSCache's address must be reachable on port 53 too"
+    )

@@ -76,5 +76,5 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
             sb = self._sampler.sample(
                 seeds, fanouts, request.replace, key.job_seed, key.epoch, key.step, input_layer_into(r)
             )
-            blocks.to_proto(sb, resp.blocks, r.encode)
+            blocks.to_proto(sb, resp.blocks, r.encode, narrow=not r.shared)  # on the wire: half the bytes
         return r.framed(resp)

@@ -179,17 +179,18 @@ def hetero_dgl_blocks(
     return input_nodes, output_nodes, out
 
 
+def _ints(a: np.ndarray) -> np.ndarray:
+    """``a`` as the compiled grouping takes it: int32 (as it came off the wire) or int64."""
+    return a if a.dtype in (np.int32, np.int64) else np.asarray(a, dtype=np.int64)
+
+
 def _typed_block(
     b: Block, schema: GraphSchema, rank: np.ndarray, num_nodes: tuple[np.ndarray, np.ndarray]
 ) -> dgl.DGLGraph:
     """One DGL block with every canonical edge type of ``schema`` (``rank``: each input node's
     index within its type; ``num_nodes``: src and dst nodes per type); only the edge ids attached."""
     bounds, u, v, typewise_eids, bad = _group_edges(
-        np.asarray(b.edge_src, dtype=np.int64),
-        np.asarray(b.edge_dst, dtype=np.int64),
-        np.asarray(b.edge_ids, dtype=np.int64),
-        schema.etype_offsets,
-        rank,
+        _ints(b.edge_src), _ints(b.edge_dst), _ints(b.edge_ids), schema.etype_offsets, rank
     )
     if bad >= 0:
         raise InvalidArgument(

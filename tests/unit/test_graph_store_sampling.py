@@ -108,8 +108,15 @@ def test_alloc_receives_the_offsets_and_the_sample_lands_in_its_arrays() -> None
     assert len(seen) == 1 and seen[0].tolist() == expected[0].tolist() == offsets.tolist()
     assert np.shares_memory(src, bufs[0]) and np.shares_memory(eids, bufs[1])
     assert src.tolist() == expected[1].tolist() and eids.tolist() == expected[2].tolist()
-    with pytest.raises(ValueError, match="alloc must return two int64 arrays"):
+    with pytest.raises(ValueError, match=r"alloc must return two int64 \(or int32, for ids that fit\) arrays"):
         sample_csr(INDPTR, INDICES, EIDS, ROWS, 2, False, _rng(3), lambda _: (bufs[0][:1], bufs[1][:1]))
+    narrow = (np.full(64, -7, dtype=np.int32), np.full(64, -7, dtype=np.int32))  # as answers go on the wire
+    _, src32, eids32 = sample_csr(
+        INDPTR, INDICES, EIDS, ROWS, 2, False, _rng(3), lambda o: (narrow[0][: o[-1]], narrow[1][: o[-1]])
+    )
+    assert (
+        src32.dtype == np.int32 and src32.tolist() == expected[1].tolist() and eids32.tolist() == expected[2].tolist()
+    )
 
 
 def test_same_seed_gives_same_bytes() -> None:

@@ -36,6 +36,7 @@ SMALL_FANOUT = 64
 _AHEAD = 8  # rows prefetched ahead (their indptr entry twice as far): 35 % faster than none
 _PREFETCH_MAX_DEG = 128  # longer neighbor lists are sampled sparsely: not worth whole-list hints
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+_OUT_DTYPES = {np.dtype(np.int64), np.dtype(np.int32)}  # what the sample may be written into
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _WEYL2 = np.uint64(0xD1B54A32D192ED03)
@@ -179,7 +180,8 @@ def sample_csr(
         replace: sample with replacement.
         seed: uint64, the only source of randomness.
         alloc: ``alloc(offsets) -> (src, eids)``, called once the offsets are known, returns
-            the int64 arrays of ``offsets[-1]`` elements to sample into (e.g. views of a
+            the int64 arrays (int32 where the caller knows the ids fit) of ``offsets[-1]``
+            elements to sample into (e.g. views of a
             response's shared-memory segment, so the sample is written once); default: new arrays.
         first_position: batch position of ``rows[0]`` (draws depend on the position): sampling
             ``rows[k:]`` with ``first_position=k`` gives the tail of sampling ``rows``.
@@ -206,8 +208,8 @@ def sample_csr(
         src, eids = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
     else:
         src, eids = alloc(offsets)
-        if src.shape != (total,) or eids.shape != (total,) or src.dtype != np.int64 or eids.dtype != np.int64:
-            raise ValueError(f"alloc must return two int64 arrays of {total} elements")
+        if src.shape != (total,) or eids.shape != (total,) or not {src.dtype, eids.dtype} <= _OUT_DTYPES:
+            raise ValueError(f"alloc must return two int64 (or int32, for ids that fit) arrays of {total} elements")
     if total:
         # A seed >= 2**63 does not fit numba's int64 argument: pass its two's-complement twin.
         s = int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)

@@ -69,13 +69,16 @@ def decode_fanout(request: pb.SampleNeighborsRequest) -> int | list[int]:
     return list(request.etype_fanouts) if len(request.etype_fanouts) else int(request.fanout)
 
 
-def sample_into(r: Response, resp: pb.SampleNeighborsResponse) -> Alloc:
+def sample_into(r: Response, resp: pb.SampleNeighborsResponse, narrow: bool = False) -> Alloc:
     """The sampling kernel's allocator for ``resp``: the offsets are encoded first, then
-    ``src`` and ``edge_ids`` are sampled straight into the response (its segment, when shared)."""
+    ``src`` and ``edge_ids`` are sampled straight into the response (its segment, when shared).
+    ``narrow``: int32 arrays when the answer goes inline (the caller knows every id fits): half
+    the bytes of the sampler's hop, whose cost on the wire is per byte."""
 
     def alloc(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r.encode(offsets, resp.offsets)
-        src, eids = r.empty_many([(int(offsets[-1]),)] * 2, np.int64)
+        dtype = np.int32 if narrow and not r.shared else np.int64
+        src, eids = r.empty_many([(int(offsets[-1]),)] * 2, dtype)
         return src, eids
 
     return alloc
@@ -192,6 +195,8 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         )
         self._max_ids = store.max_ids_per_request
         self._info = info_to_proto(store)
+        # SampleNeighbors reads the ingest-time graph: its gids and edge ids are below these.
+        self._ids_fit_int32 = max(self._info.num_nodes, self._info.num_edges) < 2**31
         self._transport = transport or ServerTransport(None)
 
     def GetPartitionInfo(
@@ -205,8 +210,9 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         seeds, fanout = codec.decode_ids(request.seeds, "seeds"), decode_fanout(request)
         resp = pb.SampleNeighborsResponse()
         with self._transport.response(context, "SampleNeighbors") as r:
+            into = sample_into(r, resp, narrow=self._ids_fit_int32)
             out = self._store.sample_neighbors(
-                seeds, fanout, request.replace, request.rng_seed, sample_into(r, resp), request.first_position
+                seeds, fanout, request.replace, request.rng_seed, into, request.first_position
             )
             r.encode(out.src, resp.src)  # the offsets were encoded when the kernel asked for room
             r.encode(out.edge_ids, resp.edge_ids)

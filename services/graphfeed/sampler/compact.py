@@ -137,7 +137,7 @@ def compact_hop(
             by ``parts[p]``.
         parts: per answering partition ``(offsets, src, edge_ids)``: a CSR over its grouped
             positions; ``src`` are sampled in-neighbor gids, each in ``[0, len(slot_of))``, may
-            repeat and may contain dst nodes; ``edge_ids`` are passed through.
+            repeat and may contain dst nodes; ``edge_ids`` are passed through (int32 or int64).
         slot_of: a table of ``-1`` over every gid (:class:`SlotTables`); left as it was found.
         alloc: ``alloc(max_src, num_edges)`` returns where to write the output: writable int64
             arrays ``[max_src]`` (``src_nodes`` is a prefix of it) and three ``[num_edges]``
@@ -163,8 +163,12 @@ def compact_hop(
             f"in {len(parts)} parts"
         )
     offs, srcs, eids = [], [], []
+    # The compiled loop indexes the parts at run time, so each kind of array has one type across
+    # them: int32 as graph-stores send them over the wire when every part has it, else int64.
+    src_t, ids_t = (_common_int([np.asarray(part[k]) for part in parts]) for k in (1, 2))
     for p, (o, src, ids) in enumerate(parts):
-        o, src, ids = (_readonly(np.ascontiguousarray(a, dtype=np.int64)) for a in (o, src, ids))
+        o = _readonly(np.ascontiguousarray(o, dtype=np.int64))
+        src, ids = _readonly(np.ascontiguousarray(src, dtype=src_t)), _readonly(np.ascontiguousarray(ids, dtype=ids_t))
         size = int(bounds[p + 1] - bounds[p])
         if len(o) != size + 1 or o[0] != 0 or o[-1] != len(src) or len(ids) != len(src):
             raise ValueError(
@@ -190,6 +194,11 @@ def compact_hop(
     src_nodes, edge_src, edge_dst, out_eids = out
     block = Block(num_src=int(n), num_dst=num_dst, edge_src=edge_src, edge_dst=edge_dst, edge_ids=out_eids)
     return src_nodes[:n], block
+
+
+def _common_int(arrays: Sequence[np.ndarray]) -> type:
+    """int32 when every array is int32, else int64."""
+    return np.int32 if arrays and all(a.dtype == np.int32 for a in arrays) else np.int64
 
 
 def _outputs(max_src: int, num_edges: int, alloc: Callable | None) -> tuple[np.ndarray, ...]:

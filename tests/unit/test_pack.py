@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from graphfeed import cli
+from graphfeed.common.errors import InvalidArgument
 from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
@@ -221,3 +222,84 @@ def test_an_epoch_without_packs_is_counted_and_said(
         assert any("no packs for job" in r.getMessage() and "epoch=7" in r.getMessage() for r in caplog.records)
     finally:
         loader.close()
+
+
+def written_rows(root: Path, m: PackManifest, parts: LocalPartitionSet, job: JobSpec = JOB) -> list[int]:
+    """Rows in each pack file as read back from the files (the gids a reader finds there)."""
+    reader = PackReader.open(root / job_key(job, m.epoch), GraphIdentity.of(parts.info), job, m.epoch)
+    try:
+        return [len(reader.read_pack(i).sorted_ids) for i in range(len(m.packs))]
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("target", [1.2, 1.6, 2.0])
+def test_packs_span_steps_and_keep_the_blow_up_under_the_target(
+    parts: LocalPartitionSet, tmp_path: Path, target: float
+) -> None:
+    """Blow-up = rows written for the epoch (counted in the pack files) / rows of the table."""
+    opts = PackOptions(max_blow_up=target, resident_bytes=10 * 16)
+    m = pack_epoch(parts, JOB, 1, tmp_path, opts)
+    rows = written_rows(tmp_path, m, parts)
+    assert sum(rows) / 100 <= target and m.stats["blow_up"] == sum(rows) / 100
+    assert any(len(p.steps) > 1 for p in m.packs)  # rows of a pack are shared by its steps
+    # one pack per step would write more than the target here: the sizing is what met it
+    assert sum(s.num_packed for p in m.packs for s in p.steps) / 100 > target
+    share = (target * 100 - (100 - 10)) / m.num_steps
+    for p, n in zip(m.packs[:-1], rows[:-1], strict=True):  # each but the last closed once within its share
+        assert n <= len(p.steps) * share
+
+
+def test_a_target_below_one_table_packs_the_epoch_once(parts: LocalPartitionSet, tmp_path: Path) -> None:
+    m = pack_epoch(parts, JOB, 1, tmp_path, PackOptions(max_blow_up=0.5))
+    assert len(m.packs) == 1 and written_rows(tmp_path, m, parts) == [m.packs[0].num_rows]
+    assert m.packs[0].num_rows == len(
+        np.unique(np.concatenate(sample_epoch(parts, MultiHopSampler(parts), JOB, 1).input_nodes))
+    )
+
+
+def test_max_pack_bytes_bounds_a_pack_but_never_splits_a_step(parts: LocalPartitionSet, tmp_path: Path) -> None:
+    cap = 40 * 16  # rows of 4 float32
+    m = pack_epoch(parts, JOB, 1, tmp_path, PackOptions(max_blow_up=0.5, max_pack_bytes=cap))
+    rows = written_rows(tmp_path, m, parts)
+    assert len(m.packs) > 1 and m.stats["largest_pack_bytes"] == max(rows) * 16
+    for p, n in zip(m.packs, rows, strict=True):
+        assert n * 16 <= cap or len(p.steps) == 1
+    tiny = pack_epoch(parts, JOB, 1, tmp_path / "tiny", PackOptions(max_pack_bytes=16))
+    assert all(len(p.steps) == 1 for p in tiny.packs) and len(tiny.packs) == tiny.num_steps
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"max_blow_up": 0.0}, "max_blow_up must be > 0"),
+        ({"max_pack_bytes": -1}, "max_pack_bytes must be >= 0"),
+        ({"steps_per_pack": -2}, "steps_per_pack must be >= 0"),
+        ({"resident": "hot"}, "resident must be"),
+        ({"sample_workers": 0}, "sample_workers >= 1"),
+    ],
+)
+def test_bad_pack_options_are_refused(
+    parts: LocalPartitionSet, tmp_path: Path, options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        pack_epoch(parts, JOB, 1, tmp_path, PackOptions(**options))
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--max-blow-up", "0"], "--max-blow-up"),
+        (["--max-pack-bytes", "-5"], "--max-pack-bytes"),
+        (["--epochs", "3:1"], "--epochs"),
+        (["--epochs", "two"], "--epochs"),
+    ],
+)
+def test_pack_command_refuses_bad_flags(
+    arith_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], match: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["pack", "--data", str(arith_root), "--out", str(tmp_path), *flags])
+    assert exc.value.code != 0 and match in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -54,8 +54,7 @@ def open_partitions(settings: PackSettings) -> PartitionSet:
 def run(args: argparse.Namespace) -> int:
     """Packs each epoch of ``--epochs`` and prints one JSON line of stats per epoch."""
     settings = settings_from_args(PackSettings, args)
-    start, _, end = settings.epochs.partition(":")
-    epochs = range(int(start), int(end) if end else int(start) + 1)
+    epochs = settings.epoch_range()
     job, opts = settings.job(), settings.options()
     partitions = open_partitions(settings)
     try:

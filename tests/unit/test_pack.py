@@ -324,3 +324,19 @@ def test_epochs_packed_ahead_are_each_served_exactly(
     finally:
         loader.close()
     assert all(h > 0 for h in hits) and stats.unpacked == stats.refused == stats.fallbacks == 0
+
+
+def test_an_epoch_whose_rows_are_all_resident_packs_empty_steps(
+    parts: LocalPartitionSet, orig: np.ndarray, tmp_path: Path
+) -> None:
+    m = pack_epoch(parts, JOB, 1, tmp_path, PackOptions(resident="degree", resident_bytes=100 * 16))
+    assert m.stats["blow_up"] == 0 and m.num_resident == 100
+    loader = Loader(
+        parts, MultiHopSampler(parts), cache_policy="static_degree", cache_bytes=100 * 16, pack_root=tmp_path
+    )
+    try:
+        for mb in stream_all(loader):
+            np.testing.assert_array_equal(mb.features, arithmetic_features(orig[mb.blocks.input_nodes]))
+        assert loader.pack_stats.fallbacks == 0
+    finally:
+        loader.close()

@@ -139,6 +139,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)"
     )
+    p.add_argument(
+        "--slow-seconds", type=float, default=120.0, help="memmap under a cgroup limit: stop after the step past this"
+    )
 
 
 def ensure_graph(args: argparse.Namespace) -> Path:
@@ -422,7 +425,8 @@ def memmap_in_cgroup(args: argparse.Namespace, root: Path, job: JobSpec, row_byt
     features + the budget; :mod:`graphfeed.bench.disk_cgroup`), from a cold page cache."""
     spec = {f: getattr(job, f) for f in ("job_id", "job_seed", "batch_size", "replace", "shuffle", "feature_name")}
     drop_caches()
-    r = run_in_cgroup(root, root / FLAT, {**spec, "fanouts": list(job.fanouts)}, args.budget_bytes, args.slow_steps)
+    job_fields = {**spec, "fanouts": list(job.fanouts)}
+    r = run_in_cgroup(root, root / FLAT, job_fields, args.budget_bytes, args.slow_steps, args.slow_seconds)
     if "skipped" in r:
         log.warning("%s skipped: %s", r["system"], r["skipped"])
         return r

@@ -3,14 +3,14 @@ child process in its own cgroup (v1 memory controller), limited to its memory wi
 plus the budget, so the kernel itself holds the file's page cache to the budget (not the bench
 dropping pages, as the in-process "held to the budget" system does).
 
-The child opens the partitions with no feature rows in memory (topology only), joins the
-cgroup (earlier charges moved along where the kernel still does that,
-``memory.move_charge_at_immigrate``), touches a minibatch buffer and samples three steps there,
-sets the limit to the cgroup's peak usage so far (its memory without features) + the budget,
-and runs the epoch: sample, ``feat[input_nodes]`` on the memory map. It prints one JSON line
-(rate, disk bytes, peak usage, how often the limit was hit). The parent creates the cgroup,
-runs the child with a timeout, and removes the cgroup after; where the controller is missing or
-not writable (not root, cgroup v2 only) it says so and skips.
+The child opens the partitions with no feature rows in memory and samples a step (compiling
+the kernels), joins the cgroup (what it uses from then on is charged there), touches every
+page of the topology and a minibatch buffer, samples three steps, then sets the limit to the
+cgroup's peak usage so far (its memory without features) + the budget, and runs the epoch:
+sample, ``feat[input_nodes]`` on the memory map. It prints one JSON line (rate, disk bytes,
+peak usage, how often the limit was hit). The parent creates the cgroup, runs the child with a
+timeout, and removes the cgroup after; where the controller is missing or not writable (not
+root, cgroup v2 only) it says so and skips.
 
 Run alone (the child)::
 
@@ -20,7 +20,6 @@ Run alone (the child)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -36,14 +35,16 @@ SYSTEM = "naive np.memmap, cgroup memory limit (RSS without features + budget)"
 
 
 def run_in_cgroup(
-    root: Path, flat: Path, job: dict[str, Any], budget_bytes: int, max_steps: int, timeout_s: float = 1800.0
+    root: Path, flat: Path, job: dict[str, Any], budget_bytes: int, max_steps: int, max_seconds: float = 120.0
 ) -> dict[str, Any]:
-    """The memmap epoch in a child process under a cgroup memory limit (module docstring).
+    """The memmap epoch in a child process under a cgroup memory limit (module docstring), for
+    ``max_steps`` steps (0: all) or until a step ends past ``max_seconds`` (it may thrash).
 
     Returns:
         The child's JSON result with ``system`` set, or ``{"system": ..., "skipped": reason}``.
     """
     group = MEMCG / f"graphfeed-bench-disk-{os.getpid()}"
+    timeout_s = max_seconds + 600  # start-up, and a last step that thrashes
     try:
         group.mkdir()
     except OSError as exc:
@@ -51,11 +52,12 @@ def run_in_cgroup(
     try:
         cmd = [sys.executable, "-m", "graphfeed.bench.disk_cgroup", "--root", str(root), "--flat", str(flat)]
         cmd += ["--cgroup", str(group), "--budget-bytes", str(budget_bytes), "--steps", str(max_steps)]
-        cmd += ["--job", json.dumps(job)]
+        cmd += ["--job", json.dumps(job), "--max-seconds", str(max_seconds)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode != 0 or not lines:
-            return {"system": SYSTEM, "skipped": f"child exited {done.returncode}: {done.stderr[-2000:]}"}
+            why = "killed (the cgroup's OOM killer: memory.oom_control)" if done.returncode == -9 else "failed"
+            return {"system": SYSTEM, "skipped": f"child {why}, exit {done.returncode}: {done.stderr[-2000:]}"}
         return {"system": SYSTEM, **json.loads(lines[-1])}
     except subprocess.TimeoutExpired:
         return {"system": SYSTEM, "skipped": f"child ran past {timeout_s:.0f} s"}
@@ -90,16 +92,17 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     spec = json.loads(args.job)
     job = JobSpec(**{**spec, "fanouts": tuple(spec["fanouts"])})
     plan = plan_epoch(parts, job, 0)
+    first = MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
+    # the kernels are compiled: from here on, what the process uses is charged to the cgroup
+    (args.cgroup / "cgroup.procs").write_text(f"{os.getpid()}\n")  # no limit yet
+    for topology in sorted(args.root.glob("part-*/*.npy")):  # every page sampling may read
+        int(np.memmap(topology, dtype=np.uint8, mode="r")[::4096].sum())
     spec_ = parts.info.node_data[job.feature_name]
     feat = np.memmap(args.flat, dtype=spec_.dtype, mode="r").reshape(-1, *spec_.row_shape)
-    with contextlib.suppress(OSError):  # v1 only, deprecated: without it, earlier charges stay elsewhere
-        (args.cgroup / "memory.move_charge_at_immigrate").write_text("3\n")
-    (args.cgroup / "cgroup.procs").write_text(f"{os.getpid()}\n")  # no limit yet
     # warm-up in the cgroup: the minibatch buffer touched, then three steps sampled as the epoch
     # samples them: the memory the process uses besides feature pages (anonymous memory cannot be
     # reclaimed without swap, so a limit below it kills the process instead of measuring the
     # page cache); the limit is that peak + the budget
-    first = MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
     buf = np.ones((int(1.5 * len(first.input_nodes)), *spec_.row_shape), dtype=spec_.dtype)
     del first
     for step, _ in sample_steps(MultiHopSampler(parts), job, plan, window=2):
@@ -114,9 +117,9 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     for _, ids in sample_steps(MultiHopSampler(parts), job, plan, window=2):
         if len(ids) > len(buf):
             buf = np.empty((len(ids), *spec_.row_shape), dtype=spec_.dtype)
-        np.take(feat, ids, axis=0, out=buf[: len(ids)])
+        np.take(feat, ids, axis=0, out=buf[: len(ids)], mode="clip")  # "raise" buffers a copy of out
         steps, rows = steps + 1, rows + len(ids)
-        if steps == args.steps:
+        if steps == args.steps or time.perf_counter() - t0 > args.max_seconds:
             break
     seconds = time.perf_counter() - t0
     cg = {name: int((args.cgroup / f"memory.{name}").read_text()) for name in ("max_usage_in_bytes", "failcnt")}
@@ -142,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cgroup", type=Path, required=True, help="the memory cgroup to join (made by the parent)")
     p.add_argument("--budget-bytes", type=int, required=True)
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: the epoch)")
+    p.add_argument("--max-seconds", type=float, default=120.0, help="stop after the step that passes this")
     p.add_argument("--job", required=True, help="JobSpec fields as JSON")
     print(json.dumps(_child(p.parse_args(argv))), flush=True)
     return 0

@@ -307,7 +307,7 @@ def _timed_write(plan: _Pack, rows: np.ndarray, row_bytes: int, out: Path, times
 
 def _write_pack(plan: _Pack, rows: np.ndarray, row_bytes: int, out: Path) -> PackFile:
     """Writes one pack file (rows, padding, gids, padding) and describes it."""
-    body = memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))  # empty where all rows are resident
+    body = np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data  # empty where all rows are resident
     ids = np.ascontiguousarray(plan.ids, dtype=np.int64)
     ids_offset = align(len(body))
     steps, start = [], 0

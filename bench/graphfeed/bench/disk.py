@@ -140,6 +140,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)"
     )
     p.add_argument(
+        "--slow-store-steps",
+        type=int,
+        default=0,
+        help="steps of the unpacked systems (graph-stores, flat file: random reads; 0: the epoch)",
+    )
+    p.add_argument(
         "--slow-seconds", type=float, default=120.0, help="memmap under a cgroup limit: stop after the step past this"
     )
 
@@ -276,6 +282,9 @@ def measure(
         "loader_peak_rss_bytes": status_bytes("self", "VmHWM"),  # the whole process (see markdown's note)
         "store_rss_before_bytes": store_rss,
         "store_peak_rss_bytes": sum(status_bytes(pid, "VmHWM") for pid in store_pids),
+        # after the epoch: anonymous (heap, answers, budget rows) vs file-backed (mapped topology, reclaimable)
+        "store_rss_anon_bytes": sum(status_bytes(pid, "RssAnon") for pid in store_pids),
+        "store_rss_file_bytes": sum(status_bytes(pid, "RssFile") for pid in store_pids),
         "peak_rss_reset": all(resets),
         "graph_store_processes": len(store_pids),
         **r,
@@ -292,8 +301,9 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def run_loader(parts: PartitionSet, job: JobSpec, **kw: Any) -> Callable[[], dict[str, Any]]:
-    """One epoch through a loader (cache warmed before the clock starts): steps, rows."""
+def run_loader(parts: PartitionSet, job: JobSpec, max_steps: int = 0, **kw: Any) -> Callable[[], dict[str, Any]]:
+    """One epoch through a loader (cache warmed before the clock starts): steps, rows. ``max_steps``
+    > 0 stops after that many steps (the slow systems: their rate is what is compared)."""
     loader = Loader(parts, MultiHopSampler(parts), lookahead_steps=8, **kw)
     loader.warm_cache(job.feature_name)
 
@@ -304,6 +314,8 @@ def run_loader(parts: PartitionSet, job: JobSpec, **kw: Any) -> Callable[[], dic
                 for mb in s:
                     steps, rows = steps + 1, rows + len(mb.blocks.input_nodes)
                     misses, packed = misses + mb.stats.cache_misses, packed + mb.stats.pack_rows
+                    if steps == max_steps:
+                        break
             pack_bytes = loader.pack_stats.disk_bytes
         finally:
             loader.close()
@@ -395,7 +407,9 @@ def run(args: argparse.Namespace) -> int:
     results += run_budgeted_stores(args, root, parts, job)
     flat = FlatFileRows(parts, root / FLAT, "feat", threads=4)
     try:
-        unpacked = lambda: run_loader(flat, job, cache_policy="static_degree", cache_bytes=args.budget_bytes)  # noqa: E731
+        unpacked = lambda: run_loader(  # noqa: E731
+            flat, job, args.slow_store_steps, cache_policy="static_degree", cache_bytes=args.budget_bytes
+        )
         results.append(measure(FLAT_SYSTEM, unpacked, row_bytes, root))
     finally:
         flat.close()
@@ -464,7 +478,7 @@ def run_budgeted_stores(
             shm0 = stores.shm_bytes()
             try:
                 go = lambda rows=rows: run_loader(  # noqa: E731
-                    rows, job, cache_policy="static_degree", cache_bytes=args.budget_bytes
+                    rows, job, args.slow_store_steps, cache_policy="static_degree", cache_bytes=args.budget_bytes
                 )
                 r = measure(system, go, row_bytes, root, stores.pids)
             finally:
@@ -545,7 +559,8 @@ def markdown(r: dict) -> str:
             lines.append(f"| {s['system']} | skipped: {s['skipped'][:200]} |")
             continue
         stores = (
-            f"{s['store_rss_ready_bytes'] / mib:.0f} → {s['store_peak_rss_bytes'] / mib:.0f}"
+            f"{s['store_rss_ready_bytes'] / mib:.0f} → {s['store_peak_rss_bytes'] / mib:.0f} "
+            f"({s['store_rss_anon_bytes'] / mib:.0f} anon + {s['store_rss_file_bytes'] / mib:.0f} file after)"
             if s["graph_store_processes"]
             else "–"
         )

@@ -213,7 +213,7 @@ def test_an_epoch_without_packs_is_counted_and_said(
     """A loader given a pack root that streams an epoch nobody packed reads every miss from the
     graph-stores: exact, but slow, so it warns and counts instead of falling back silently."""
     root, _ = packed
-    loader = Loader(parts, MultiHopSampler(parts), cache_policy="none", pack_root=root)
+    loader = Loader(parts, MultiHopSampler(parts), cache_policy="none", pack_root=root, pack_reuse=False)
     try:
         with caplog.at_level(logging.WARNING, logger="graphfeed.loader.packs.tier"):
             for mb in stream_all(loader, epoch=7):  # epoch 7 was never packed
@@ -340,3 +340,24 @@ def test_an_epoch_whose_rows_are_all_resident_packs_empty_steps(
         assert loader.pack_stats.fallbacks == 0
     finally:
         loader.close()
+
+
+def test_an_epoch_without_packs_is_served_exactly_from_another_epochs_packs(
+    parts: LocalPartitionSet, orig: np.ndarray, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Packs sized to span the epoch hold most rows of any epoch's steps: epoch 7, never packed,
+    reads what it can from epoch 1's packs (the same rows, so exact) and the rest from the stores."""
+    pack_epoch(parts, JOB, 1, tmp_path, PackOptions(max_blow_up=1.0))
+    loader = Loader(parts, MultiHopSampler(parts), cache_policy="none", pack_root=tmp_path)
+    try:
+        with caplog.at_level(logging.WARNING, logger="graphfeed.loader.packs.tier"):
+            rows = misses = 0
+            for mb in stream_all(loader, epoch=7):
+                np.testing.assert_array_equal(mb.features, arithmetic_features(orig[mb.blocks.input_nodes]))
+                rows, misses = rows + len(mb.blocks.input_nodes), misses + mb.stats.cache_misses
+        stats = loader.pack_stats
+    finally:
+        loader.close()
+    assert stats.reused == 1 and stats.unpacked == stats.refused == stats.fallbacks == 0
+    assert 0 < stats.hits <= misses == rows  # no cache: every row a miss, served from the packs or the stores
+    assert any("serving its misses from epoch 1's packs" in r.getMessage() for r in caplog.records)

@@ -112,19 +112,18 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     limit = without + args.budget_bytes
     (args.cgroup / "memory.limit_in_bytes").write_text(f"{limit}\n")
     (args.cgroup / "memory.max_usage_in_bytes").write_text("0\n")
-    steps = rows = 0
-    before, t0 = read_bytes(), time.perf_counter()
+    steps, rows, before, t0 = 0.0, 0, read_bytes(), time.perf_counter()
     for _, ids in sample_steps(MultiHopSampler(parts), job, plan, window=2):
         if len(ids) > len(buf):
             buf = np.empty((len(ids), *spec_.row_shape), dtype=spec_.dtype)
-        np.take(feat, ids, axis=0, out=buf[: len(ids)], mode="clip")  # "raise" buffers a copy of out
-        steps, rows = steps + 1, rows + len(ids)
-        if steps == args.steps or time.perf_counter() - t0 > args.max_seconds:
+        done = _take(feat, ids, buf, t0 + args.max_seconds)  # "raise" would buffer a copy of out
+        steps, rows = steps + done / max(1, len(ids)), rows + done
+        if steps >= args.steps > 0 or done < len(ids) or time.perf_counter() - t0 > args.max_seconds:
             break
     seconds = time.perf_counter() - t0
     cg = {name: int((args.cgroup / f"memory.{name}").read_text()) for name in ("max_usage_in_bytes", "failcnt")}
     return {
-        "steps": steps,
+        "steps": round(steps, 3),
         "input_rows": rows,
         "disk_rows": rows,
         "seconds": seconds,
@@ -138,6 +137,17 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _take(feat: np.ndarray, ids: np.ndarray, out: np.ndarray, deadline: float, chunk: int = 8192) -> int:
+    """``out[:n] = feat[ids[:n]]`` a chunk of ids at a time until done or past ``deadline`` (a
+    step can take minutes when the page cache thrashes); returns ``n``."""
+    for lo in range(0, len(ids), chunk):
+        if time.perf_counter() > deadline:
+            return lo
+        part = ids[lo : lo + chunk]
+        np.take(feat, part, axis=0, out=out[lo : lo + len(part)], mode="clip")
+    return len(ids)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", type=Path, required=True, help="partition root")
@@ -145,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cgroup", type=Path, required=True, help="the memory cgroup to join (made by the parent)")
     p.add_argument("--budget-bytes", type=int, required=True)
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: the epoch)")
-    p.add_argument("--max-seconds", type=float, default=120.0, help="stop after the step that passes this")
+    p.add_argument("--max-seconds", type=float, default=120.0, help="stop here, within a step (fractional steps)")
     p.add_argument("--job", required=True, help="JobSpec fields as JSON")
     print(json.dumps(_child(p.parse_args(argv))), flush=True)
     return 0

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition
-from graphfeed.graph_store.types import PartitionInfo
+from graphfeed.graph_store.types import PartitionInfo, RowsInto
 from graphfeed.loader.cache.tiers import TierStats
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.packs.format import MANIFEST, GraphIdentity, PackCorrupt, job_key
@@ -75,19 +75,20 @@ class PackTier:
             if i not in self._loads:
                 self._loads[i] = self._io.submit(self._read, i)
 
-    def lookup(self, step: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(found_mask, rows of ids[found_mask])``: the ids of ``step`` its pack holds; none
-        when the pack failed its checks (counted in ``fallbacks``)."""
+    def place(self, step: int, ids: np.ndarray, into: RowsInto) -> np.ndarray:
+        """Puts the rows of the ids of ``step`` its pack holds where ``into`` says (one copy
+        each); returns the mask of those ids (none when the pack failed its checks, counted in
+        ``fallbacks``)."""
         self.prefetch(step)
         try:
-            found, rows = self._loads[self._pack_of(step)].result().lookup(ids)
+            found = self._loads[self._pack_of(step)].result().place(ids, into.out, into.positions)
         except PackCorrupt:
-            found, rows = np.zeros(len(ids), dtype=bool), np.empty(0)
+            found = np.zeros(len(ids), dtype=bool)
         n = int(found.sum())
         with self.stats.lock:
             self.stats.hits += n
             self.stats.misses += len(ids) - n
-        return found, rows
+        return found
 
     def _pack_of(self, step: int) -> int:
         """The pack serving ``step``: its own, or (packs of another epoch, which may have fewer

@@ -361,3 +361,20 @@ def test_an_epoch_without_packs_is_served_exactly_from_another_epochs_packs(
     assert stats.reused == 1 and stats.unpacked == stats.refused == stats.fallbacks == 0
     assert 0 < stats.hits <= misses == rows  # no cache: every row a miss, served from the packs or the stores
     assert any("serving its misses from epoch 1's packs" in r.getMessage() for r in caplog.records)
+
+
+def test_a_pack_finds_the_same_rows_with_its_gid_table_as_by_search(
+    parts: LocalPartitionSet, packed: tuple[Path, PackManifest]
+) -> None:
+    root, _ = packed
+    reader = PackReader.open(root / job_key(JOB, 1), GraphIdentity.of(parts.info), JOB, 1)
+    try:
+        pack = reader.read_pack(1)
+    finally:
+        reader.close()
+    table, search = pack.with_dense(100), dataclasses.replace(pack, dense=None)
+    ids = np.random.default_rng(0).permutation(100)  # packed and not
+    (f1, at1), (f2, at2) = table.find(ids), search.find(ids)
+    np.testing.assert_array_equal(f1, f2)
+    np.testing.assert_array_equal(at1, at2)
+    assert 0 < f1.sum() < 100 and set(ids[f1]) == set(pack.sorted_ids.tolist())

@@ -4,6 +4,7 @@ and every minibatch equals the in-memory system's, byte for byte."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +81,24 @@ def test_budgeted_stores_stream_the_in_memory_minibatches(
     assert r["cache_misses"] > 0 and r["disk_read_bytes"] >= r["needed_bytes"] > 0
     assert (stores.shm_bytes() > shm0) == bool(shm_dir), "shared memory used exactly where offered"
     assert r["graph_store_processes"] == 2 and r["store_peak_rss_bytes"] >= r["store_rss_before_bytes"] > 0
+
+
+def test_memmap_baseline_runs_under_a_real_cgroup_limit_and_removes_it(root: Path, tmp_path: Path) -> None:
+    """The naive memmap baseline in a child process whose memory cgroup is limited to its memory
+    without features + the budget; the cgroup is gone afterwards."""
+    from graphfeed.bench import disk_cgroup
+    from graphfeed.common.partition import flat_node_data_path
+
+    if not (os.access(disk_cgroup.MEMCG, os.W_OK) and os.geteuid() == 0):
+        pytest.skip(f"needs root and a writable cgroup v1 memory controller at {disk_cgroup.MEMCG}")
+    flat = tmp_path / "feat.bin"  # partitions own consecutive gids: their flat tables concatenate in gid order
+    flat.write_bytes(b"".join(flat_node_data_path(root / part_dir_name(p), "feat").read_bytes() for p in range(2)))
+    job = {"job_id": "disk", "job_seed": 5, "batch_size": 16, "fanouts": [3, 2], "shuffle": True}
+    before = set(disk_cgroup.MEMCG.iterdir())
+    r = disk_cgroup.run_in_cgroup(root, flat, job, budget_bytes=1 << 20, max_steps=0)
+    assert "skipped" not in r, r["skipped"]
+    steps = -(-N * 3 // 5 // 16)  # the train split (v % 5 in {0, 1, 2}), batches of 16
+    assert r["steps"] == steps and r["input_rows"] >= N * 3 // 5
+    assert r["cgroup_limit_bytes"] == r["memory_without_features_bytes"] + (1 << 20)
+    assert 0 < r["cgroup_max_usage_bytes"] <= r["cgroup_limit_bytes"]
+    assert set(disk_cgroup.MEMCG.iterdir()) == before  # the cgroup was removed

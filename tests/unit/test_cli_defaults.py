@@ -73,7 +73,9 @@ def test_pack_job_defaults_are_job_specs(name: str) -> None:
         assert info.default == _declared(JobSpec, name)
 
 
-@pytest.mark.parametrize("name", ["steps_per_pack", "max_pack_bytes", "resident", "resident_bytes", "sample_workers"])
+@pytest.mark.parametrize(
+    "name", ["max_blow_up", "steps_per_pack", "max_pack_bytes", "resident", "resident_bytes", "sample_workers"]
+)
 def test_pack_option_defaults_are_pack_options(name: str) -> None:
     assert PackSettings.model_fields[name].default == getattr(PackOptions(), name)
 

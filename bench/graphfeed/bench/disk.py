@@ -54,6 +54,8 @@ from typing import Any
 import numpy as np
 
 from graphfeed.bench import harness
+from graphfeed.bench.disk_cgroup import SYSTEM as CGROUP_SYSTEM
+from graphfeed.bench.disk_cgroup import run_in_cgroup
 from graphfeed.bench.disk_stores import (
     BudgetedStores,
     RemoteRows,
@@ -68,6 +70,7 @@ from graphfeed.graph_store.partitions import ForwardingPartitionSet, RemoteParti
 from graphfeed.graph_store.types import PartitionSet, RowsInto
 from graphfeed.loader.core import Loader
 from graphfeed.loader.job import JobSpec
+from graphfeed.loader.packs.format import PackManifest
 from graphfeed.pack.offline import plan_epoch, sample_steps
 from graphfeed.pack.writer import PackOptions, pack_epoch
 from graphfeed.sampler.core import MultiHopSampler
@@ -79,6 +82,7 @@ FLAT = "feat.bin"  # the features in gid order, raw
 STORES_SHM = "unpacked, budgeted graph-stores, shared memory"
 STORES_WIRE = "unpacked, budgeted graph-stores, wire only"
 FLAT_SYSTEM = "unpacked, flat file read by the loader"
+REUSED = "packed, an unpacked epoch reusing another epoch's packs"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,10 +104,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--edges", type=int, default=5_000_000, help="undirected edges (default 5M)")
     p.add_argument("--feat-dim", type=int, default=128, help="float32 features per node (a row must divide 4 KiB)")
     p.add_argument("--train-fraction", type=float, default=0.03, help="seed nodes of the epoch (papers100M: 0.011)")
-    p.add_argument("--budget-bytes", type=int, default=128 << 20, help="memory for feature rows (cache + pack buffers)")
     p.add_argument(
-        "--max-pack-bytes", type=int, default=24 << 20, help="per pack; 2 are held, the rest of the budget is cache"
+        "--budget-bytes",
+        type=int,
+        default=128 << 20,
+        help="memory for feature rows: the loader's cache (less 2 packs where --max-pack-bytes caps them)",
     )
+    p.add_argument(
+        "--max-blow-up", type=float, default=3.0, help="packs: bytes written per epoch / table bytes, at most"
+    )
+    p.add_argument(
+        "--max-pack-bytes",
+        type=int,
+        default=0,
+        help="packs: distinct rows of one pack, at most (2 are held; taken from the budget); 0: sized by --max-blow-up",
+    )
+    p.add_argument("--pack-epochs", type=int, default=2, help="epochs packed ahead (0..N-1); epoch 0 is streamed")
     p.add_argument("--threads", default="1,4", help="pread threads of the packed system, comma-separated")
     p.add_argument(
         "--store-budget-bytes",
@@ -123,6 +139,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slow-steps", type=int, default=20, help="steps of the memmap held to the budget (it thrashes; 0: all)"
+    )
+    p.add_argument(
+        "--slow-store-steps",
+        type=int,
+        default=0,
+        help="steps of the unpacked systems (graph-stores, flat file: random reads; 0: the epoch)",
+    )
+    p.add_argument(
+        "--slow-seconds", type=float, default=120.0, help="memmap under a cgroup limit: stop after the step past this"
     )
 
 
@@ -255,8 +280,12 @@ def measure(
         "read_amplification": disk / needed if needed else 0.0,
         "page_cache_dropped": dropped,
         "loader_rss_bytes": status_bytes("self", "VmHWM") - rss0,
+        "loader_peak_rss_bytes": status_bytes("self", "VmHWM"),  # the whole process (see markdown's note)
         "store_rss_before_bytes": store_rss,
         "store_peak_rss_bytes": sum(status_bytes(pid, "VmHWM") for pid in store_pids),
+        # after the epoch: anonymous (heap, answers, budget rows) vs file-backed (mapped topology, reclaimable)
+        "store_rss_anon_bytes": sum(status_bytes(pid, "RssAnon") for pid in store_pids),
+        "store_rss_file_bytes": sum(status_bytes(pid, "RssFile") for pid in store_pids),
         "peak_rss_reset": all(resets),
         "graph_store_processes": len(store_pids),
         **r,
@@ -273,18 +302,23 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def run_loader(parts: PartitionSet, job: JobSpec, **kw: Any) -> Callable[[], dict[str, Any]]:
-    """One epoch through a loader (cache warmed before the clock starts): steps, rows."""
+def run_loader(
+    parts: PartitionSet, job: JobSpec, max_steps: int = 0, epoch: int = 0, **kw: Any
+) -> Callable[[], dict[str, Any]]:
+    """One epoch through a loader (cache warmed before the clock starts): steps, rows. ``max_steps``
+    > 0 stops after that many steps (the slow systems: their rate is what is compared)."""
     loader = Loader(parts, MultiHopSampler(parts), lookahead_steps=8, **kw)
     loader.warm_cache(job.feature_name)
 
     def go() -> dict[str, Any]:
         steps = rows = misses = packed = 0
         try:
-            with loader.stream(job, 0) as s:
+            with loader.stream(job, epoch) as s:
                 for mb in s:
                     steps, rows = steps + 1, rows + len(mb.blocks.input_nodes)
                     misses, packed = misses + mb.stats.cache_misses, packed + mb.stats.pack_rows
+                    if steps == max_steps:
+                        break
             pack_bytes = loader.pack_stats.disk_bytes
         finally:
             loader.close()
@@ -355,13 +389,14 @@ def run(args: argparse.Namespace) -> int:
     cache_bytes = args.budget_bytes - 2 * args.max_pack_bytes
     packs = args.workdir / "packs"
     opts = PackOptions(
-        steps_per_pack=64, max_pack_bytes=args.max_pack_bytes, resident="degree", resident_bytes=cache_bytes
+        max_blow_up=args.max_blow_up,
+        max_pack_bytes=args.max_pack_bytes,
+        resident="degree",
+        resident_bytes=cache_bytes,
     )
     plan = plan_epoch(parts, job, 0)  # compiles the sampling kernels: no system, packing included, pays for it
     MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
-    t0 = time.perf_counter()
-    manifest = pack_epoch(parts, job, 0, packs, opts)
-    pack_s = time.perf_counter() - t0
+    manifest, pack_s = pack_ahead(parts, job, packs, opts, max(1, args.pack_epochs))
     results = [measure("in memory", lambda: run_loader(parts, job, cache_policy="none"), row_bytes, root)]
     for threads in [int(t) for t in args.threads.split(",")]:
         kw = {
@@ -372,19 +407,59 @@ def run(args: argparse.Namespace) -> int:
         }
         packed = lambda kw=kw: run_loader(parts, job, pack_direct_io=True, **kw)  # noqa: E731
         results.append(measure(f"packed, {threads} pread threads", packed, row_bytes, root))
+    # an epoch nobody packed, served from epoch pack_epochs - 1's packs (the loader's pack reuse)
+    reused = lambda kw=kw: run_loader(parts, job, 0, max(1, args.pack_epochs), pack_direct_io=True, **kw)  # noqa: E731
+    results.append(measure(REUSED, reused, row_bytes, root))
     results += run_budgeted_stores(args, root, parts, job)
     flat = FlatFileRows(parts, root / FLAT, "feat", threads=4)
     try:
-        unpacked = lambda: run_loader(flat, job, cache_policy="static_degree", cache_bytes=args.budget_bytes)  # noqa: E731
+        unpacked = lambda: run_loader(  # noqa: E731
+            flat, job, args.slow_store_steps, cache_policy="static_degree", cache_bytes=args.budget_bytes
+        )
         results.append(measure(FLAT_SYSTEM, unpacked, row_bytes, root))
     finally:
         flat.close()
     results.append(measure("naive np.memmap", lambda: run_memmap(parts, job, root / FLAT), row_bytes, root))
     naive_budget = lambda: run_memmap(parts, job, root / FLAT, args.budget_bytes, args.slow_steps)  # noqa: E731
     results.append(measure("naive np.memmap, page cache held to the budget", naive_budget, row_bytes, root))
+    results.append(memmap_in_cgroup(args, root, job, row_bytes))
     result = summarize(args, m, manifest.stats, pack_s, results, cache_bytes)
     harness.write(args, result, markdown(result), "disk")
     return 0
+
+
+def pack_ahead(
+    parts: PartitionSet, job: JobSpec, root: Path, opts: PackOptions, epochs: int
+) -> tuple[PackManifest, float]:
+    """Packs epochs ``0..epochs-1`` as ``graphfeed pack --epochs 0:N`` does; epoch 0's manifest
+    and the wall seconds per epoch (the CPU seconds are in each manifest's stats). Packs of an
+    earlier run are removed first (epoch N must have none: the reuse system streams it)."""
+    shutil.rmtree(root, ignore_errors=True)
+    t0 = time.perf_counter()
+    manifests = [pack_epoch(parts, job, e, root, opts) for e in range(epochs)]
+    for m in manifests:
+        log.info("packed epoch %d: %s", m.epoch, m.stats)
+    return manifests[0], (time.perf_counter() - t0) / epochs
+
+
+def memmap_in_cgroup(args: argparse.Namespace, root: Path, job: JobSpec, row_bytes: int) -> dict[str, Any]:
+    """The memmap system in a child process under a real cgroup memory limit (its memory without
+    features + the budget; :mod:`graphfeed.bench.disk_cgroup`), from a cold page cache."""
+    spec = {f: getattr(job, f) for f in ("job_id", "job_seed", "batch_size", "replace", "shuffle", "feature_name")}
+    drop_caches()
+    job_fields = {**spec, "fanouts": list(job.fanouts)}
+    r = run_in_cgroup(root, root / FLAT, job_fields, args.budget_bytes, args.slow_steps, args.slow_seconds)
+    if "skipped" in r:
+        log.warning("%s skipped: %s", r["system"], r["skipped"])
+        return r
+    needed = r["disk_rows"] * row_bytes
+    return {
+        **r,
+        "needed_bytes": needed,
+        "read_amplification": r["disk_read_bytes"] / needed if needed else 0.0,
+        "loader_rss_bytes": r["cgroup_max_usage_bytes"],
+        "graph_store_processes": 0,
+    }
 
 
 def store_budget(args: argparse.Namespace, partitions: int) -> int:
@@ -411,7 +486,7 @@ def run_budgeted_stores(
             shm0 = stores.shm_bytes()
             try:
                 go = lambda rows=rows: run_loader(  # noqa: E731
-                    rows, job, cache_policy="static_degree", cache_bytes=args.budget_bytes
+                    rows, job, args.slow_store_steps, cache_policy="static_degree", cache_bytes=args.budget_bytes
                 )
                 r = measure(system, go, row_bytes, root, stores.pids)
             finally:
@@ -441,7 +516,8 @@ def summarize(
     cache_bytes: int,
 ) -> dict:
     by = {r["system"]: r for r in results}
-    best_packed = max((r for r in results if r["system"].startswith("packed")), key=lambda r: r["minibatches_per_s"])
+    own = [r for r in results if r["system"].startswith("packed") and r["system"] != REUSED]
+    best_packed = max(own, key=lambda r: r["minibatches_per_s"])
     return {
         "graph": {
             "nodes": m.num_nodes,
@@ -453,6 +529,7 @@ def summarize(
         "budget_bytes": args.budget_bytes,
         "cache_bytes": cache_bytes,
         "max_pack_bytes": args.max_pack_bytes,
+        "pack_epochs": max(1, args.pack_epochs),
         "store_budget_bytes": store_budget(args, m.num_partitions),
         "pack": {**stats, "wall_seconds": pack_s},
         "systems": results,
@@ -463,7 +540,10 @@ def summarize(
             / by["naive np.memmap, page cache held to the budget"]["minibatches_per_s"],
             "packed_vs_unpacked": best_packed["minibatches_per_s"] / by[STORES_SHM]["minibatches_per_s"],
             "packed_vs_unpacked_wire": best_packed["minibatches_per_s"] / by[STORES_WIRE]["minibatches_per_s"],
+            "reused_vs_in_memory": by[REUSED]["minibatches_per_s"] / by["in memory"]["minibatches_per_s"],
             "packed_vs_flat_file": best_packed["minibatches_per_s"] / by[FLAT_SYSTEM]["minibatches_per_s"],
+            "packed_vs_memmap_in_cgroup": best_packed["minibatches_per_s"]
+            / by[CGROUP_SYSTEM].get("minibatches_per_s", float("nan")),
             "pack_time_vs_packed_epoch": pack_s / best_packed["seconds"],
         },
     }
@@ -473,29 +553,35 @@ def markdown(r: dict) -> str:
     g, p, q, j = r["graph"], r["pack"], r["ratios"], r["job"]
     mib = 2**20
     head = (
-        f"`graphfeed bench disk`: {g['nodes']:,} nodes, {g['feature_bytes'] / mib:.0f} MiB of features, budget "
-        f"{r['budget_bytes'] / mib:.0f} MiB (cache {r['cache_bytes'] / mib:.0f} MiB + 2 packs of <= "
-        f"{r['max_pack_bytes'] / mib:.0f} MiB), batch {j['batch_size']}, fanouts {j['fanouts']}, {j['steps']} steps; "
-        "page cache dropped before each system."
+        f"`graphfeed bench disk`: {g['nodes']:,} nodes, {g['edges']:,} edges, {g['feature_bytes'] / mib:.0f} MiB of "
+        f"features, budget {r['budget_bytes'] / mib:.0f} MiB (cache {r['cache_bytes'] / mib:.0f} MiB; packs sized to a "
+        f"{p['max_blow_up']:.1f}x blow-up, largest {p['largest_pack_bytes'] / mib:.0f} MiB, "
+        f"{p['steps_per_pack']:.1f} steps per pack), batch {j['batch_size']}, fanouts {j['fanouts']}, "
+        f"{j['steps']} steps; page cache dropped before each system."
     )
     cols = (
         "| system | steps | minibatches/s | disk MiB read | needed MiB | read amplification | loader RSS MiB "
-        "| graph-store RSS MiB |"
+        "| loader process peak MiB | graph-store RSS MiB |"
     )
-    lines = [head, "", cols, "|---|---|---|---|---|---|---|---|"]
+    lines = [head, "", cols, "|---|---|---|---|---|---|---|---|---|"]
     for s in r["systems"]:
+        if "skipped" in s:
+            lines.append(f"| {s['system']} | skipped: {s['skipped'][:200]} |")
+            continue
         stores = (
-            f"{s['store_rss_ready_bytes'] / mib:.0f} → {s['store_peak_rss_bytes'] / mib:.0f}"
+            f"{s['store_rss_ready_bytes'] / mib:.0f} → {s['store_peak_rss_bytes'] / mib:.0f} "
+            f"({s['store_rss_anon_bytes'] / mib:.0f} anon + {s['store_rss_file_bytes'] / mib:.0f} file after)"
             if s["graph_store_processes"]
             else "–"
         )
         lines.append(
             f"| {s['system']} | {s['steps']} | {s['minibatches_per_s']:.2f} | {s['disk_read_bytes'] / mib:.1f} "
             f"| {s['needed_bytes'] / mib:.1f} | {s['read_amplification']:.2f}x | {s['loader_rss_bytes'] / mib:.0f} "
-            f"| {stores} |"
+            f"| {s['loader_peak_rss_bytes'] / mib:.0f} | {stores} |"
         )
     packing = (
-        f"Packing: blow-up {p['blow_up']:.2f}x ({p['packed_bytes'] / mib:.0f} MiB packed), {p['wall_seconds']:.1f} s "
+        f"Packing (per epoch, {r['pack_epochs']} packed ahead): blow-up {p['blow_up']:.2f}x "
+        f"({p['packed_bytes'] / mib:.0f} MiB packed), {p['wall_seconds']:.1f} s "
         f"(sampling {p['sample_seconds']:.1f} s, row fetch {p['fetch_seconds']:.1f} s, "
         f"writes {p['write_seconds']:.1f} s) = {q['pack_time_vs_packed_epoch']:.2f}x the packed epoch."
     )
@@ -503,7 +589,9 @@ def markdown(r: dict) -> str:
         f"Best packed vs in memory {q['packed_vs_in_memory']:.2f}x, vs naive memmap {q['packed_vs_memmap']:.2f}x "
         f"(page cache held to the budget: {q['packed_vs_memmap_at_budget']:.2f}x), "
         f"vs unpacked (budgeted graph-stores, shared memory) {q['packed_vs_unpacked']:.2f}x, "
-        f"wire only {q['packed_vs_unpacked_wire']:.2f}x, flat file read by the loader {q['packed_vs_flat_file']:.2f}x."
+        f"wire only {q['packed_vs_unpacked_wire']:.2f}x, flat file read by the loader {q['packed_vs_flat_file']:.2f}x, "
+        f"naive memmap under a cgroup limit {q['packed_vs_memmap_in_cgroup']:.2f}x. An epoch served from another "
+        f"epoch's packs vs in memory {q['reused_vs_in_memory']:.2f}x."
     )
     note = (
         "Needed = bytes of the rows the memory tier did not serve (cache misses; every input row for memmap). "
@@ -516,7 +604,9 @@ def markdown(r: dict) -> str:
         "epoch's peak. Loader RSS = the bench "
         "process's peak RSS over its RSS before the system was built (cache, pack buffers, mapped file pages); the "
         "in-memory and packed rows sample from, and fall back to, in-process graph-stores holding the whole table, "
-        "which is not counted."
+        "which is not counted there. Loader process peak = the whole process's VmHWM (that table, topology and "
+        "every system before included: an upper bound); for the cgroup system, the child's own process, whose "
+        "loader RSS column is the cgroup's peak usage (memory without features + page cache, held to the limit)."
     )
     lines += ["", packing, ratios, "", note]
     return "\n".join(lines) + "\n"

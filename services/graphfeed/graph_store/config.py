@@ -44,6 +44,20 @@ class GraphStoreSettings(ServiceSettings):
     io_threads: int = Field(
         default=8, ge=1, description="With a memory budget, threads reading rows from disk (several reads in flight)."
     )
+    malloc_arena_max: int = Field(
+        default=2,
+        ge=0,
+        description="glibc malloc arenas of the process (0: glibc's default, up to 8 per core, one grown per gRPC "
+        "handler thread).",
+    )
+    malloc_mmap_threshold_bytes: int = Field(
+        default=1 << 20,
+        ge=0,
+        le=32 << 20,
+        description="Allocations of at least this many bytes (answers) are mapped on their own and given back to "
+        "the kernel when freed (0: glibc's sliding threshold, which rises after the first large answer and keeps "
+        "later ones in the heap: RSS that grows while serving).",
+    )
     append_dir: str = Field(
         default="",
         description="Directory of the durable edge-append log (RocksDB), e.g. <part_dir>/appends: AppendEdges takes "

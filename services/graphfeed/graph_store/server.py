@@ -7,6 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from graphfeed.common.malloc import tune_malloc
 from graphfeed.common.rpc import RunningServer
 from graphfeed.common.service import run_service, start_service_server
 from graphfeed.common.transport import ServerTransport
@@ -73,5 +74,7 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
 
 
 def main(settings: GraphStoreSettings) -> None:
-    """Serves until SIGTERM/SIGINT, then drains calls for ``grace_s`` and closes the store."""
+    """Serves until SIGTERM/SIGINT, then drains calls for ``grace_s`` and closes the store.
+    The process's malloc is set first (:mod:`graphfeed.common.malloc`: what it frees goes back)."""
+    tune_malloc(settings.malloc_arena_max, settings.malloc_mmap_threshold_bytes)
     run_service("graph-store", settings, serve, on_stop=lambda store: store.close())

@@ -105,6 +105,11 @@ class LoaderSettings(PeerServiceSettings):
     )
     pack_read_threads: int = Field(default=4, ge=1, description="Preads in flight per pack read.")
     pack_direct_io: bool = Field(default=False, description="Read packs with O_DIRECT, bypassing the page cache.")
+    pack_reuse: bool = Field(
+        default=True,
+        description="Serve an epoch that has no packs from its job's nearest packed epoch's packs (exact rows; those "
+        "they lack come from the graph-stores).",
+    )
     rpc_timeout_s: float = Field(
         default=30.0, gt=0, description="Deadline of each call to a graph-store or the sampler, in seconds."
     )

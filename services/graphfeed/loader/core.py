@@ -65,6 +65,8 @@ class Loader:
             None: no pack tier.
         pack_read_threads: preads in flight per pack read (>= 1).
         pack_direct_io: read packs with ``O_DIRECT`` (bypassing the page cache).
+        pack_reuse: an epoch with no packs of its own is served from the job's nearest packed
+            epoch's packs (exact rows; what they lack comes from the graph-stores).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Loader:
         pack_root: Path | None = None,
         pack_read_threads: int = 4,
         pack_direct_io: bool = False,
+        pack_reuse: bool = True,
     ) -> None:
         check_policy(cache_policy)
         for name, value in (
@@ -106,6 +109,7 @@ class Loader:
         self.pack_root = pack_root
         self.pack_read_threads = max(1, pack_read_threads)
         self.pack_direct_io = pack_direct_io
+        self.pack_reuse = pack_reuse
         self.pack_stats = PackStats()
         self._pool = ThreadPoolExecutor(max_workers=sample_workers, thread_name_prefix="loader-sample")
         # host feature arrays of minibatches: a few per stream in flight (queued, being sent)
@@ -282,6 +286,7 @@ class Loader:
                 lookahead_steps=self.lookahead_steps,
                 threads=self.pack_read_threads,
                 direct=self.pack_direct_io,
+                reuse=self.pack_reuse,
             )
             if tier is not None:
                 tiers[key] = tier

@@ -283,10 +283,9 @@ class Gatherer:
         packed = 0
         packs = self.packs.get(key)
         if packs is not None and len(miss_ids):
-            found, pack_rows = packs.lookup(step, miss_ids)
-            packed = len(pack_rows)
+            found = packs.place(step, miss_ids, into)
+            packed = int(np.count_nonzero(found))
             if packed:
-                into.out[into.positions[found]] = pack_rows
                 miss_ids, into = miss_ids[~found], into.at(~found)
         if not len(miss_ids):
             return packed, {}

@@ -53,6 +53,10 @@ _PACK_COUNTERS = (
         ),
     ),
     (
+        "graphfeed_loader_pack_reused_epochs",
+        "Streams (one epoch of one rank) with no packs of their own served from another epoch's packs of their job.",
+    ),
+    (
         "graphfeed_loader_pack_read_seconds",
         "Time spent reading and checking pack files (off the minibatch path when read ahead).",
     ),
@@ -123,7 +127,7 @@ class _StateCollector:
 def _pack_families(packs: PackStats) -> Iterator[Metric]:
     """The packed-disk tier's own counters (its row hits are the cache counters' tier="pack")."""
     with packs.lock:
-        values = (packs.disk_bytes, packs.fallbacks, packs.refused, packs.unpacked, packs.read_seconds)
+        values = (packs.disk_bytes, packs.fallbacks, packs.refused, packs.unpacked, packs.reused, packs.read_seconds)
     for (name, doc), value in zip(_PACK_COUNTERS, values):
         yield CounterMetricFamily(name, doc, value=value)
 

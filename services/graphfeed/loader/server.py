@@ -66,6 +66,7 @@ def _connect(settings: LoaderSettings, metrics: LoaderMetrics) -> Loader:
             pack_root=Path(settings.pack_root) if settings.pack_root else None,
             pack_read_threads=settings.pack_read_threads,
             pack_direct_io=settings.pack_direct_io,
+            pack_reuse=settings.pack_reuse,
         )
     except BaseException:
         sampler.close()

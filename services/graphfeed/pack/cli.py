@@ -2,11 +2,14 @@
 
 Examples::
 
-    graphfeed pack --data /data/graph --out /data/packs --batch-size 1024 --fanouts 10,5 --job-seed 7 \\
-        --epochs 0:2 --resident-bytes 134217728
+    graphfeed pack --data /data/graph --out /data/packs --batch-size 1024 --fanouts 15,10,5 --job-seed 7 \\
+        --epochs 0:4 --resident-bytes 134217728              # packs at most 3x the table per epoch (--max-blow-up)
+    graphfeed pack ... --max-pack-bytes 268435456            # a loader holds <= 2 x 256 MiB of packs; more blow-up
     graphfeed pack --graph-stores gs-0:50051,gs-1:50051 --out /packs ...   # graph-stores over gRPC
 
 A loader started with ``--pack-root /data/packs`` then serves the job's cache misses from them.
+Epochs are packed ahead (``--epochs START:END``): each is sampled exactly as the loader will, so
+a pack serves the epoch it was written for; pack the next ones while the trainer runs.
 """
 
 from __future__ import annotations
@@ -54,8 +57,7 @@ def open_partitions(settings: PackSettings) -> PartitionSet:
 def run(args: argparse.Namespace) -> int:
     """Packs each epoch of ``--epochs`` and prints one JSON line of stats per epoch."""
     settings = settings_from_args(PackSettings, args)
-    start, _, end = settings.epochs.partition(":")
-    epochs = range(int(start), int(end) if end else int(start) + 1)
+    epochs = settings.epoch_range()
     job, opts = settings.job(), settings.options()
     partitions = open_partitions(settings)
     try:

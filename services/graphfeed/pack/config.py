@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from graphfeed.common.config import field_from, split_commas
@@ -42,7 +42,9 @@ class PackSettings(BaseSettings):
     data: Path | None = Field(default=None, description="Partition root (opened in this process).")
     graph_stores: str = Field(default="", description="host:port of every graph-store, comma-separated.")
     out: Path = Field(..., description="Pack root (a loader's --pack-root).")
-    epochs: str = Field(default="0:1", description="Epochs to pack, START:END (end exclusive).")
+    epochs: str = Field(
+        default="0:1", description="Epochs to pack, START:END (end exclusive): packed ahead of the trainer."
+    )
     job_seed: int = field_from(JobSpec, "job_seed")
     split: str = field_from(JobSpec, "split")
     batch_size: int = field_from(JobSpec, "batch_size")
@@ -55,9 +57,22 @@ class PackSettings(BaseSettings):
     rank: int = field_from(JobSpec, "rank")
     world_size: int = field_from(JobSpec, "world_size")
     feature_name: str = field_from(JobSpec, "feature_name")
-    steps_per_pack: int = field_from(PackOptions, "steps_per_pack", description="Most consecutive steps in one pack.")
+    max_blow_up: float = field_from(
+        PackOptions,
+        "max_blow_up",
+        gt=0,
+        description="Bytes of packs written per epoch / bytes of the feature table, at most: consecutive steps "
+        "share a pack (each row once) until its rows per step fit the epoch's share of this.",
+    )
     max_pack_bytes: int = field_from(
-        PackOptions, "max_pack_bytes", description="A pack closes before its steps' rows pass this many bytes."
+        PackOptions,
+        "max_pack_bytes",
+        ge=0,
+        description="A pack closes before its distinct rows pass this many bytes (what a loader holds per pack; "
+        "0: no limit but the blow-up target).",
+    )
+    steps_per_pack: int = field_from(
+        PackOptions, "steps_per_pack", ge=0, description="Most consecutive steps in one pack (0: no limit)."
     )
     resident: Literal["reuse", "degree"] = field_from(
         PackOptions,
@@ -66,9 +81,29 @@ class PackSettings(BaseSettings):
         "as static_degree).",
     )
     resident_bytes: int = field_from(
-        PackOptions, "resident_bytes", description="Bytes of rows left to the memory tiers (the loader's cache_bytes)."
+        PackOptions,
+        "resident_bytes",
+        ge=0,
+        description="Bytes of rows left to the memory tiers (the loader's cache_bytes).",
     )
-    sample_workers: int = field_from(PackOptions, "sample_workers", description="Threads sampling ahead.")
+    sample_workers: int = field_from(PackOptions, "sample_workers", ge=1, description="Threads sampling ahead.")
+
+    @field_validator("epochs")
+    @classmethod
+    def _epochs_are_a_range(cls, text: str) -> str:
+        start, sep, end = text.partition(":")
+        try:
+            first, stop = int(start), int(end) if sep else int(start) + 1
+        except ValueError:
+            raise ValueError(f"give START:END (end exclusive) or one epoch, got {text!r}") from None
+        if not 0 <= first < stop:
+            raise ValueError(f"need 0 <= START < END, got {text!r}")
+        return text
+
+    def epoch_range(self) -> range:
+        """The epochs to pack (``epochs`` START:END, end exclusive; or one epoch)."""
+        start, sep, end = self.epochs.partition(":")
+        return range(int(start), int(end) if sep else int(start) + 1)
 
     def job(self) -> JobSpec:
         """The job to pack."""
@@ -78,5 +113,10 @@ class PackSettings(BaseSettings):
     def options(self) -> PackOptions:
         """How to pack."""
         return PackOptions(
-            self.steps_per_pack, self.max_pack_bytes, self.resident, self.resident_bytes, self.sample_workers
+            max_blow_up=self.max_blow_up,
+            max_pack_bytes=self.max_pack_bytes,
+            steps_per_pack=self.steps_per_pack,
+            resident=self.resident,
+            resident_bytes=self.resident_bytes,
+            sample_workers=self.sample_workers,
         )

@@ -2,7 +2,8 @@
 
 :func:`pack_epoch` samples the epoch (:mod:`graphfeed.pack.offline`), picks the
 memory-resident rows (the most reused over the epoch, or the highest in-degree ones, which is
-what a ``static_degree`` cache of the same size holds), groups consecutive steps into packs,
+what a ``static_degree`` cache of the same size holds), groups consecutive steps into packs
+(as many as a blow-up target needs: :mod:`graphfeed.pack.sizing`),
 and for each pack fetches the union of its steps' other rows from the graph-stores (one
 fan-out) and writes it with large writes, while the next pack's rows are fetched. With
 "degree" (known before sampling) the whole thing is one pipeline: steps are sampled ahead on
@@ -43,6 +44,7 @@ from graphfeed.loader.packs.format import (
     job_key,
 )
 from graphfeed.pack.offline import plan_epoch, sample_steps
+from graphfeed.pack.sizing import PackSizing, group_steps
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.sampler.types import BlockSampler
 
@@ -56,9 +58,12 @@ class PackOptions:
     """How to pack.
 
     Attributes:
-        steps_per_pack: most consecutive steps in one pack (>= 1).
-        max_pack_bytes: a pack closes before its steps' rows (counted with repeats) pass this;
-            bounds what a reader holds in memory per pack.
+        max_blow_up: bytes of packs written per epoch / bytes of the feature table, at most:
+            consecutive steps share a pack until its rows per step fall within the epoch's share
+            of this (:mod:`graphfeed.pack.sizing`; exact unless a limit below closes a pack first).
+        max_pack_bytes: a pack closes before its distinct rows pass this many bytes: bounds what
+            a reader holds per pack (0: no limit; a step that alone passes it is a pack).
+        steps_per_pack: most consecutive steps in one pack (0: no limit).
         resident: "reuse": leave out the rows most steps of the epoch read; "degree": the
             highest in-degree rows (exactly what a ``static_degree`` cache of
             ``resident_bytes`` holds).
@@ -67,12 +72,29 @@ class PackOptions:
         max_ids_per_request: ids per graph-store request.
     """
 
-    steps_per_pack: int = 16
-    max_pack_bytes: int = 64 << 20
+    max_blow_up: float = 3.0
+    max_pack_bytes: int = 0
+    steps_per_pack: int = 0
     resident: Literal["reuse", "degree"] = "reuse"
     resident_bytes: int = 0
     sample_workers: int = 2
     max_ids_per_request: int = FETCH_IDS_PER_CALL
+
+    @property
+    def sizing(self) -> PackSizing:
+        """The limits packs are sized by."""
+        return PackSizing(self.max_blow_up, self.max_pack_bytes, self.steps_per_pack)
+
+    def check(self) -> None:
+        """Raises InvalidArgument naming the first bad option."""
+        self.sizing.check()
+        if self.resident not in ("reuse", "degree"):
+            raise InvalidArgument(f"resident must be 'reuse' or 'degree', got {self.resident!r}")
+        if self.resident_bytes < 0 or self.sample_workers < 1 or self.max_ids_per_request < 1:
+            raise InvalidArgument(
+                "need resident_bytes >= 0, sample_workers >= 1 and max_ids_per_request >= 1, got "
+                f"{self.resident_bytes}, {self.sample_workers} and {self.max_ids_per_request}"
+            )
 
 
 def pack_epoch(
@@ -93,8 +115,7 @@ def pack_epoch(
         InvalidArgument: bad options or job. NotFound: unknown split or feature.
     """
     opts = options or PackOptions()
-    if opts.steps_per_pack < 1 or opts.max_pack_bytes < 1 or opts.resident not in ("reuse", "degree"):
-        raise InvalidArgument(f"bad pack options {opts}")
+    opts.check()
     t0 = time.perf_counter()
     info = partitions.info
     if job.feature_name not in info.node_data:
@@ -119,13 +140,17 @@ def pack_epoch(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     np.save(tmp / RESIDENT, resident)
-    packs = _write_packs(partitions, job.feature_name, steps, resident, opts, row_bytes, tmp, times)
+    share = opts.sizing.step_share(table_rows, table_rows - len(resident), plan.num_steps)
+    packs = _write_packs(partitions, job.feature_name, steps, resident, opts, (share, row_bytes), tmp, times)
     packed = sum(p.rows_bytes for p in packs)
     stats = {
         "packed_bytes": packed,
         "file_bytes": sum(p.file_bytes for p in packs),
         "table_bytes": table_rows * row_bytes,
         "blow_up": packed / max(1, table_rows * row_bytes),
+        "max_blow_up": opts.max_blow_up,
+        "largest_pack_bytes": max((p.rows_bytes for p in packs), default=0),
+        "steps_per_pack": plan.num_steps / max(1, len(packs)),
         "resident_bytes": len(resident) * row_bytes,
         "needed_bytes": sum(s.num_packed for p in packs for s in p.steps) * row_bytes,
         **times,
@@ -218,27 +243,6 @@ def _by_reuse(steps: Sequence[np.ndarray], num_nodes: int, cap: int) -> np.ndarr
     return np.sort(top[reuse[top] > 1]).astype(np.int64)  # a row read once gains nothing from memory
 
 
-def _grouped(
-    steps: Iterable[np.ndarray], is_resident: np.ndarray, opts: PackOptions, row_bytes: int
-) -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
-    """``(first step, input nodes, non-resident input nodes)`` of consecutive steps, a pack's
-    worth at a time: at most ``steps_per_pack`` steps and (but for a lone step)
-    ``max_pack_bytes`` of rows counted with repeats."""
-    first, rows = 0, 0
-    inputs: list[np.ndarray] = []
-    packed: list[np.ndarray] = []
-    for step, ids in enumerate(steps):
-        mine = ids[~is_resident[ids]]
-        if inputs and (len(inputs) >= opts.steps_per_pack or (rows + len(mine)) * row_bytes > opts.max_pack_bytes):
-            yield first, inputs, packed
-            first, inputs, packed, rows = step, [], [], 0
-        inputs.append(ids)
-        packed.append(mine)
-        rows += len(mine)
-    if inputs:
-        yield first, inputs, packed
-
-
 @dataclass(frozen=True)
 class _Pack:
     """One pack's plan: its rows' gids in pack order and where each step's new rows end."""
@@ -267,18 +271,20 @@ def _write_packs(
     steps: Iterable[np.ndarray],
     resident: np.ndarray,
     opts: PackOptions,
-    row_bytes: int,
+    sizes: tuple[float, int],
     out: Path,
     times: dict[str, float],
 ) -> list[PackFile]:
     """Fetches and writes every pack; writing pack i overlaps fetching pack i+1 (and sampling
-    the steps after it, when those are still being sampled)."""
+    the steps after it, when those are still being sampled). ``sizes``: rows a pack may hold
+    per step (:meth:`PackSizing.step_share`) and bytes per row."""
+    share, row_bytes = sizes
     is_resident = np.zeros(partitions.info.num_nodes, dtype=bool)
     is_resident[resident] = True
     files: list[PackFile] = []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pack-write") as writer:
         pending: Future[PackFile] | None = None
-        for i, (first, inputs, packed) in enumerate(_grouped(steps, is_resident, opts, row_bytes)):
+        for i, (first, inputs, packed) in enumerate(group_steps(steps, is_resident, opts.sizing, share, row_bytes)):
             plan = _plan_pack(i, first, packed, inputs)
             t = time.perf_counter()
             rows = fetch_rows(partitions, name, plan.ids, opts.max_ids_per_request)[0]
@@ -301,7 +307,7 @@ def _timed_write(plan: _Pack, rows: np.ndarray, row_bytes: int, out: Path, times
 
 def _write_pack(plan: _Pack, rows: np.ndarray, row_bytes: int, out: Path) -> PackFile:
     """Writes one pack file (rows, padding, gids, padding) and describes it."""
-    body = np.ascontiguousarray(rows).data.cast("B")
+    body = np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data  # empty where all rows are resident
     ids = np.ascontiguousarray(plan.ids, dtype=np.int64)
     ids_offset = align(len(body))
     steps, start = [], 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.rows import take_rows
 from graphfeed.common.schema import DEFAULT_NTYPE
 
 
@@ -266,7 +267,7 @@ class HostTier(SlotTier):
         first_use = hit_slots[self._prefetched[hit_slots]]
         self.prefetch_used += int(np.unique(first_use).size)
         self._prefetched[first_use] = False
-        return hit, self._rows[hit_slots]
+        return hit, take_rows(self._rows, np.asarray(hit_slots, dtype=np.int64))  # GIL released, prefetching
 
     def insert(self, ids: np.ndarray, rows: np.ndarray, prefetched: bool = False) -> np.ndarray:
         ids, slots = self._take_slots(ids)

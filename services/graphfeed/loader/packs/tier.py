@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import FailedPrecondition
-from graphfeed.graph_store.types import PartitionInfo
+from graphfeed.graph_store.types import PartitionInfo, RowsInto
 from graphfeed.loader.cache.tiers import TierStats
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.packs.format import MANIFEST, GraphIdentity, PackCorrupt, job_key
@@ -41,6 +41,7 @@ class PackStats:
     fallbacks: int = 0  # packs that failed their checks: their steps went to the graph-stores
     refused: int = 0  # pack directories refused at open (another graph, job or epoch)
     unpacked: int = 0  # streams (one epoch of one rank) that found no packs and read the graph-stores
+    reused: int = 0  # streams served from another epoch's packs of their job (none written for theirs)
     read_seconds: float = 0.0
 
     def __post_init__(self) -> None:
@@ -66,28 +67,34 @@ class PackTier:
     def prefetch(self, step: int) -> None:
         """Starts reading the packs of steps ``[step, step + lookahead]`` not yet read, holding
         at most ``max_packs`` (older packs are dropped: a stream moves forward only)."""
-        m = self.reader.manifest
-        first = m.pack_of(step)
-        last = m.pack_of(min(step + self.lookahead_steps, m.num_steps - 1))
+        first = self._pack_of(step)
+        last = self._pack_of(step + self.lookahead_steps)
         for i in [i for i in self._loads if i < first]:
             self._loads.pop(i).cancel()
         for i in range(first, min(last, first + self.max_packs - 1) + 1):
             if i not in self._loads:
                 self._loads[i] = self._io.submit(self._read, i)
 
-    def lookup(self, step: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(found_mask, rows of ids[found_mask])``: the ids of ``step`` its pack holds; none
-        when the pack failed its checks (counted in ``fallbacks``)."""
+    def place(self, step: int, ids: np.ndarray, into: RowsInto) -> np.ndarray:
+        """Puts the rows of the ids of ``step`` its pack holds where ``into`` says (one copy
+        each); returns the mask of those ids (none when the pack failed its checks, counted in
+        ``fallbacks``)."""
         self.prefetch(step)
         try:
-            found, rows = self._loads[self.reader.manifest.pack_of(step)].result().lookup(ids)
+            found = self._loads[self._pack_of(step)].result().place(ids, into.out, into.positions)
         except PackCorrupt:
-            found, rows = np.zeros(len(ids), dtype=bool), np.empty(0)
+            found = np.zeros(len(ids), dtype=bool)
         n = int(found.sum())
         with self.stats.lock:
             self.stats.hits += n
             self.stats.misses += len(ids) - n
-        return found, rows
+        return found
+
+    def _pack_of(self, step: int) -> int:
+        """The pack serving ``step``: its own, or (packs of another epoch, which may have fewer
+        steps) the one at the same place in that epoch."""
+        m = self.reader.manifest
+        return m.pack_of(min(step, m.num_steps - 1))
 
     def _read(self, index: int) -> LoadedPack:
         t0 = time.perf_counter()
@@ -125,12 +132,20 @@ def open_pack_tier(
     lookahead_steps: int,
     threads: int,
     direct: bool,
+    reuse: bool = True,
 ) -> PackTier | None:
-    """The pack tier of ``job``'s ``epoch`` when ``root`` has usable packs for it; else None,
-    with a warning and a count either way (none written for it: ``unpacked``; refused, e.g.
+    """The pack tier of ``job``'s ``epoch`` when ``root`` has usable packs for it; else, with
+    ``reuse``, the packs of the job's nearest packed epoch (counted in ``reused``: the rows are
+    the same, so what they hold is served exactly, and the rest comes from the graph-stores; packs
+    sized to a few per epoch hold most of the table, so most of a step's misses); else None, with
+    a warning and a count either way (none written for the job: ``unpacked``; refused, e.g.
     another graph version: ``refused``), since a loader given packs that serves an epoch without
     them reads every miss from the graph-stores."""
     pack_dir = Path(root) / job_key(job, epoch)
+    packed = epoch
+    if not (pack_dir / MANIFEST).exists() and reuse:
+        packed = _nearest_packed_epoch(Path(root), job, epoch)
+        pack_dir = Path(root) / job_key(job, packed)
     if not (pack_dir / MANIFEST).exists():
         log.warning(
             "no packs for job=%s rank=%d epoch=%d under %s: this epoch reads every miss from the graph-stores "
@@ -144,10 +159,34 @@ def open_pack_tier(
             stats.unpacked += 1
         return None
     try:
-        reader = PackReader.open(pack_dir, GraphIdentity.of(info), job, epoch, threads=threads, direct=direct)
+        reader = PackReader.open(pack_dir, GraphIdentity.of(info), job, packed, threads=threads, direct=direct)
     except FailedPrecondition as exc:
         log.warning("packs in %s refused for job=%s epoch=%d: %s", pack_dir, job.job_id, epoch, exc)
         with stats.lock:
             stats.refused += 1
         return None
+    if packed != epoch:
+        log.warning(
+            "no packs for job=%s rank=%d epoch=%d: serving its misses from epoch %d's packs (rows they lack are read "
+            "from the graph-stores; graphfeed pack ahead for every one)",
+            job.job_id,
+            job.rank,
+            epoch,
+            packed,
+        )
+        with stats.lock:
+            stats.reused += 1
     return PackTier(reader, stats, lookahead_steps)
+
+
+def _nearest_packed_epoch(root: Path, job: JobSpec, epoch: int) -> int:
+    """The packed epoch of ``job`` under ``root`` closest before ``epoch`` (else the first after);
+    ``epoch`` itself when there is none."""
+    prefix = job_key(job, epoch).rpartition("-e")[0]
+    packed = sorted(
+        int(d.name.rpartition("-e")[2])
+        for d in root.glob(f"{prefix}-e*")
+        if d.name.rpartition("-e")[2].isdigit() and (d / MANIFEST).exists()
+    )
+    before = [e for e in packed if e < epoch]
+    return before[-1] if before else (packed[0] if packed else epoch)

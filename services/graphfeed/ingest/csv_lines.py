@@ -1,0 +1,150 @@
+"""Reading the lines of a user's CSV (edge list, labels, features) with the rules in the README's
+"Input formats": every refusal names the file, the line and the node, never an internal position.
+
+- a UTF-8 BOM is dropped; blank lines and ``#``/``%`` comment lines are skipped anywhere;
+- the delimiter is tab, comma, semicolon or space (the first found in the first data line; runs
+  of spaces are one delimiter);
+- whitespace around a field is stripped, then one pair of matching quotes (``"x"`` or ``'x'``);
+  a double-quoted field may hold the delimiter;
+- an empty field is refused, naming its line;
+- a line longer than :data:`MAX_LINE_BYTES` is refused after reading that much (a file without
+  newlines is not loaded whole).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument, NotFound
+
+MAX_LINE_BYTES = 8 << 20
+"""Longest line read (8 MiB: a feature row of ~500k numbers); a longer one is refused."""
+
+HEADER_CHOICES = ("auto", "yes", "no")
+"""``--header``: whether an edge list's first data line names its columns."""
+
+NODE_ID_CHOICES = ("auto", "int", "name")
+"""``--node-ids``: integers (``007`` is node 7), names (``007`` and ``7`` are two nodes), or auto."""
+
+INT64_MAX = (1 << 63) - 1
+_INT = re.compile(r"[+-]?[0-9]+\Z")  # ASCII digits only: '²' or '--5' are not integers
+_DELIMITERS = ("\t", ",", ";", " ")
+
+
+def is_int(text: str) -> bool:
+    """Whether ``text`` is a decimal integer literal (ASCII digits, an optional sign)."""
+    return _INT.match(text) is not None
+
+
+def is_number(text: str) -> bool:
+    """Whether ``float`` reads ``text`` (NaN and infinity included: refused later, by name)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def read_rows(f: Path, delimiter: str | None = None) -> Iterator[tuple[int, list[str]]]:
+    """(1-based line number, fields) of each data line of ``f``, by the module's rules.
+
+    Raises:
+        NotFound: ``f`` does not exist.
+        InvalidArgument: ``f`` cannot be read, is not UTF-8 text, has a line over
+            :data:`MAX_LINE_BYTES` or an empty field.
+    """
+    delim = delimiter
+    for no, text in _lines(f):
+        if delim is None:
+            delim = next((d for d in _DELIMITERS if d in text), ",")
+        fields = _split(text, delim)
+        if "" in fields:
+            raise InvalidArgument(
+                f"{f}: line {no}: field {fields.index('') + 1} is empty ({text[:80]!r}); every field needs a value"
+            )
+        yield no, fields
+
+
+def _lines(f: Path) -> Iterator[tuple[int, str]]:
+    """(line number, stripped text) of the non-blank, non-comment lines, each read with a bound."""
+    if not f.exists():
+        raise NotFound(f"{f} does not exist")
+    if not f.is_file():
+        raise InvalidArgument(f"{f} is not a file")
+    try:
+        fh = open(f, "rb")  # noqa: SIM115 - closed below; open errors are the user's to see
+    except OSError as e:
+        raise InvalidArgument(f"{f}: cannot read it: {e.strerror}") from e
+    with fh:
+        no = 0
+        while True:
+            no += 1
+            try:
+                raw = fh.readline(MAX_LINE_BYTES + 1)
+            except OSError as e:
+                raise InvalidArgument(f"{f}: cannot read line {no}: {e.strerror}") from e
+            if not raw:
+                return
+            if len(raw) > MAX_LINE_BYTES:
+                raise InvalidArgument(
+                    f"{f}: line {no} is longer than {MAX_LINE_BYTES >> 20} MiB; not a text edge list or node table?"
+                )
+            try:
+                text = raw.decode("utf-8-sig" if no == 1 else "utf-8").strip()
+            except UnicodeDecodeError as e:
+                raise InvalidArgument(f"{f}: line {no} is not UTF-8 text (byte {e.start + 1})") from e
+            if text and not text.startswith(("#", "%")):
+                yield no, text
+
+
+def _split(text: str, delim: str) -> list[str]:
+    if delim == " ":
+        parts = text.split()
+    elif '"' in text:
+        parts = next(csv.reader([text], delimiter=delim, skipinitialspace=True))
+    else:
+        parts = text.split(delim)
+    return [_unquote(p.strip()) for p in parts]
+
+
+def _unquote(x: str) -> str:
+    if len(x) >= 2 and x[0] == x[-1] and x[0] in "\"'":
+        return x[1:-1].strip()
+    return x
+
+
+def parse_ints(where: Path, texts: list[str], lines: np.ndarray, what: str, hint: str = "") -> np.ndarray:
+    """``texts`` (integers, from ``lines``) as int64; a non-integer or a value out of the int64
+    range is refused, naming it (as ``what``) and its line."""
+    bad = next((i for i, x in enumerate(texts) if not is_int(x)), None)
+    if bad is not None:
+        raise InvalidArgument(f"{where}: line {lines[bad]}: {what} {texts[bad][:40]!r} is not an integer{hint}")
+    values = [int(x) for x in texts]
+    big = next((i for i, v in enumerate(values) if not -INT64_MAX - 1 <= v <= INT64_MAX), None)
+    if big is not None:
+        raise InvalidArgument(
+            f"{where}: line {lines[big]}: {what} {texts[big][:40]} is outside the 64-bit integer range{hint}"
+        )
+    return np.array(values, dtype=np.int64)
+
+
+def id_kind(where: Path, ids: list[str], lines: np.ndarray, mode: str) -> str:
+    """ "int" or "name" for the edge list's node ids by ``--node-ids`` (auto: int when every id
+    is an integer, name when none is; a mix is refused, naming the odd one out and its line)."""
+    if mode != "auto":
+        return mode
+    mask = np.fromiter((is_int(x) for x in ids), dtype=bool, count=len(ids))
+    if mask.all():
+        return "int"
+    if not mask.any():
+        return "name"
+    odd = np.flatnonzero(~mask if 2 * mask.sum() >= len(ids) else mask)[0]  # the minority
+    raise InvalidArgument(
+        f"{where}: line {lines[odd]}: node ids mix integers and names (e.g. {ids[odd][:40]!r}); "
+        "pass --node-ids name to read every id as a name (007 and 7 then differ), or fix the typo"
+    )

@@ -167,3 +167,15 @@ def test_header_and_node_ids_flags_reach_the_loader(tmp_path: Path) -> None:
     assert ingest(f, tmp_path / "out", "--header", "yes", "--node-ids", "name", "--num-partitions", "1") == 0
     names = np.load(tmp_path / "out" / "node_names.npy")
     assert sorted(names.tolist()) == ["007", "7", "8"]
+
+
+def test_what_a_line_cannot_hold_is_refused_by_line(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match=r"u\.csv: line 1: a double quote is not closed"):
+        load_edge_csv(write(tmp_path, "u.csv", '"a,b\nb,c\n'))
+    edges = write(tmp_path, "e.csv", "alice,bob\n")
+    with pytest.raises(InvalidArgument, match=r"x\.csv: line 2: node 'bob' has feature 2 = '1e300'"):
+        load_edge_csv(edges, features=write(tmp_path, "x.csv", "alice,1,2\nbob,3,1e300\n"))  # inf as float32
+    with pytest.raises(InvalidArgument, match=r"w\.csv: line 2: column 'weight' holds '1e300'"):
+        load_edge_csv(write(tmp_path, "w.csv", "src,dst,weight\n1,2,1e300\n"))
+    with pytest.raises(InvalidArgument, match=r"l\.csv: empty labels file"):
+        load_edge_csv(edges, labels=write(tmp_path, "l.csv", "# nothing yet\n"))

@@ -62,7 +62,10 @@ def read_rows(f: Path, delimiter: str | None = None) -> Iterator[tuple[int, list
     for no, text in _lines(f):
         if delim is None:
             delim = next((d for d in _DELIMITERS if d in text), ",")
-        fields = _split(text, delim)
+        try:
+            fields = _split(text, delim)
+        except ValueError as e:
+            raise InvalidArgument(f"{f}: line {no}: {e} ({text[:80]!r}); a field ends at its line's end") from e
         if "" in fields:
             raise InvalidArgument(
                 f"{f}: line {no}: field {fields.index('') + 1} is empty ({text[:80]!r}); every field needs a value"
@@ -106,6 +109,8 @@ def _split(text: str, delim: str) -> list[str]:
     if delim == " ":
         parts = text.split()
     elif '"' in text:
+        if text.count('"') % 2:
+            raise ValueError("a double quote is not closed")
         parts = next(csv.reader([text], delimiter=delim, skipinitialspace=True))
     else:
         parts = text.split(delim)

@@ -51,7 +51,8 @@ class NodeTable:
         out = np.empty((ids.num_nodes, len(self.values)), dtype=np.float32)
         for c, texts in enumerate(self.values):
             try:
-                col = np.array(texts, dtype=np.float64)
+                with np.errstate(over="ignore"):  # 1e300 is inf as float32: refused below, by node
+                    col = np.array(texts, dtype=np.float64).astype(np.float32)
                 bad = int(np.argmin(np.isfinite(col)))
                 ok = bool(np.isfinite(col[bad]))
             except ValueError:
@@ -59,7 +60,7 @@ class NodeTable:
             if not ok:
                 raise InvalidArgument(
                     f"{self.path}: line {self.lines[bad]}: node {ids.show(int(at[bad]))} has feature {c + 1} "
-                    f"= {texts[bad][:40]!r}; features must be finite numbers (no NaN or infinity)"
+                    f"= {texts[bad][:40]!r}; features must be finite float32 numbers (no NaN or infinity)"
                 )
             out[at, c] = col
         return out
@@ -76,8 +77,10 @@ def read_node_table(f: Path, what: str) -> NodeTable:
     starting with a word of :data:`NODE_COLUMN_WORDS`, or whose values are not all numbers)."""
     rows = read_rows(f)
     first_no, first = next(rows, (0, []))
+    if not first:
+        raise InvalidArgument(f"{f}: empty {what} file")
     if len(first) < 2:
-        raise InvalidArgument(f"{f}: line {first_no}: expected node,{what} columns, got {first!r}")
+        raise InvalidArgument(f"{f}: line {first_no}: expected a node and its {what}, got {first!r}")
     has_header = first[0].lower() in NODE_COLUMN_WORDS or not all(is_number(x) for x in first[1:])
     nodes, lines = [first[0]], [first_no]
     values: list[list[str]] = [[x] for x in first[1:]]

@@ -274,7 +274,8 @@ def _has_header(f: Path, no: int, first: list[str], cols: list[list[str]], heade
 def _numbers(f: Path, texts: list[str], lines: np.ndarray, column: str) -> np.ndarray:
     """An edge feature column as float32; a non-number or NaN/inf is refused, naming its line."""
     try:
-        values = np.array(texts, dtype=np.float64)
+        with np.errstate(over="ignore"):  # 1e300 is inf as float32: refused below, by line
+            values = np.array(texts, dtype=np.float64).astype(np.float32)
     except ValueError:
         bad = next(i for i, x in enumerate(texts) if not is_number(x))
         raise InvalidArgument(
@@ -287,4 +288,4 @@ def _numbers(f: Path, texts: list[str], lines: np.ndarray, column: str) -> np.nd
         raise InvalidArgument(
             f"{f}: line {lines[bad]}: column {column!r} holds {texts[bad]!r}; edge features must be finite"
         )
-    return values.astype(np.float32)
+    return values

@@ -34,6 +34,9 @@ NODE_ID_CHOICES = ("auto", "int", "name")
 INT64_MAX = (1 << 63) - 1
 _INT = re.compile(r"[+-]?[0-9]+\Z")  # ASCII digits only: '²' or '--5' are not integers
 _DELIMITERS = ("\t", ",", ";", " ")
+_CHUNK_BYTES = 1 << 20
+_ALL_INTS = re.compile(r"(?:[+-]?[0-9]+\n)*[+-]?[0-9]+")
+_ANY_INT = re.compile(r"^[+-]?[0-9]+$", re.MULTILINE)
 
 
 def is_int(text: str) -> bool:
@@ -84,25 +87,41 @@ def _lines(f: Path) -> Iterator[tuple[int, str]]:
     except OSError as e:
         raise InvalidArgument(f"{f}: cannot read it: {e.strerror}") from e
     with fh:
-        no = 0
+        no, rest = 0, b""
         while True:
-            no += 1
             try:
-                raw = fh.readline(MAX_LINE_BYTES + 1)
+                chunk = fh.read(_CHUNK_BYTES)
             except OSError as e:
-                raise InvalidArgument(f"{f}: cannot read line {no}: {e.strerror}") from e
-            if not raw:
-                return
-            if len(raw) > MAX_LINE_BYTES:
+                raise InvalidArgument(f"{f}: cannot read line {no + 1}: {e.strerror}") from e
+            if no == 0 and not rest:
+                chunk = chunk.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM
+            raws = (rest + chunk).split(b"\n")
+            rest = raws.pop() if chunk else b""
+            if len(rest) > MAX_LINE_BYTES:
                 raise InvalidArgument(
-                    f"{f}: line {no} is longer than {MAX_LINE_BYTES >> 20} MiB; not a text edge list or node table?"
+                    f"{f}: line {no + len(raws) + 1} is longer than {MAX_LINE_BYTES >> 20} MiB; "
+                    "not a text edge list or node table?"
                 )
+            for text in _decode(f, no, raws):
+                no += 1
+                text = text.strip()
+                if text and text[0] not in "#%":
+                    yield no, text
+            if not chunk:
+                return
+
+
+def _decode(f: Path, no: int, raws: list[bytes]) -> list[str]:
+    """The text of lines ``no + 1...``: decoded in one go, line by line only to name a bad line."""
+    try:
+        return b"\n".join(raws).decode("utf-8").split("\n") if raws else []
+    except UnicodeDecodeError:
+        for i, raw in enumerate(raws):
             try:
-                text = raw.decode("utf-8-sig" if no == 1 else "utf-8").strip()
+                raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InvalidArgument(f"{f}: line {no} is not UTF-8 text (byte {e.start + 1})") from e
-            if text and not text.startswith(("#", "%")):
-                yield no, text
+                raise InvalidArgument(f"{f}: line {no + i + 1} is not UTF-8 text (byte {e.start + 1})") from e
+        raise
 
 
 def _split(text: str, delim: str) -> list[str]:
@@ -114,7 +133,11 @@ def _split(text: str, delim: str) -> list[str]:
         parts = next(csv.reader([text], delimiter=delim, skipinitialspace=True))
     else:
         parts = text.split(delim)
-    return [_unquote(p.strip()) for p in parts]
+    if "'" in text or '"' in text:
+        return [_unquote(p.strip()) for p in parts]
+    if " " in text or (delim != "\t" and "\t" in text):
+        return [p.strip() for p in parts]
+    return parts  # nothing to strip (the common case, kept fast)
 
 
 def _unquote(x: str) -> str:
@@ -126,16 +149,22 @@ def _unquote(x: str) -> str:
 def parse_ints(where: Path, texts: list[str], lines: np.ndarray, what: str, hint: str = "") -> np.ndarray:
     """``texts`` (integers, from ``lines``) as int64; a non-integer or a value out of the int64
     range is refused, naming it (as ``what``) and its line."""
-    bad = next((i for i, x in enumerate(texts) if not is_int(x)), None)
-    if bad is not None:
+    if not all_ints(texts):
+        bad = next(i for i, x in enumerate(texts) if not is_int(x))
         raise InvalidArgument(f"{where}: line {lines[bad]}: {what} {texts[bad][:40]!r} is not an integer{hint}")
     values = [int(x) for x in texts]
-    big = next((i for i, v in enumerate(values) if not -INT64_MAX - 1 <= v <= INT64_MAX), None)
-    if big is not None:
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        big = next(i for i, v in enumerate(values) if not -INT64_MAX - 1 <= v <= INT64_MAX)
         raise InvalidArgument(
             f"{where}: line {lines[big]}: {what} {texts[big][:40]} is outside the 64-bit integer range{hint}"
-        )
-    return np.array(values, dtype=np.int64)
+        ) from None
+
+
+def all_ints(texts: list[str]) -> bool:
+    """Whether every one of ``texts`` (no newlines: they are fields of lines) is an integer (one C-level pass)."""
+    return not texts or _ALL_INTS.fullmatch("\n".join(texts)) is not None
 
 
 def id_kind(where: Path, ids: list[str], lines: np.ndarray, mode: str) -> str:
@@ -143,11 +172,11 @@ def id_kind(where: Path, ids: list[str], lines: np.ndarray, mode: str) -> str:
     is an integer, name when none is; a mix is refused, naming the odd one out and its line)."""
     if mode != "auto":
         return mode
-    mask = np.fromiter((is_int(x) for x in ids), dtype=bool, count=len(ids))
-    if mask.all():
+    if all_ints(ids):
         return "int"
-    if not mask.any():
+    if _ANY_INT.search("\n".join(ids)) is None:
         return "name"
+    mask = np.fromiter((is_int(x) for x in ids), dtype=bool, count=len(ids))
     odd = np.flatnonzero(~mask if 2 * mask.sum() >= len(ids) else mask)[0]  # the minority
     raise InvalidArgument(
         f"{where}: line {lines[odd]}: node ids mix integers and names (e.g. {ids[odd][:40]!r}); "

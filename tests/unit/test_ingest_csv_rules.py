@@ -179,3 +179,20 @@ def test_what_a_line_cannot_hold_is_refused_by_line(tmp_path: Path) -> None:
         load_edge_csv(write(tmp_path, "w.csv", "src,dst,weight\n1,2,1e300\n"))
     with pytest.raises(InvalidArgument, match=r"l\.csv: empty labels file"):
         load_edge_csv(edges, labels=write(tmp_path, "l.csv", "# nothing yet\n"))
+
+
+def test_the_csv_flags_are_refused_where_they_mean_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typed = tmp_path / "typed"
+    (typed / "nodes").mkdir(parents=True)
+    (typed / "edges").mkdir()
+    (typed / "nodes" / "a.csv").write_text("name\nx\ny\n")
+    (typed / "edges" / "a__r__a.csv").write_text("src,dst\nx,y\n")
+    assert ingest(typed, tmp_path / "out", "--node-ids", "name") == 2
+    assert "--node-ids only apply to an edge-list file" in capsys.readouterr().err
+    parser = argparse.ArgumentParser(prog="graphfeed")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["ingest", "--source", "cora", "--out", str(tmp_path / "c"), "--header", "yes"])
+    assert cli.run(args) == 2
+    assert "--header and --node-ids only apply to --source csv" in capsys.readouterr().err

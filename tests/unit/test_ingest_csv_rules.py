@@ -181,9 +181,7 @@ def test_what_a_line_cannot_hold_is_refused_by_line(tmp_path: Path) -> None:
         load_edge_csv(edges, labels=write(tmp_path, "l.csv", "# nothing yet\n"))
 
 
-def test_the_csv_flags_are_refused_where_they_mean_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_csv_flags_are_refused_where_they_mean_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     typed = tmp_path / "typed"
     (typed / "nodes").mkdir(parents=True)
     (typed / "edges").mkdir()

@@ -12,7 +12,15 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
-from graphfeed.ingest.csv_lines import HEADER_CHOICES, NODE_ID_CHOICES, is_int, is_number, parse_ints, read_rows
+from graphfeed.ingest.csv_lines import (
+    HEADER_CHOICES,
+    NODE_ID_CHOICES,
+    all_ints,
+    is_int,
+    is_number,
+    parse_ints,
+    read_rows,
+)
 from graphfeed.ingest.csv_nodes import NodeIds, read_node_table
 from graphfeed.ingest.graph import DEFAULT_FRACTIONS, GraphData, check_labels, random_split, symmetrize_edges
 from graphfeed.ingest.typed_layouts import is_typed_layout, load_csv_typed
@@ -271,13 +279,12 @@ def _has_header(f: Path, no: int, first: list[str], cols: list[list[str]], heade
     words = [x.lower() for x in first]
     if HEADER_WORDS & set(words) or words[:2] == ["u", "v"]:
         return True
-    ids, below = first[:2], [x for col in cols[:2] for x in col]
-    if all(is_int(x) for x in ids) or not below:
+    ids, below = first[:2], cols[:2]
+    if all(is_int(x) for x in ids) or not below[0]:
         return False
-    if all(is_int(x) for x in below):
+    if all(all_ints(col) for col in below):
         return True  # words above integer ids
-    seen = set(below)
-    if any(x in seen for x in ids):
+    if any(x in col for col in below for x in ids):
         return False  # names: the first line's nodes are on other lines too, so it is an edge
     raise InvalidArgument(
         f"{f}: line {no} {first!r} may be a header or an edge (node names, none of them on another line); "

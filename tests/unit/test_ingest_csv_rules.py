@@ -194,3 +194,8 @@ def test_the_csv_flags_are_refused_where_they_mean_nothing(tmp_path: Path, capsy
     args = parser.parse_args(["ingest", "--source", "cora", "--out", str(tmp_path / "c"), "--header", "yes"])
     assert cli.run(args) == 2
     assert "--header and --node-ids only apply to --source csv" in capsys.readouterr().err
+
+
+def test_a_quoted_name_starting_with_a_comment_mark_is_data(tmp_path: Path) -> None:
+    g = load_edge_csv(write(tmp_path, "e.csv", '# tags\n"#ml",#ai\n"#ai","#ml"\n'))
+    assert named_edges(g) == {("#ml", "#ai"), ("#ai", "#ml")}

@@ -157,3 +157,26 @@ def test_columns_name_a_headerless_third_column(tmp_path: Path, capsys: pytest.C
     assert sorted(weights[:, 0].tolist()) == [5.0, 6.0, 7.0, 8.0]  # kept as an edge feature, not as times
     assert ingest(csv, tmp_path / "timed", "--columns", "src,dst,ts") == 0
     assert not list((tmp_path / "timed").glob("part-*/edge_feat.npy"))
+
+
+def test_force_replaces_the_node_names_of_an_earlier_named_ingest(tmp_path: Path) -> None:
+    first, second, out = tmp_path / "first.csv", tmp_path / "second.csv", tmp_path / "graph"
+    first.write_text("src,dst\nalice,bob\nbob,carol\ncarol,dave\ndave,eve\neve,alice\n")
+    second.write_text("src,dst\nzed,yan\nyan,xia\nxia,wu\nwu,zed\n")
+    assert ingest(first, out, "--num-partitions", "1") == 0
+    assert ingest(second, out, "--num-partitions", "1", "--force") == 0
+    names, orig = np.load(out / "node_names.npy"), np.load(out / "orig_ids.npy")
+    assert sorted(names[orig].tolist()) == ["wu", "xia", "yan", "zed"]  # not the first graph's names
+    (tmp_path / "good.csv").write_text(EDGES)
+    assert ingest(tmp_path / "good.csv", out, "--force") == 0
+    assert not (out / "node_names.npy").exists()  # integer ids: no names left from before
+
+
+def test_every_root_file_an_ingest_writes_is_replaced_by_force(tmp_path: Path) -> None:
+    from graphfeed.ingest.outdir import is_ingest_output
+    from graphfeed.ingest.sources import load_edge_csv
+
+    csv = tmp_path / "names.csv"
+    csv.write_text("src,dst\nalice,bob\nbob,carol\n")
+    ingest_partition.write_partitioned(load_edge_csv(csv), tmp_path / "g", 1, method="random")
+    assert all(is_ingest_output(child) for child in (tmp_path / "g").iterdir())

@@ -195,7 +195,7 @@ def test_csv_columns_beyond_src_dst_are_named_never_guessed(tmp_path: Path) -> N
             load_edge_csv(plain, columns=columns)
     nonnumeric = tmp_path / "labels.csv"
     nonnumeric.write_text("src,dst,kind\n1,2,friend\n")
-    with pytest.raises(InvalidArgument, match="edge features numbers"):
+    with pytest.raises(InvalidArgument, match="line 2: column 'kind' holds 'friend'; edge features must be numbers"):
         load_edge_csv(nonnumeric)
 
 

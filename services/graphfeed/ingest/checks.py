@@ -4,6 +4,7 @@ so that sources can run them on their files and :meth:`GraphData.validate` on an
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
@@ -54,8 +55,13 @@ def find_nonfinite(table: np.ndarray) -> tuple[int, int, int] | None:
     return (count, *first) if count else None
 
 
-def check_labels(where: str, labels: np.ndarray, n: int) -> int:
-    """Checks class ids ``0..C-1`` (there is no "unlabeled" value) and returns C = max + 1."""
+def check_labels(where: str, labels: np.ndarray, n: int, describe: Callable[[int], str] | None = None) -> int:
+    """Checks class ids ``0..C-1`` (there is no "unlabeled" value) and returns C = max + 1.
+
+    ``describe(i)`` names node ``i`` in a refusal as the user knows it (default ``node i``; a CSV
+    names the node's id and line).
+    """
+    name = describe or (lambda i: f"node {i}")
     if not len(labels):
         return 0
     if labels.min() < 0:
@@ -63,13 +69,13 @@ def check_labels(where: str, labels: np.ndarray, n: int) -> int:
         raise InvalidArgument(
             f"{where}: labels must be class ids >= 0 (there is no 'unlabeled' value: give such nodes any "
             "class and leave them out of the splits), "
-            f"got {int((labels < 0).sum())} negative (e.g. node {first} has label {labels[first]})"
+            f"got {int((labels < 0).sum())} negative (e.g. {name(first)} has label {labels[first]})"
         )
     num_classes = int(labels.max()) + 1
     if num_classes > n:
         first = int(np.argmax(labels))
         raise InvalidArgument(
-            f"{where}: labels are not class ids: max label {labels[first]} (node {first}) "
+            f"{where}: labels are not class ids: max label {labels[first]} ({name(first)}) "
             f"would mean {num_classes} classes for {n} nodes"
         )
     unused = np.flatnonzero(np.bincount(labels.astype(np.int64), minlength=num_classes) == 0)

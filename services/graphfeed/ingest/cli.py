@@ -23,6 +23,7 @@ import numpy as np
 
 from graphfeed.common.errors import GraphfeedError, InvalidArgument
 from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
+from graphfeed.ingest.csv_lines import HEADER_CHOICES, NODE_ID_CHOICES
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.outdir import check_out, staged_out
 from graphfeed.ingest.partition import METHODS, write_partitioned
@@ -74,6 +75,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="csv: the name of every column, e.g. src,dst,ts or src,dst,weight (- skips one; other names are numeric "
         "edge features); needed for more than two columns without a header line",
     )
+    src.add_argument(
+        "--header",
+        choices=HEADER_CHOICES,
+        help="csv: whether the first line names the columns (default auto: yes when it holds a known word such as "
+        "src/from/ts or words above integer ids; node names need yes or no when neither is clear)",
+    )
+    src.add_argument(
+        "--node-ids",
+        choices=NODE_ID_CHOICES,
+        help="csv: int (007 is node 7), name (007 and 7 are two nodes) or auto (default: int when every id is an "
+        "integer, name when none is)",
+    )
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
     presets = ", ".join([f"{k} ({_describe(v)})" for k, v in PRESETS.items()])
@@ -112,7 +125,8 @@ def _describe(spec: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``graphfeed ingest``; returns the exit status (2 on a user error)."""
     try:
-        check_out(args.out, args.force)  # before reading the input; nothing is created until it loaded
+        check_options(args)  # before reading the input
+        check_out(args.out, args.force)  # nothing is created until the input loaded
         kwargs = source_kwargs(args)
         t0 = time.perf_counter()
         g = load_source(args.source, **kwargs)
@@ -132,6 +146,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"graphfeed ingest: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Refuses options no input can make right, before anything is read (a graph can take minutes)."""
+    if args.num_partitions < 1:
+        raise InvalidArgument(f"--num-partitions must be >= 1, got {args.num_partitions}")
+    if args.feat_dim is not None and args.feat_dim < 0:
+        raise InvalidArgument(f"--feat-dim must be >= 0, got {args.feat_dim}")
 
 
 def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,9 +189,10 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         used += ["--homophily"] if args.homophily is not None else []
         if used:
             raise InvalidArgument(f"{', '.join(used)} only apply to --source synthetic")
-    if kind != "csv" and (args.labels is not None or args.features is not None or args.columns is not None):
+    csv_only = ("labels", "features", "columns", "header", "node_ids")
+    if kind != "csv" and any(getattr(args, k) is not None for k in csv_only):
         raise InvalidArgument(
-            "--labels, --features and --columns only apply to --source csv "
+            "--labels, --features, --columns, --header and --node-ids only apply to --source csv "
             "(a numpy directory has label.npy and feat.npy)"
         )
     if kind == "cora":
@@ -190,6 +213,8 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "labels": args.labels,
             "features": args.features,
             "columns": args.columns,
+            "header": args.header,
+            "node_ids": args.node_ids,
         }
     if kind == "numpy":
         return {"path": args.path, "undirected": args.undirected}
@@ -203,6 +228,8 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "labels": args.labels,
             "features": args.features,
             "columns": args.columns,
+            "header": args.header or "auto",
+            "node_ids": args.node_ids or "auto",
         }
     extra: dict[str, Any] = {} if args.homophily is None else {"homophily": args.homophily}
     if typed:

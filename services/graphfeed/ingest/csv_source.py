@@ -1,15 +1,27 @@
 """Edge-list CSV input (``graphfeed ingest --source csv``): what real edge lists look like (SNAP
 comments, BOMs, quotes, tab/comma/semicolon/space, integer ids or node names, a timestamp column,
-weight-like columns kept as edge features)."""
+weight-like columns kept as edge features), read by the rules of :mod:`graphfeed.ingest.csv_lines`."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound
+from graphfeed.ingest.csv_lines import (
+    HEADER_CHOICES,
+    NODE_ID_CHOICES,
+    all_ints,
+    is_int,
+    is_number,
+    parse_ints,
+    read_rows,
+)
+from graphfeed.ingest.csv_nodes import NodeIds, read_node_table
 from graphfeed.ingest.graph import DEFAULT_FRACTIONS, GraphData, check_labels, random_split, symmetrize_edges
 from graphfeed.ingest.typed_layouts import is_typed_layout, load_csv_typed
 
@@ -28,20 +40,30 @@ def load_edge_csv(
     features: str | Path | None = None,
     columns: Sequence[str] | None = None,
     add_reverse: bool = False,
+    header: str | None = "auto",
+    node_ids: str | None = "auto",
 ) -> GraphData:
     """An edge list: one edge per line, ``src,dst`` and maybe more columns; node ids integers or
     names.
 
-    Leading ``#``/``%`` comment lines (SNAP) and a UTF-8 BOM are skipped; quotes around fields are
-    fine; the delimiter is tab, comma, semicolon or space (the first found). Columns are named by
-    ``columns``, else by a header line, else a two-column file is ``src,dst``; a file of more
-    columns with neither is refused (its third column could be a time or a weight: never guessed).
-    Names: ``src``/``source`` and ``dst``/``target`` (a header naming neither: its first two
-    columns), ``ts``/``t``/``time``/``timestamp`` (integer timestamps), ``-`` (skipped), and any
-    other name a numeric edge feature (e.g. ``weight``: ``edge_feat`` columns in that order, their
-    names in ``extra["edge_feat_columns"]``). The nodes are the distinct ids (ascending); ``orig_ids`` keeps them,
-    or, for names, their positions in ``extra["node_names"]`` (``node_names.npy`` next to the
-    partitions). There are no labels (num_classes 0); "feat" is seeded N(0, 1) noise when
+    Lines are read by the rules of :mod:`graphfeed.ingest.csv_lines` (``#``/``%`` comment lines
+    anywhere, a BOM, whitespace and matching quotes around fields stripped, empty fields refused,
+    tab/comma/semicolon/space). Columns are named by ``columns``, else by a header line, else a
+    two-column file is ``src,dst``; a file of more columns with neither is refused (its third
+    column could be a time or a weight: never guessed). Names: ``src``/``source``/``from``/``u``
+    and ``dst``/``target``/``to``/``v`` (a header naming neither: its first two columns),
+    ``ts``/``t``/``time``/``timestamp`` (integer timestamps), ``-`` (skipped), and any other name a
+    numeric edge feature (e.g. ``weight``: ``edge_feat`` columns in that order, their names in
+    ``extra["edge_feat_columns"]``).
+
+    ``header`` auto: the first line is a header when it names a known column (``src``, ``from``,
+    ``ts``...), or holds non-integer ids above integer ids; a first line of names is an edge when
+    one of its nodes appears on another line, and refused otherwise (pass yes or no).
+
+    The nodes are the distinct ids (ascending) of the edge list and of the labels/features files
+    (a node only named there is an isolated node); ``orig_ids`` keeps them, or, for names, their
+    positions in ``extra["node_names"]`` (``node_names.npy`` next to the partitions). There are
+    no labels (num_classes 0) unless ``labels``; "feat" is seeded N(0, 1) noise when
     ``num_features > 0``.
 
     Args:
@@ -51,7 +73,7 @@ def load_edge_csv(
         undirected: add reverse edges (see :func:`symmetrize`).
         split_seed: seed of the random train/val/test split.
         fractions: train/val/test fractions.
-        delimiter: field separator (default: tab if the first line has one, else comma).
+        delimiter: field separator (default: the first of tab, comma, semicolon, space in the first line).
         name: dataset name (default: the file's stem).
         labels: a CSV of ``node,label`` (node id or name as in the edge list, integer class
             0..C-1), one line per node of the graph: the graph can then be trained on.
@@ -59,13 +81,17 @@ def load_edge_csv(
             random noise.
         columns: the name of every column, in order (a header line is then skipped, not read).
         add_reverse: typed layout only: also add ``rev_`` edge types (an edge list is refused).
+        header: "auto", "yes" or "no" (:data:`HEADER_CHOICES`): whether the first line names the columns.
+        node_ids: "auto", "int" or "name" (:data:`NODE_ID_CHOICES`): "int" reads ``007`` as
+            node 7 and refuses other ids, "name" keeps every id as text (``007`` and ``7`` are two
+            nodes), "auto" is int when every id is an integer, name when none is.
 
     A directory with ``nodes/`` and ``edges/`` is a typed graph instead
     (:func:`graphfeed.ingest.typed_layouts.load_csv_typed`), which takes only ``name`` and ``add_reverse``.
     """
     f = Path(path)
     if is_typed_layout(f):
-        _refuse_edge_list_options(f, undirected, num_features, labels, features, columns)
+        _refuse_edge_list_options(f, undirected, num_features, labels, features, columns, header, node_ids)
         return load_csv_typed(f, name=name, add_reverse=add_reverse)
     if add_reverse:
         raise InvalidArgument(f"{f}: --add-reverse is for typed graphs (a directory of nodes/ and edges/)")
@@ -73,36 +99,29 @@ def load_edge_csv(
         raise InvalidArgument(
             f"csv source: {f} is a directory; give the edge-list file (a directory of .npy files is --source numpy)"
         )
-    if not f.is_file():
+    if not f.exists():
         raise NotFound(f"csv source: {f} does not exist")
-    cols, feat_names = _read_edge_csv(f, delimiter, columns)
-    orig, inverse = np.unique(np.concatenate([cols["src"], cols["dst"]]), return_inverse=True)
-    names = None
-    if orig.dtype.kind == "U":  # node names: orig_ids are positions in the sorted names (node_names.npy)
-        names, orig = orig, np.arange(len(orig), dtype=np.int64)
-    e = len(cols["src"])
-    src, dst, ts, efeat = (
-        inverse[:e].astype(np.int64),
-        inverse[e:].astype(np.int64),
-        cols.get("ts"),
-        cols.get("edge_feat"),
-    )
+    header, node_ids = header or "auto", node_ids or "auto"
+    if header not in HEADER_CHOICES or node_ids not in NODE_ID_CHOICES:
+        raise InvalidArgument(f"header must be one of {HEADER_CHOICES}, node_ids one of {NODE_ID_CHOICES}")
+    edges = _read_edge_csv(f, delimiter, columns, header)
+    tables = [read_node_table(Path(p), what) for what, p in (("labels", labels), ("features", features)) if p]
+    nodes = NodeIds.build(f, edges.src, edges.dst, edges.lines, tables, node_ids)
+    src, dst, ts, efeat = nodes.src, nodes.dst, edges.ts, edges.edge_feat
     if undirected:
         src, dst, ts, efeat = symmetrize_edges(src, dst, ts, efeat)
-    n = len(orig)
-    keys = names if names is not None else orig
+    n = nodes.num_nodes
     node_data: dict[str, np.ndarray] = {}
-    if features is not None:
-        node_data["feat"] = node_table(Path(features), keys, "features", np.float32)
-    elif num_features > 0:
-        node_data["feat"] = np.random.default_rng(seed).standard_normal((n, num_features), dtype=np.float32)
     num_classes = 0
-    if labels is not None:
-        label = node_table(Path(labels), keys, "labels", np.int64)
-        if label.shape[1] != 1:
-            raise InvalidArgument(f"{labels}: expected node,label columns, got {label.shape[1] + 1}")
-        node_data["label"] = label[:, 0]
-        num_classes = check_labels(str(labels), node_data["label"], n)
+    for t, at in zip(tables, nodes.table_rows):
+        if t.what == "labels":
+            node_data["label"] = t.labels(at, nodes)
+            num_classes = check_labels(str(t.path), node_data["label"], n, t.describe(at, nodes))
+        else:
+            node_data["feat"] = t.features(at, nodes)
+    if "feat" not in node_data and num_features > 0:
+        node_data["feat"] = np.random.default_rng(seed).standard_normal((n, num_features), dtype=np.float32)
+    names = nodes.names
     return GraphData(
         name=name or f.stem,
         num_nodes=n,
@@ -113,11 +132,11 @@ def load_edge_csv(
         num_classes=num_classes,
         edge_ts=ts,
         edge_feat=efeat,
-        orig_ids=orig.astype(np.int64),
+        orig_ids=nodes.orig_ids,
         extra={
             "undirected": undirected,
             **({"node_names": names} if names is not None else {}),
-            **({"edge_feat_columns": feat_names} if feat_names else {}),
+            **({"edge_feat_columns": edges.feat_names} if edges.feat_names else {}),
         },
     )
 
@@ -129,8 +148,11 @@ def _refuse_edge_list_options(
     labels: str | Path | None,
     features: str | Path | None,
     columns: Sequence[str] | None,
+    header: str | None = None,
+    node_ids: str | None = None,
 ) -> None:
-    """A typed CSV directory carries its own labels and features: the edge list's options are refused."""
+    """A typed CSV directory carries its own labels and features: the edge list's options are refused
+    (``header``/``node_ids`` other than None or "auto")."""
     given = [
         flag
         for flag, on in (
@@ -139,6 +161,8 @@ def _refuse_edge_list_options(
             ("--labels", labels is not None),
             ("--features", features is not None),
             ("--columns", columns is not None),
+            ("--header", header not in (None, "auto")),
+            ("--node-ids", node_ids not in (None, "auto")),
         )
         if on
     ]
@@ -151,25 +175,10 @@ def _refuse_edge_list_options(
 
 TS_COLUMN_NAMES = ("ts", "t", "time", "timestamp")
 """Header names an edge CSV may give its (integer) timestamp column."""
-
-
-def _sniff(f: Path, delimiter: str | None) -> tuple[int, str, list[list[str]]]:
-    """(comment lines to skip, delimiter, the first two data lines' fields): leading ``#``/``%``
-    comment lines (SNAP, Matrix Market) are skipped, a UTF-8 BOM is dropped, and the delimiter
-    is the first of tab, comma, semicolon, space found in the first data line."""
-    skip, data = 0, []
-    with open(f, encoding="utf-8-sig", errors="replace") as fh:
-        for line in fh:
-            if line.strip() and not line.lstrip().startswith(("#", "%")):
-                data.append(line.strip())
-                if len(data) == 2:
-                    break
-            elif not data:
-                skip += 1
-    if not data:
-        raise InvalidArgument(f"{f}: empty edge list")
-    delim = delimiter or next((d for d in ("\t", ",", ";", " ") if d in data[0]), ",")
-    return skip, delim, [[x.strip().strip('"').strip("'") for x in line.split(delim)] for line in data]
+ENDPOINT_WORDS = {"source": "src", "target": "dst", "from": "src", "to": "dst"}
+"""Header words for the endpoints besides ``src`` and ``dst`` (``u,v`` too, as a pair: see :func:`_has_header`)."""
+HEADER_WORDS = frozenset({"src", "dst", *ENDPOINT_WORDS, *TS_COLUMN_NAMES})
+"""A first line holding one of these words is a header (``--header auto``)."""
 
 
 def _roles(f: Path, fields: list[str], header: bool, columns: Sequence[str] | None) -> list[str]:
@@ -187,7 +196,7 @@ def _roles(f: Path, fields: list[str], header: bool, columns: Sequence[str] | No
             f"{f}: {len(fields)} columns and no header line: name them with --columns (e.g. src,dst,ts for "
             f"timestamps, src,dst,weight for an edge feature, - to skip a column) or add a header: {fields!r}"
         )
-    names = [{"source": "src", "target": "dst"}.get(x, "ts" if x in TS_COLUMN_NAMES else x) for x in names]
+    names = [ENDPOINT_WORDS.get(x, "ts" if x in TS_COLUMN_NAMES else x) for x in names]
     if header and columns is None and not {"src", "dst"} & set(names):
         names = ["src", "dst", *names[2:]]  # a header with its own words for the endpoints (from,to)
     for role in ("src", "dst"):
@@ -199,123 +208,105 @@ def _roles(f: Path, fields: list[str], header: bool, columns: Sequence[str] | No
     return names
 
 
-def _read_edge_csv(
-    f: Path, delimiter: str | None, columns: Sequence[str] | None = None
-) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Columns "src", "dst" (int64, or strings: node names), maybe "ts" (int64) and maybe
-    "edge_feat" (float32 [E, k]) of an edge list, and the names of the k edge features."""
-    import pyarrow as pa  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
-    import pyarrow.csv as pacsv  # noqa: PLC0415
+@dataclass
+class _Edges:
+    """An edge list as read: the id text of each endpoint, the line of each edge, typed columns."""
 
-    skip, delim, lines = _sniff(f, delimiter)
-    fields = lines[0]
-    lowered = [x.lower() for x in fields]
-    # A header names its columns, or sits above integer ids; a first line of names above more
-    # names is data (an edge list of node names).
-    ints_below = len(lines) > 1 and all(_is_int(x) for x in lines[1][:2])
-    has_header = bool({"src", "dst", "source", "target", *TS_COLUMN_NAMES} & set(lowered)) or (
-        ints_below and not all(_is_int(x) for x in fields[:2])
-    )
-    roles = _roles(f, fields, has_header, columns)
-    feat_names = [x for x in roles if x not in ("src", "dst", "ts", "-")]
-    kinds = {"src": pa.string(), "dst": pa.string(), "ts": pa.int64()}
-    types = {f"f{i}": kinds.get(x, pa.float64()) for i, x in enumerate(roles) if x != "-"}
-    read = pacsv.ReadOptions(skip_rows=skip + (1 if has_header else 0), autogenerate_column_names=True)
-    try:
-        table = pacsv.read_csv(
-            f,
-            read_options=read,
-            parse_options=pacsv.ParseOptions(delimiter=delim),
-            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types)),
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise InvalidArgument(
-            f"{f}: not an edge list with columns {delim.join(roles)} (ts an integer, edge features numbers): {e}"
-        ) from e
-    out, feats = {}, []
-    for i, key in enumerate(roles):
-        if key == "-":
-            continue
-        col = table.column(f"f{i}")
-        if col.null_count:
-            raise InvalidArgument(f"{f}: column {key!r} has {col.null_count} empty values")
-        if key in ("src", "dst"):
-            out[key] = col.to_numpy(zero_copy_only=False)
-        elif key == "ts":
-            out[key] = col.to_numpy().astype(np.int64)
-        else:
-            feats.append(col.to_numpy().astype(np.float32))
-    if feats:
-        out["edge_feat"] = np.stack(feats, axis=1)
-    ids = np.concatenate([out["src"], out["dst"]]).astype(str)
-    is_int = _int_mask(ids)
-    if is_int.all():
-        out["src"], out["dst"] = (a.astype(str).astype(np.int64) for a in (out["src"], out["dst"]))
-    elif is_int.any():  # a typo in an integer edge list, most likely: never guess
-        example = ids[~is_int][0] if 2 * is_int.sum() >= len(ids) else ids[is_int][0]  # the odd one out
-        raise InvalidArgument(f"{f}: node ids mix integers and names (e.g. {example[:40]!r}); use one or the other")
+    src: list[str]
+    dst: list[str]
+    lines: np.ndarray
+    ts: np.ndarray | None
+    edge_feat: np.ndarray | None
+    feat_names: list[str]
+
+
+def _read_edge_csv(f: Path, delimiter: str | None, columns: Sequence[str] | None, header: str) -> _Edges:
+    """The edge list's columns by role (see :func:`load_edge_csv`); a line of another width, a
+    non-integer ``ts`` or a non-numeric edge feature is refused, naming its line."""
+    rows = read_rows(f, delimiter)
+    first_no, first = next(rows, (0, []))
+    if not first:
+        raise InvalidArgument(f"{f}: empty edge list")
+    cols: list[list[str]] = [[] for _ in first]
+    body: list[list[str]] = []
+    lines = array("q", [first_no])  # 8 bytes a line, not a Python int each
+    for no, fields in rows:
+        if len(fields) != len(first):
+            raise InvalidArgument(
+                f"{f}: line {no} has {len(fields)} fields, line {first_no} has {len(first)}: {fields[:4]!r}"
+            )
+        body.append(fields)
+        lines.append(no)
+        if len(body) == _ROWS_PER_BLOCK:  # rows to columns in blocks: fast, and never two copies of the file
+            _extend(cols, body)
+    _extend(cols, body)
+    has_header = _has_header(f, first_no, first, cols, header)
+    if has_header:
+        lines = lines[1:]
     else:
-        out["src"], out["dst"] = out["src"].astype(str), out["dst"].astype(str)
-    return out, feat_names
+        cols = [[x, *col] for x, col in zip(first, cols)]
+    if not lines:
+        raise InvalidArgument(f"{f}: no edges below the header line {first!r}")
+    roles = _roles(f, first, has_header, columns)
+    at = np.frombuffer(lines, dtype=np.int64)
+    by_role = dict(zip(roles, cols))
+    feat_names = [x for x in roles if x not in ("src", "dst", "ts", "-")]
+    feats = [_numbers(f, by_role[x], at, x) for x in feat_names]
+    return _Edges(
+        src=by_role["src"],
+        dst=by_role["dst"],
+        lines=at,
+        ts=parse_ints(f, by_role["ts"], at, "timestamp") if "ts" in by_role else None,
+        edge_feat=np.stack(feats, axis=1) if feats else None,
+        feat_names=feat_names,
+    )
 
 
-def _int_mask(ids: np.ndarray) -> np.ndarray:
-    """Which ids are integer literals (vectorized: digits with an optional leading minus)."""
-    return np.char.isdigit(np.char.lstrip(ids, "-"))
+_ROWS_PER_BLOCK = 1 << 16
 
 
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
+def _extend(cols: list[list[str]], body: list[list[str]]) -> None:
+    """Appends ``body``'s rows to the columns ``cols`` and empties it."""
+    for col, values in zip(cols, zip(*body)):
+        col.extend(values)
+    body.clear()
+
+
+def _has_header(f: Path, no: int, first: list[str], cols: list[list[str]], header: str) -> bool:
+    """Whether the first data line names the columns (``--header``; auto: see :func:`load_edge_csv`)."""
+    if header != "auto":
+        return header == "yes"
+    words = [x.lower() for x in first]
+    if HEADER_WORDS & set(words) or words[:2] == ["u", "v"]:
+        return True
+    ids, below = first[:2], cols[:2]
+    if all(is_int(x) for x in ids) or not below[0]:
         return False
-    return True
+    if all(all_ints(col) for col in below):
+        return True  # words above integer ids
+    if any(x in col for col in below for x in ids):
+        return False  # names: the first line's nodes are on other lines too, so it is an edge
+    raise InvalidArgument(
+        f"{f}: line {no} {first!r} may be a header or an edge (node names, none of them on another line); "
+        "pass --header yes or --header no"
+    )
 
 
-def node_table(f: Path, keys: np.ndarray, what: str, dtype: type) -> np.ndarray:
-    """Rows of a ``node,v1,v2,...`` CSV in node order (``keys``: the sorted node ids or names of
-    the edge list); every node exactly once, nothing else (InvalidArgument naming the node)."""
-    import pyarrow as pa  # noqa: PLC0415 - file sources only
-    import pyarrow.csv as pacsv  # noqa: PLC0415
-
-    if not f.is_file():
-        raise NotFound(f"csv {what}: {f} does not exist")
-    skip, delim, lines = _sniff(f, None)
-    has_header = lines[0][0].lower() in ("node", "id", "node_id", "name", "src")  # a header names the node column
-    read = pacsv.ReadOptions(skip_rows=skip + (1 if has_header else 0), autogenerate_column_names=True)
+def _numbers(f: Path, texts: list[str], lines: np.ndarray, column: str) -> np.ndarray:
+    """An edge feature column as float32; a non-number or NaN/inf is refused, naming its line."""
     try:
-        table = pacsv.read_csv(
-            f,
-            read_options=read,
-            parse_options=pacsv.ParseOptions(delimiter=delim),
-            convert_options=pacsv.ConvertOptions(column_types={"f0": pa.string()}),
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise InvalidArgument(f"{f}: not a node,{what} table: {e}") from e
-    node = table.column(0).to_numpy(zero_copy_only=False).astype(str)
-    at = _positions(f, node, keys)
-    if len(np.unique(at)) != len(at) or len(at) != len(keys):
+        with np.errstate(over="ignore"):  # 1e300 is inf as float32: refused below, by line
+            values = np.array(texts, dtype=np.float64).astype(np.float32)
+    except ValueError:
+        bad = next(i for i, x in enumerate(texts) if not is_number(x))
         raise InvalidArgument(
-            f"{f}: {len(at)} lines for {len(keys)} nodes; give every node of the edge list exactly once"
+            f"{f}: line {lines[bad]}: column {column!r} holds {texts[bad][:40]!r}; edge features must be numbers "
+            "(--columns names a column - to skip it)"
+        ) from None
+    finite = np.isfinite(values)
+    if not finite.all():
+        bad = int(np.flatnonzero(~finite)[0])
+        raise InvalidArgument(
+            f"{f}: line {lines[bad]}: column {column!r} holds {texts[bad]!r}; edge features must be finite"
         )
-    try:
-        values = np.stack([table.column(i).to_numpy(zero_copy_only=False) for i in range(1, table.num_columns)], axis=1)
-        out: np.ndarray = np.empty((len(keys), values.shape[1]), dtype=dtype)
-        out[at] = values.astype(dtype)
-    except (ValueError, TypeError) as e:
-        raise InvalidArgument(f"{f}: {what} must be numbers: {e}") from e
-    if out.dtype.kind == "f" and not np.isfinite(out).all():
-        raise InvalidArgument(f"{f}: {what} hold NaN or infinity")
-    return out
-
-
-def _positions(f: Path, node: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Where each node of a node table sits among ``keys`` (unknown nodes: InvalidArgument)."""
-    want = node if keys.dtype.kind == "U" else node.astype(np.int64) if _int_mask(node).all() else None
-    if want is None:
-        raise InvalidArgument(f"{f}: node ids must be the edge list's integers")
-    at = np.searchsorted(keys, want).clip(0, len(keys) - 1)
-    unknown = keys[at] != want
-    if unknown.any():
-        raise InvalidArgument(f"{f}: node {str(want[unknown][0])[:40]!r} is not in the edge list")
-    return at
+    return values

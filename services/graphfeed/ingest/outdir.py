@@ -19,8 +19,14 @@ from pathlib import Path
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.partition import MANIFEST
 
-INGEST_FILES = (MANIFEST, "orig_ids.npy")
-"""Files of the graph root an ingest writes, beside its ``part-NNNNN/`` directories."""
+ORIG_IDS = "orig_ids.npy"
+"""Graph root file: gid -> input id (or, for node names, position in :data:`NODE_NAMES`)."""
+NODE_NAMES = "node_names.npy"
+"""Graph root file of an input with node names (CSV names, typed layouts)."""
+INGEST_FILES = (MANIFEST, ORIG_IDS, NODE_NAMES)
+"""Every file of the graph root an ingest may write, beside its ``part-NNNNN/`` directories: all
+of them belong to one ingest, so ``--force`` replaces each one (an old ``node_names.npy`` kept
+beside new ``orig_ids.npy`` would name every node wrongly)."""
 
 
 def is_ingest_output(child: Path) -> bool:

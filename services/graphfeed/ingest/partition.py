@@ -25,6 +25,7 @@ from graphfeed.common.partition import (
 )
 from graphfeed.common.schema import GraphSchema
 from graphfeed.ingest.graph import GraphData
+from graphfeed.ingest.outdir import NODE_NAMES, ORIG_IDS
 
 log = logging.getLogger(__name__)
 
@@ -226,9 +227,9 @@ def write_partitioned(
     )
     out_dir = Path(out_dir)
     write_graph_manifest(out_dir, manifest)
-    np.save(out_dir / "orig_ids.npy", orig[order])  # gid -> input id, whole graph
+    np.save(out_dir / ORIG_IDS, orig[order])  # gid -> input id, whole graph
     if "node_names" in g.extra:  # names in the input: orig_ids index them
-        np.save(out_dir / "node_names.npy", np.asarray(g.extra["node_names"], dtype=str))
+        np.save(out_dir / NODE_NAMES, np.asarray(g.extra["node_names"], dtype=str))
     for p in tqdm(range(num_partitions), desc="writing partitions", unit="part", disable=not progress):
         lo, hi = int(offsets[p]), int(offsets[p + 1])
         e_lo, e_hi = int(part_edges[p]), int(part_edges[p + 1])

@@ -22,6 +22,7 @@ exist on one machine is mapped:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -148,6 +149,8 @@ class LocalCluster:
                 env[e["name"]] = expand(e["value"], env)
             elif "fieldRef" in e.get("valueFrom", {}):
                 env[e["name"]] = self._field(pod, e["valueFrom"]["fieldRef"]["fieldPath"])
+            elif "resourceFieldRef" in e.get("valueFrom", {}):
+                env[e["name"]] = _resource_field(pod, c, e["valueFrom"]["resourceFieldRef"])
             else:
                 raise AssertionError(f"env source of {e} is not emulated")
         return env
@@ -347,3 +350,17 @@ class LocalCluster:
                     proc.popen.wait()
             codes[f"{proc.pod.name}/{proc.container}"] = proc.popen.returncode
         return codes
+
+
+def _resource_field(pod: LocalPod, c: dict, ref: dict) -> str:
+    """The downward API's ``resourceFieldRef`` as the kubelet answers it: ``limits.cpu`` in
+    whole cores rounded up (divisor 1), this machine's cores when the container sets no limit."""
+    assert ref.get("resource") == "limits.cpu" and str(ref.get("divisor", "1")) == "1", f"{ref} is not emulated"
+    name = ref.get("containerName", c["name"])
+    spec = pod.spec
+    (target,) = [x for x in (*spec.get("initContainers", []), *spec["containers"]) if x["name"] == name]
+    limit = target.get("resources", {}).get("limits", {}).get("cpu")
+    if limit is None:
+        return str(os.cpu_count() or 1)
+    cores = float(limit[:-1]) / 1000 if str(limit).endswith("m") else float(limit)
+    return str(math.ceil(cores))

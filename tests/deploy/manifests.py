@@ -46,11 +46,14 @@ class Rendered:
 
     def workloads(self) -> list[dict]:
         """Every object with a pod template; a PyTorchJob's replica specs stand as one workload
-        each ("trainer" for the Master, "trainer-worker" for the Workers)."""
+        each ("trainer" for the Master, or for the Workers when there is no Master;
+        "trainer-worker" for Workers beside a Master)."""
         out = [d for d in self.docs if d["kind"] in WORKLOAD_KINDS]
         for d in self.of_kind("PyTorchJob"):
-            for role, rs in d["spec"]["pytorchReplicaSpecs"].items():
-                name = d["metadata"]["name"] + ("" if role == "Master" else f"-{role.lower()}")
+            specs = d["spec"]["pytorchReplicaSpecs"]
+            for role, rs in specs.items():
+                plain = role == "Master" or "Master" not in specs
+                name = d["metadata"]["name"] + ("" if plain else f"-{role.lower()}")
                 out.append(
                     {
                         "kind": "PyTorchJob",

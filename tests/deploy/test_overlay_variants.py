@@ -11,18 +11,30 @@ from tests.deploy.test_manifests import PACKED, PYTORCHJOB, _volume
 
 
 def test_pytorchjob_runs_the_gpu_trainer_pod_under_the_training_operator(rendered: dict[str, Rendered]) -> None:
+    """Workers only (issue 27): with a Master replica the operator adds an init container with no
+    securityContext to every Worker, which Pod Security restricted rejects. The pod is the gpu
+    trainer Job's, renamed as the operator expects, and names its own rank and rendezvous."""
     r, gpu = rendered[PYTORCHJOB], rendered["gpu"]
     assert r.find("Job", "trainer") is None and r.find("Service", "trainer") is None
     ptj = r.get("PyTorchJob", "trainer")
-    reference = json.loads(json.dumps(gpu.get("Job", "trainer")["spec"]["template"]))
+    assert set(ptj["spec"]["pytorchReplicaSpecs"]) == {"Worker"}, "a Master brings the operator's init container"
+    job = gpu.get("Job", "trainer")
+    reference = json.loads(json.dumps(job["spec"]["template"]))
     del reference["spec"]["subdomain"]
     ref_trainer = reference["spec"]["containers"][0]
     ref_trainer["name"], ref_trainer["ports"][0]["name"] = "pytorch", "pytorchjob-port"
-    ref_trainer["env"] = [e for e in ref_trainer["env"] if e["name"] == "TRAINER_DEVICE"]  # the operator sets the rest
-    for role in ("Master", "Worker"):
-        rs = ptj["spec"]["pytorchReplicaSpecs"][role]
-        assert rs["template"] == reference, role
-    assert ptj["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    env = {e["name"]: e for e in ref_trainer["env"]}
+    env["RANK"] = {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": REPLICA_INDEX}}}
+    env["MASTER_ADDR"]["value"] = "trainer-worker-0"  # the operator's Service of worker 0
+    env["OMP_NUM_THREADS"]["valueFrom"]["resourceFieldRef"]["containerName"] = "pytorch"
+    ref_trainer["env"] = list(env.values())
+    workers = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert workers["template"] == reference
+    assert workers["replicas"] == job["spec"]["completions"] == int(env["WORLD_SIZE"]["value"])  # values.yaml trainers
+    assert "initContainers" in workers["template"]["spec"]  # the loader sidecar, ours
+
+
+REPLICA_INDEX = "metadata.labels['training.kubeflow.org/replica-index']"
 
 
 def test_the_pack_job_packs_exactly_the_trainers_job(rendered: dict[str, Rendered]) -> None:

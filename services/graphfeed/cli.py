@@ -103,6 +103,11 @@ def _run_train(args: argparse.Namespace) -> int:
     if args.loader_address is None and not args.sampler_address:
         raise SystemExit("graphfeed train: --graph-stores needs --sampler (or --loader)")
     cfg = settings_from_args(TrainConfig, args)
+    if args.loader_address is not None and args.graph_stores is not None and cfg.embeddings != "server":
+        raise SystemExit(
+            "graphfeed train: --loader with --graph-stores is for --embeddings server (the graph-stores holding the "
+            "embedding tables); otherwise give one of them"
+        )
     configure_clients(ClientSecurity.of(cfg.tls_ca, cfg.tls_client_cert, cfg.tls_client_key, cfg.token_file))
     metrics = TrainerMetrics.create(cfg.job_id, cfg.rank)
     if cfg.metrics_port:  # up while the trainer waits for its peers, too

@@ -148,3 +148,32 @@ def write_rules_file(out_dir: Path) -> Path:
     path = out_dir / "graphfeed.rules.yaml"
     path.write_text(yaml.safe_dump(rule["spec"], sort_keys=False))
     return path
+
+
+def network_allows(r: Rendered, direction: str, pod: dict, peer: dict, peer_ns: str, port: int) -> bool:
+    """Whether the NetworkPolicies let ``pod`` receive from / send to ``peer`` on TCP ``port``."""
+    key = "ingress" if direction == "Ingress" else "egress"
+    side = "from" if key == "ingress" else "to"
+    policies = [p for p in r.of_kind("NetworkPolicy") if selector_matches(p["spec"]["podSelector"], pod)]
+    policies = [p for p in policies if direction in p["spec"].get("policyTypes", [])]
+    assert policies, "default-deny must select every pod"
+    for p in policies:
+        for rule in p["spec"].get(key, []):
+            ports = rule.get("ports")
+            if ports and not any(pp.get("port") == port and pp.get("protocol", "TCP") == "TCP" for pp in ports):
+                continue
+            for peer_sel in rule.get(side, [{}]) or [{}]:
+                if not peer_sel:  # no peers listed: any source or destination
+                    return True
+                if "ipBlock" in peer_sel:  # an address range (NodeLocal DNS), never a pod here
+                    continue
+                ns_sel = peer_sel.get("namespaceSelector")
+                # A podSelector alone means this namespace; a namespaceSelector alone, all its pods.
+                if ns_sel is None:
+                    ns_ok = peer_ns == r.namespace
+                else:
+                    ns_ok = selector_matches(ns_sel, {"kubernetes.io/metadata.name": peer_ns})
+                pod_ok = selector_matches(peer_sel["podSelector"], peer) if "podSelector" in peer_sel else True
+                if ns_ok and pod_ok:
+                    return True
+    return False

@@ -19,6 +19,7 @@ from tests.deploy.manifests import (
     args_flag,
     container_ports,
     containers,
+    network_allows,
     pod_spec,
     selector_matches,
     service_selects,
@@ -345,35 +346,6 @@ def test_services_pdbs_and_hpa_select_real_pods(rendered: dict[str, Rendered], o
     assert "replicas" not in target["spec"], "the HPA owns replicas; a fixed count fights it on every apply"
 
 
-def _allowed(r: Rendered, direction: str, pod: dict, peer: dict, peer_ns: str, port: int) -> bool:
-    """Whether the NetworkPolicies let ``pod`` receive from / send to ``peer`` on TCP ``port``."""
-    key = "ingress" if direction == "Ingress" else "egress"
-    side = "from" if key == "ingress" else "to"
-    policies = [p for p in r.of_kind("NetworkPolicy") if selector_matches(p["spec"]["podSelector"], pod)]
-    policies = [p for p in policies if direction in p["spec"].get("policyTypes", [])]
-    assert policies, "default-deny must select every pod"
-    for p in policies:
-        for rule in p["spec"].get(key, []):
-            ports = rule.get("ports")
-            if ports and not any(pp.get("port") == port and pp.get("protocol", "TCP") == "TCP" for pp in ports):
-                continue
-            for peer_sel in rule.get(side, [{}]) or [{}]:
-                if not peer_sel:  # no peers listed: any source or destination
-                    return True
-                if "ipBlock" in peer_sel:  # an address range (NodeLocal DNS), never a pod here
-                    continue
-                ns_sel = peer_sel.get("namespaceSelector")
-                # A podSelector alone means this namespace; a namespaceSelector alone, all its pods.
-                if ns_sel is None:
-                    ns_ok = peer_ns == r.namespace
-                else:
-                    ns_ok = selector_matches(ns_sel, {"kubernetes.io/metadata.name": peer_ns})
-                pod_ok = selector_matches(peer_sel["podSelector"], peer) if "podSelector" in peer_sel else True
-                if ns_ok and pod_ok:
-                    return True
-    return False
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[str, Rendered], overlay: str) -> None:
     r = rendered[overlay]
@@ -396,15 +368,17 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
         flows += [("pack", "graph-store", 50051, True), ("pack", "sampler", 50051, False)]
         flows += [("pack", "trainer", 29500, False), ("ingest", "pack", 50051, False)]
     for client, server, port, expected in flows:
-        ok = _allowed(r, "Egress", labels[client], labels[server], r.namespace, port) and _allowed(
+        ok = network_allows(r, "Egress", labels[client], labels[server], r.namespace, port) and network_allows(
             r, "Ingress", labels[server], labels[client], r.namespace, port
         )
         assert ok == expected, f"{client} -> {server}:{port} should be {'allowed' if expected else 'denied'}"
     for server, port in (("graph-store", 8080), ("sampler", 8080), ("trainer", 8080), ("trainer", 8081)):
-        assert _allowed(r, "Ingress", labels[server], monitoring, "monitoring", port), f"Prometheus -> {server}:{port}"
-        assert not _allowed(r, "Ingress", labels[server], monitoring, "other", port)
+        assert network_allows(r, "Ingress", labels[server], monitoring, "monitoring", port), (
+            f"Prometheus -> {server}:{port}"
+        )
+        assert not network_allows(r, "Ingress", labels[server], monitoring, "other", port)
     for w in labels.values():
-        assert _allowed(r, "Egress", w, {"k8s-app": "kube-dns"}, "kube-system", 53)
+        assert network_allows(r, "Egress", w, {"k8s-app": "kube-dns"}, "kube-system", 53)
     dns = r.get("NetworkPolicy", "allow-dns")["spec"]["egress"]
     assert any(peer.get("ipBlock", {}).get("cidr") == "169.254.20.10/32" for rule in dns for peer in rule["to"]), (
         "NodeLocal DNSCache's address must be reachable on port 53 too"

@@ -69,8 +69,8 @@ def test_every_subcommand_has_help(argv: list[str]) -> None:
     ("argv", "message"),
     [
         (["--graph-stores", "a:1,b:2"], "--graph-stores needs --sampler"),
-        (["--graph-stores", "a:1", "--loader", "x:1"], "not allowed with argument --graph-stores"),
-        ([], "one of the arguments --loader --graph-stores is required"),
+        (["--graph-stores", "a:1", "--loader", "x:1"], "--loader with --graph-stores is for --embeddings server"),
+        ([], "give --loader, or --graph-stores and --sampler"),
     ],
 )
 def test_train_needs_a_loader_or_graph_stores_and_a_sampler(argv: list[str], message: str) -> None:

@@ -22,6 +22,7 @@ from graphfeed.common.limits import (
 )
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.embeddings.store import EmbeddingStore
+from graphfeed.graph_store.requests import check_answer_size, check_fanouts
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_typed
 from graphfeed.graph_store.temporal.store import TemporalStore
@@ -59,9 +60,6 @@ def _partition_info(reader: PartitionReader) -> PartitionInfo:
         num_halo_nodes=len(reader.halo),
         graph_version=m.graph_version,
     )
-
-
-_ANSWER_EDGE_BYTES = 16  # a sampled edge in a SampleNeighbors answer: its source and its edge id (int64 each)
 
 
 class GraphStore:
@@ -265,14 +263,14 @@ class GraphStore:
         Returns:
             The sample in CSR order per seed; ``src`` and ``edge_ids`` are global ids.
         """
-        fanouts = self._check_fanouts(fanout)
+        fanouts = check_fanouts(fanout, len(self.schema.etypes), self.max_fanout)
         if not 0 <= int(rng_seed) < 1 << 64:
             raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
         if not 0 <= int(first_position) < 1 << 63:
             raise InvalidArgument(f"first_position must be in [0, 2**63), got {first_position}")
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
-        self._check_answer_size(rows, fanouts, bool(replace))
         r = self._reader
+        check_answer_size(r.etype_indptr, rows, fanouts, bool(replace), self.max_answer_bytes)
         offsets, src, eids = sample_typed(
             r.etype_indptr,
             r.indices,
@@ -285,37 +283,6 @@ class GraphStore:
             int(first_position),
         )
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
-
-    def _check_answer_size(self, rows: np.ndarray, fanouts: list[int], replace: bool) -> None:
-        """ResourceExhausted when sampling ``rows`` would answer with more than
-        ``max_answer_bytes`` (16 bytes per edge): counted exactly only when the fanouts' bound
-        (every row taking its full fanout) does not already fit."""
-        limit = self.max_answer_bytes
-        k = np.asarray(fanouts, dtype=np.int64)
-        if (k >= 0).all() and len(rows) * int(k.sum()) * _ANSWER_EDGE_BYTES <= limit:
-            return
-        ip = self._reader.etype_indptr
-        deg = ip[:, rows + 1] - ip[:, rows]  # [R, N]
-        taken = np.where(deg > 0, k[:, None], 0) if replace else np.minimum(deg, k[:, None])
-        edges = int(np.where(k[:, None] == -1, deg, taken).sum())
-        if edges * _ANSWER_EDGE_BYTES > limit:
-            raise ResourceExhausted(
-                f"{len(rows)} seeds would sample {edges} edges ({edges * _ANSWER_EDGE_BYTES} bytes), over the "
-                f"answer limit of {limit} bytes; send fewer seeds per request or a smaller fanout"
-            )
-
-    def _check_fanouts(self, fanout: int | Sequence[int]) -> list[int]:
-        """One fanout per edge type from ``fanout`` (an int for all, or one per edge type)."""
-        num_etypes = len(self.schema.etypes)
-        values = [fanout] * num_etypes if isinstance(fanout, (int, np.integer)) else list(fanout)
-        if len(values) != num_etypes:
-            raise InvalidArgument(
-                f"{len(values)} fanouts for the graph's {num_etypes} edge types; give one per edge type or one for all"
-            )
-        for f in values:
-            if not isinstance(f, (int, np.integer)) or f < -1 or f > self.max_fanout:
-                raise InvalidArgument(f"fanout must be -1 (all neighbors) or in [0, {self.max_fanout}], got {f}")
-        return [int(f) for f in values]
 
     def get_node_data(self, name: str, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Rows of node data ``name`` for owned ``ids``, in request order.

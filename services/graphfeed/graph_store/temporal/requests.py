@@ -104,3 +104,13 @@ def check_sample(
     if len(gids) and gids.min() < 0:
         raise InvalidArgument(f"nodes must be ids >= 0, got {int(gids.min())}")
     return gids, times
+
+
+EDGE_BYTES = 24  # a sampled edge in a SampleTemporal answer: neighbour, time and edge id (int64 each)
+
+
+def max_answer_edges(limit_bytes: int, edge_feat_dim: int | None) -> int:
+    """Most sampled edges an answer of ``limit_bytes`` holds (``edge_feat_dim``: with each
+    edge's feature row and its position, None without)."""
+    per_edge = EDGE_BYTES + (0 if edge_feat_dim is None else 8 + 4 * edge_feat_dim)
+    return limit_bytes // per_edge

@@ -26,13 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphfeed.common import limits
 from graphfeed.common.errors import FailedPrecondition, ResourceExhausted
-from graphfeed.common.limits import (
-    GRAPH_STORE_MAX_IDS_PER_REQUEST,
-    MAX_ANSWER_BYTES,
-    MAX_APPEND_EDGES_PER_REQUEST,
-    MAX_FANOUT,
-)
 from graphfeed.common.partition import PartitionReader
 from graphfeed.graph_store.temporal import index as ti
 from graphfeed.graph_store.temporal import requests
@@ -42,8 +37,6 @@ from graphfeed.graph_store.temporal.compactor import Compactor
 from graphfeed.graph_store.temporal.recovery import log_layout, partition_base, recover
 from graphfeed.graph_store.temporal.sampling import gather_features, sample_snapshot
 from graphfeed.graph_store.temporal.types import AppendAck, OutOfOrder, TemporalInfo, TemporalSample
-
-_EDGE_BYTES = 24  # a sampled edge in a SampleTemporal answer: neighbour, time and edge id (int64 each)
 
 __all__ = ["AppendAck", "OutOfOrder", "TemporalInfo", "TemporalSample", "TemporalStore"]
 
@@ -82,10 +75,10 @@ class TemporalStore:
         layout: ti.Layout,
         append_log: TemporalLog | None,
         *,
-        max_append_edges: int = MAX_APPEND_EDGES_PER_REQUEST,
-        max_ids_per_request: int = GRAPH_STORE_MAX_IDS_PER_REQUEST,
-        max_fanout: int = MAX_FANOUT,
-        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        max_append_edges: int = limits.MAX_APPEND_EDGES_PER_REQUEST,
+        max_ids_per_request: int = limits.GRAPH_STORE_MAX_IDS_PER_REQUEST,
+        max_fanout: int = limits.MAX_FANOUT,
+        max_answer_bytes: int = limits.MAX_ANSWER_BYTES,
         max_blocks: int = 256,
         compact_min_edges: int = 1_000_000,
         snapshot_min_edges: int = 0,
@@ -336,7 +329,7 @@ class TemporalStore:
             int(seed),
             int(first_position),
             want,
-            max_edges=self.max_answer_bytes // (_EDGE_BYTES + (8 + 4 * self.edge_feat_dim if want else 0)),
+            max_edges=requests.max_answer_edges(self.max_answer_bytes, self.edge_feat_dim if want else None),
         )
         return TemporalSample(offsets, nbr, ts, eid, gather_features(snap, pos) if pos is not None else None)
 

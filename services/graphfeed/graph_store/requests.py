@@ -1,0 +1,44 @@
+"""Checks of a sampling request against the graph and the store's limits, before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from graphfeed.common.errors import InvalidArgument, ResourceExhausted
+
+ANSWER_EDGE_BYTES = 16  # a sampled edge in a SampleNeighbors answer: its source and its edge id (int64 each)
+
+
+def check_fanouts(fanout: int | Sequence[int], num_etypes: int, max_fanout: int) -> list[int]:
+    """One fanout per edge type from ``fanout`` (an int for all, or one per edge type)."""
+    values = [fanout] * num_etypes if isinstance(fanout, (int, np.integer)) else list(fanout)
+    if len(values) != num_etypes:
+        raise InvalidArgument(
+            f"{len(values)} fanouts for the graph's {num_etypes} edge types; give one per edge type or one for all"
+        )
+    for f in values:
+        if not isinstance(f, (int, np.integer)) or f < -1 or f > max_fanout:
+            raise InvalidArgument(f"fanout must be -1 (all neighbors) or in [0, {max_fanout}], got {f}")
+    return [int(f) for f in values]
+
+
+def check_answer_size(
+    etype_indptr: np.ndarray, rows: np.ndarray, fanouts: list[int], replace: bool, limit: int
+) -> None:
+    """ResourceExhausted when sampling ``rows`` would answer with more than ``limit`` bytes
+    (:data:`ANSWER_EDGE_BYTES` per edge): ids per request do not bound an answer (fanout -1 on a
+    hub). Counted exactly only when the fanouts' bound (every row taking its full fanout) does
+    not already fit."""
+    k = np.asarray(fanouts, dtype=np.int64)
+    if (k >= 0).all() and len(rows) * int(k.sum()) * ANSWER_EDGE_BYTES <= limit:
+        return
+    deg = etype_indptr[:, rows + 1] - etype_indptr[:, rows]  # [R, N]
+    taken = np.where(deg > 0, k[:, None], 0) if replace else np.minimum(deg, k[:, None])
+    edges = int(np.where(k[:, None] == -1, deg, taken).sum())
+    if edges * ANSWER_EDGE_BYTES > limit:
+        raise ResourceExhausted(
+            f"{len(rows)} seeds would sample {edges} edges ({edges * ANSWER_EDGE_BYTES} bytes), over the "
+            f"answer limit of {limit} bytes; send fewer seeds per request or a smaller fanout"
+        )

@@ -170,7 +170,7 @@ def dgl_embeddings(
     }
     if not mods:
         return mods, []
-    return mods, [dgl.optim.SparseAdam([m.table for m in mods.values()], lr=cfg.lr)]  # type: ignore[union-attr]
+    return mods, [dgl.optim.SparseAdam([m.table for m in mods.values()], lr=cfg.lr)]
 
 
 def _loader(

@@ -83,12 +83,11 @@ def _typed_graph(source: str) -> Any:
     return load_source(source, add_reverse=True)  # movie <- actor <- movie needs the rev_ relations
 
 
-def fidelity(args: argparse.Namespace, work: Path) -> dict:
+def fidelity(args: argparse.Namespace, clusters: Clusters) -> dict:
     """Test accuracy per system and seed (``SYSTEMS``), their mean and std, the seconds each took."""
     import os
 
-    from graphfeed.cluster import LocalCluster
-    from graphfeed.ingest.partition import write_partitioned
+    from graphfeed.ingest.synthetic_hetero import HETERO_PRESETS
     from graphfeed.trainer.hetero_baseline import train_hetero_in_process
     from graphfeed.trainer.train import TrainConfig, Trainer
 
@@ -100,41 +99,38 @@ def fidelity(args: argparse.Namespace, work: Path) -> dict:
     job |= {"hidden": args.hidden, "lr": args.lr, "featureless_types": featureless}
     acc: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     secs: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-    root = work / args.source
-    write_partitioned(g, root, 2, "metis")
-    cluster = LocalCluster.start(root, work / "logs", embeddings_dir=work / "tables")
-    try:
-        assert cluster.loader is not None  # LocalCluster.start starts one
-        stores = [s.address for s in cluster.graph_stores]
-        for seed in args.seeds:
-            for system in SYSTEMS:
-                cfg = TrainConfig(
-                    loader_address=cluster.loader.address,
-                    model="rgcn",
-                    seed=seed,
-                    job_id=f"emb-fidelity-{system}-{seed}",
-                    progress=False,
-                    metrics_port=0,
-                    embeddings="server" if system == "server" else "local",
-                    graph_stores=stores if system == "server" else [],
-                    **job,
-                )
-                t0 = time.perf_counter()
-                if system == "dgl":
-                    if args.no_dgl:
-                        continue
-                    name = f"gf-emb-{os.getpid()}-{seed}"  # NodeEmbedding's shared-memory tables
-                    acc[system].append(train_hetero_in_process(g, cfg, dgl_embedding_name=name)["test_acc"])
-                else:
-                    trainer = Trainer(cfg)
-                    try:
-                        trainer.fit()
-                        acc[system].append(trainer.evaluate("test"))
-                    finally:
-                        trainer.close()
-                secs[system].append(time.perf_counter() - t0)
-    finally:
-        cluster.stop()
+    # a MAG preset: the dataset (and cluster) of the throughput part; another source: its own
+    name = f"synthetic-{args.source}" if args.source in HETERO_PRESETS else args.source
+    cluster = clusters.get(harness.dataset(args.workdir, name, make=lambda: g))
+    assert cluster.loader is not None  # LocalCluster.start starts one
+    stores = [s.address for s in cluster.graph_stores]
+    for seed in args.seeds:
+        for system in SYSTEMS:
+            cfg = TrainConfig(
+                loader_address=cluster.loader.address,
+                model="rgcn",
+                seed=seed,
+                job_id=f"emb-fidelity-{system}-{seed}",
+                progress=False,
+                metrics_port=0,
+                embeddings="server" if system == "server" else "local",
+                graph_stores=stores if system == "server" else [],
+                **job,
+            )
+            t0 = time.perf_counter()
+            if system == "dgl":
+                if args.no_dgl:
+                    continue
+                tables = f"gf-emb-{os.getpid()}-{seed}"  # NodeEmbedding's shared-memory tables
+                acc[system].append(train_hetero_in_process(g, cfg, dgl_embedding_name=tables)["test_acc"])
+            else:
+                trainer = Trainer(cfg)
+                try:
+                    trainer.fit()
+                    acc[system].append(trainer.evaluate("test"))
+                finally:
+                    trainer.close()
+            secs[system].append(time.perf_counter() - t0)
     return _accuracy_summary(args, job, acc, secs)
 
 
@@ -190,42 +186,37 @@ def _timed_run(cfg: Any, warmup: int, steps: int) -> tuple[float, list[str]]:
     return steps / (t[warmup + steps - 1] - t[warmup - 1]), [d for *_, d in trainer.applied]
 
 
-def throughput(args: argparse.Namespace, work: Path) -> dict:
+def throughput(args: argparse.Namespace, clusters: Clusters) -> dict:
     """Steps/s per system (``local``, ``server``), runs alternated, on the dataset the common flags name."""
-    from graphfeed.cluster import LocalCluster
     from graphfeed.trainer.train import TrainConfig
 
-    root = harness.ensure_dataset(args)
     total = args.warmup + args.steps
     rates: dict[str, list[float]] = {"local": [], "server": []}
     digests: dict[str, list[str]] = {}
-    cluster = LocalCluster.start(root, work / "logs", embeddings_dir=work / "tables")
-    try:
-        assert cluster.loader is not None
-        stores = [s.address for s in cluster.graph_stores]
-        for r in range(args.repeats):
-            for system in ("local", "server") if r % 2 == 0 else ("server", "local"):
-                cfg = TrainConfig(
-                    loader_address=cluster.loader.address,
-                    model="rgcn",
-                    seed=args.seed,
-                    job_id=f"emb-throughput-{system}",  # the same table each repeat, restored to its seeded rows
-                    progress=False,
-                    metrics_port=0,
-                    embeddings=system,
-                    graph_stores=stores if system == "server" else [],
-                    epochs=1 << 20,
-                    stop_after_steps=total,
-                    batch_size=args.batch_size,
-                    fanouts=args.fanouts,
-                    hidden=args.hidden,
-                    lr=args.lr,
-                )
-                rate, digests[system] = _timed_run(cfg, args.warmup, args.steps)
-                rates[system].append(rate)
-                print(f"throughput {system} run {r}: {rate:.2f} steps/s", flush=True)
-    finally:
-        cluster.stop()
+    cluster = clusters.get(harness.ensure_dataset(args))
+    assert cluster.loader is not None
+    stores = [s.address for s in cluster.graph_stores]
+    for r in range(args.repeats):
+        for system in ("local", "server") if r % 2 == 0 else ("server", "local"):
+            cfg = TrainConfig(
+                loader_address=cluster.loader.address,
+                model="rgcn",
+                seed=args.seed,
+                job_id=f"emb-throughput-{system}",  # the same table each repeat, restored to its seeded rows
+                progress=False,
+                metrics_port=0,
+                embeddings=system,
+                graph_stores=stores if system == "server" else [],
+                epochs=1 << 20,
+                stop_after_steps=total,
+                batch_size=args.batch_size,
+                fanouts=args.fanouts,
+                hidden=args.hidden,
+                lr=args.lr,
+            )
+            rate, digests[system] = _timed_run(cfg, args.warmup, args.steps)
+            rates[system].append(rate)
+            print(f"throughput {system} run {r}: {rate:.2f} steps/s", flush=True)
     median = {s: statistics.median(v) for s, v in rates.items()}
     return {
         "dataset": harness.dataset_name(args),
@@ -244,12 +235,12 @@ def throughput(args: argparse.Namespace, work: Path) -> dict:
 # --- report ----------------------------------------------------------------------------------
 
 
-def durability(args: argparse.Namespace, work: Path) -> dict:
+def durability(args: argparse.Namespace, clusters: Clusters) -> dict:
     from graphfeed.bench.embedding_kill import kill_trials
 
     root = harness.ensure_dataset(args)
     ntype = "author" if "mag" in harness.dataset_name(args) else _first_featureless(root)
-    trials = kill_trials(root, work / "kill", args.kill_trials, ntype, on_trial=lambda r: print(r, flush=True))
+    trials = kill_trials(root, clusters.work / "kill", args.kill_trials, ntype, on_trial=lambda r: print(r, flush=True))
     keys = ("rows_equal", "state_equal", "history_equal")
     return {
         "dataset": harness.dataset_name(args),
@@ -270,15 +261,40 @@ def _first_featureless(root: Path) -> str:
     return next(t for t in schema.ntypes if schema.data_key(t, "feat") not in m.node_data)
 
 
+class Clusters:
+    """One graph-store/sampler/loader cluster per dataset, started on first use, tables in
+    ``work`` (never in the dataset: the shared MAG dataset is read-only); :meth:`stop` ends them."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self._started: dict[Path, Any] = {}
+
+    def get(self, root: Path) -> Any:
+        from graphfeed.cluster import LocalCluster
+
+        if root not in self._started:
+            where = self.work / f"cluster-{len(self._started)}"
+            self._started[root] = LocalCluster.start(root, where / "logs", embeddings_dir=where / "tables")
+        return self._started[root]
+
+    def stop(self) -> None:
+        for c in self._started.values():
+            c.stop()
+
+
 def run(args: argparse.Namespace) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="embeddings-", dir=args.workdir))  # tables of GBs on the full MAG
-    result: dict[str, Any] = {"parts": args.parts}
+    result: dict[str, Any] = {"parts": args.parts, "part_seconds": {}}
+    clusters = Clusters(work)
     try:
         for part, fn in (("fidelity", fidelity), ("durability", durability), ("throughput", throughput)):
             if part in args.parts:
-                result[part] = fn(args, work / part)
+                t0 = time.perf_counter()
+                result[part] = fn(args, clusters)
+                result["part_seconds"][part] = round(time.perf_counter() - t0, 1)
     finally:
+        clusters.stop()
         shutil.rmtree(work, ignore_errors=True)
     harness.write(args, result, _table(result), "embeddings")
     return 0

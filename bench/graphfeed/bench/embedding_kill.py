@@ -63,6 +63,7 @@ class Pusher(threading.Thread):
         self.steps = 0  # steps acknowledged by both sides
         self.retries = 0
         self.rows_differ = 0  # steps whose pulled rows were not byte-equal
+        self.duplicates = 0  # replayed pushes a graph-store had already taken (a kill between log and ack)
         self.ids_per_step = 512
         self._go = threading.Event()
         self._idle = threading.Event()
@@ -88,7 +89,8 @@ class Pusher(threading.Thread):
         key = StepKey(0, s)
         self.reference.push(self.name, JOB, key, 0, 1, ids, grads)
         want = self.reference.pull(self.name, ids, self.dim, key)
-        self._retry(lambda: self.remote.push(self.name, JOB, key, 0, 1, ids, grads))
+        acks = self._retry(lambda: self.remote.push(self.name, JOB, key, 0, 1, ids, grads))
+        self.duplicates += sum(a.duplicate for a in acks)
         got = self._retry(lambda: self.remote.pull(self.name, ids, self.dim, key))
         self.rows_differ += int(got.tobytes() != want.tobytes())
 
@@ -177,7 +179,7 @@ def kill_trials(
         for k in range(trials):
             pusher.resume()
             pusher.wait_for(pusher.steps + steps_before_kill)
-            retries0, victim, t0 = pusher.retries, stores[k % len(stores)], time.perf_counter()
+            retries0, dup0, victim, t0 = pusher.retries, pusher.duplicates, stores[k % len(stores)], time.perf_counter()
             victim.kill9()
             victim.start()
             down_s = time.perf_counter() - t0
@@ -196,6 +198,7 @@ def kill_trials(
                 "killed": k % len(stores),
                 "steps": pusher.steps,
                 "retries": pusher.retries - retries0,
+                "duplicate_acks": pusher.duplicates - dup0,  # replays taken once, not twice
                 "down_s": round(down_s, 2),
                 "applied_steps": applied,  # per partition; == steps: none lost, none twice
                 "lost_or_twice": sum(abs(a - pusher.steps) for a in applied),

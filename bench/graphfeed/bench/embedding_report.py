@@ -51,19 +51,20 @@ def _durability(d: dict) -> list[str]:
         f"### Durability: kill -9 of a graph-store during pushes (`{d['dataset']}`, table of `{d['ntype']}`)",
         "",
         (
-            f"{len(d['trials'])} trials, {d['retries']} retried calls, {d['lost_or_twice']} steps lost or applied "
-            "twice; rows + optimizer state + step history byte-equal to an uninterrupted run: "
-            f"**{'yes' if d['equal'] else 'no'}**; steps whose pulled rows differed: {d['pulled_rows_differ']}"
+            f"{len(d['trials'])} trials, {d['retries']} retried calls, {d['duplicate_acks']} replayed pushes "
+            f"answered duplicate, {d['lost_or_twice']} steps lost or applied twice; rows + optimizer state + "
+            f"step history byte-equal to an uninterrupted run: **{'yes' if d['equal'] else 'no'}**; "
+            f"steps whose pulled rows differed: {d['pulled_rows_differ']}"
         ),
         "",
-        "| trial | killed partition | steps (cumulative) | retries | restart s | applied per partition | equal |",
-        "|---:|---:|---:|---:|---:|---|---|",
+        "| trial | killed partition | steps (cumulative) | retries | duplicate acks | restart s | applied | equal |",
+        "|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for t in d["trials"]:
         eq = t["rows_equal"] and t["state_equal"] and t["history_equal"]
         lines.append(
-            f"| {t['trial']} | {t['killed']} | {t['steps']} | {t['retries']} | {t['down_s']:.1f} "
-            f"| {t['applied_steps']} | {'yes' if eq else 'no'} |"
+            f"| {t['trial']} | {t['killed']} | {t['steps']} | {t['retries']} | {t['duplicate_acks']} "
+            f"| {t['down_s']:.1f} | {t['applied_steps']} | {'yes' if eq else 'no'} |"
         )
     return [*lines, ""]
 

@@ -247,6 +247,7 @@ def durability(args: argparse.Namespace, clusters: Clusters) -> dict:
         "ntype": ntype,
         "trials": trials,
         "retries": sum(t["retries"] for t in trials),
+        "duplicate_acks": sum(t["duplicate_acks"] for t in trials),
         "lost_or_twice": sum(t["lost_or_twice"] for t in trials),
         "pulled_rows_differ": trials[-1]["pulled_rows_differ"] if trials else 0,
         "equal": all(t[k] for t in trials for k in keys),

@@ -70,21 +70,27 @@ def _durability(d: dict) -> list[str]:
 
 
 def _throughput(t: dict) -> list[str]:
-    m = t["median_steps_per_s"]
+    m, per = t["median_steps_per_s"], t["steps_per_s"]
+    names = {"local": "trainer-side nn.Embedding(sparse)", "server": "graph-store tables"}
+    names["distdgl"] = "DistDGL DistEmbedding + SparseAdam (2 servers, 1 trainer)"
+    ratios = f"server / local: **{t['server_over_local']:.2f}×**"
+    if "server_over_distdgl" in t:
+        ratios += f", server / DistDGL: **{t['server_over_distdgl']:.2f}×**"
+    else:
+        ratios += f"; DistDGL: {t['distdgl']}"
     return [
         f"### Throughput: RGCN training steps/s end to end, one rank (`{t['dataset']}`, batch {t['batch_size']})",
         "",
         (
-            f"{t['steps']} timed steps after {t['warmup']}; runs alternated; same minibatches: "
+            f"{t['steps']} timed steps after {t['warmup']}; runs alternated; same minibatches (local, server): "
             f"{'yes' if t['same_minibatches'] else 'NO'}"
         ),
         "",
         "| embeddings | steps/s per run | median |",
         "|---|---|---:|",
-        f"| trainer-side nn.Embedding(sparse) | {_runs(t['steps_per_s']['local'])} | {m['local']:.2f} |",
-        f"| graph-store tables | {_runs(t['steps_per_s']['server'])} | {m['server']:.2f} |",
+        *(f"| {names[k]} | {_runs(per[k])} | {m[k]:.2f} |" for k in per),
         "",
-        f"server / local: **{t['server_over_local']:.2f}×**. DistDGL: {t['distdgl']}",
+        ratios,
         "",
     ]
 

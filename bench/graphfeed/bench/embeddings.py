@@ -66,6 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     g.add_argument("--repeats", type=int, default=2, help="runs per system, alternated (default 2)")
     g.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
+    g.add_argument(
+        "--distdgl",
+        action="store_true",
+        help="also DistDGL: 2 servers + 1 trainer, the RGCN with DistEmbedding + SparseAdam (random labels)",
+    )
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 10], help="per layer, per relation (default 10 10)")
     p.add_argument("--hidden", type=int, default=64, help="hidden units = embedding width (default 64)")
     p.add_argument("--lr", type=float, default=0.01, help="learning rate of every optimizer (default 0.01)")
@@ -217,6 +222,8 @@ def throughput(args: argparse.Namespace, clusters: Clusters) -> dict:
             rate, digests[system] = _timed_run(cfg, args.warmup, args.steps)
             rates[system].append(rate)
             print(f"throughput {system} run {r}: {rate:.2f} steps/s", flush=True)
+    if args.distdgl:
+        rates["distdgl"] = _distdgl_rates(args, harness.ensure_dataset(args), clusters.work / "distdgl")
     median = {s: statistics.median(v) for s, v in rates.items()}
     return {
         "dataset": harness.dataset_name(args),
@@ -227,9 +234,31 @@ def throughput(args: argparse.Namespace, clusters: Clusters) -> dict:
         "median_steps_per_s": median,
         "server_over_local": round(median["server"] / median["local"], 3),
         "same_minibatches": digests["local"] == digests["server"],
-        "distdgl": "not run: bench/graphfeed/bench/distdgl.py's trainer only samples and pulls features "
-        "(no model, no DistEmbedding); a DistEmbedding + SparseAdam RGCN trainer is not written yet",
+        **(
+            {"server_over_distdgl": round(median["server"] / median["distdgl"], 3)}
+            if "distdgl" in median
+            else {"distdgl": "not run (--distdgl)"}
+        ),
     }
+
+
+def _distdgl_rates(args: argparse.Namespace, root: Path, logs: Path) -> list[float]:
+    """Steps/s of DistDGL's RGCN (``DistEmbedding`` + ``SparseAdam``) per repeat, its processes
+    kept between repeats (the warm-up run first); partitions cached under ``--workdir``."""
+    from graphfeed.bench.distdgl import DistDGLSystem, ensure_partitions
+    from graphfeed.common.partition import GraphManifest
+
+    config = ensure_partitions(root, args.workdir, harness.load_global)
+    classes = GraphManifest.load(root).num_classes
+    flags = ("--rgcn", "--hidden", str(args.hidden), "--lr", str(args.lr), "--num-classes", str(classes))
+    rates = []
+    with DistDGLSystem(config, logs, args.fanouts, args.batch_size, trainer_args=flags) as system:
+        system.run(args.warmup)
+        for r in range(args.repeats):
+            run = system.run(args.steps)
+            rates.append(args.steps / run.seconds)
+            print(f"throughput distdgl run {r}: {rates[-1]:.2f} steps/s", flush=True)
+    return rates
 
 
 # --- report ----------------------------------------------------------------------------------

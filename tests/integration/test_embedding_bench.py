@@ -20,7 +20,7 @@ def test_smallest_bench_runs_and_reports_exact_results(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "graphfeed", "bench", "embeddings", "--workdir", str(tmp_path / "work")]
     cmd += ["--out", str(out), "--preset", "mag-small", "--source", "mag-small", "--seeds", "0", "--epochs", "1"]
     cmd += ["--fidelity-batch-size", "256", "--kill-trials", "1", "--steps", "2", "--warmup", "1", "--repeats", "1"]
-    cmd += ["--batch-size", "128", "--fanouts", "4", "4", "--hidden", "16"]
+    cmd += ["--batch-size", "128", "--fanouts", "4", "4", "--hidden", "16", "--featureless-types", "paper"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(out.read_text())
@@ -31,6 +31,7 @@ def test_smallest_bench_runs_and_reports_exact_results(tmp_path: Path) -> None:
     assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in f["test_acc"].values())
     assert {"server_minus_local_points", "server_minus_dgl_points"} <= set(f)
     assert isinstance(f["within_1_point"], bool)
+    assert f["job"]["featureless_types"] == ["paper"]  # the labelled type's features ignored, embedded instead
 
     d = r["durability"]
     assert len(d["trials"]) == 1

@@ -79,7 +79,10 @@ def _throughput(t: dict) -> list[str]:
     else:
         ratios += f"; DistDGL: {t['distdgl']}"
     return [
-        f"### Throughput: RGCN training steps/s end to end, one rank (`{t['dataset']}`, batch {t['batch_size']})",
+        (
+            f"### Throughput: RGCN training steps/s end to end, one rank (`{t['dataset']}`, batch {t['batch_size']}, "
+            f"{t.get('trainer_threads', '?')} trainer threads)"
+        ),
         "",
         (
             f"{t['steps']} timed steps after {t['warmup']}; runs alternated; same minibatches (local, server): "

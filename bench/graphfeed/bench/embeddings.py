@@ -67,6 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--repeats", type=int, default=2, help="runs per system, alternated (default 2)")
     g.add_argument("--batch-size", type=int, default=1024, help="seeds per minibatch (default 1024)")
     g.add_argument(
+        "--trainer-threads",
+        type=int,
+        default=None,
+        help="torch threads of the trainers, graphfeed's and DistDGL's alike (default: half the cores, "
+        "DistDGL launch.py's default; 2 threads on a busy 2-core machine made a step 10x slower)",
+    )
+    g.add_argument(
         "--distdgl",
         action="store_true",
         help="also DistDGL: 2 servers + 1 trainer, the RGCN with DistEmbedding + SparseAdam (random labels)",
@@ -193,8 +200,14 @@ def _timed_run(cfg: Any, warmup: int, steps: int) -> tuple[float, list[str]]:
 
 def throughput(args: argparse.Namespace, clusters: Clusters) -> dict:
     """Steps/s per system (``local``, ``server``), runs alternated, on the dataset the common flags name."""
+    import os
+
+    import torch
+
     from graphfeed.trainer.train import TrainConfig
 
+    threads = args.trainer_threads or max((os.cpu_count() or 1) // 2, 1)
+    torch.set_num_threads(threads)  # this process is graphfeed's trainer
     total = args.warmup + args.steps
     rates: dict[str, list[float]] = {"local": [], "server": []}
     digests: dict[str, list[str]] = {}
@@ -223,13 +236,14 @@ def throughput(args: argparse.Namespace, clusters: Clusters) -> dict:
             rates[system].append(rate)
             print(f"throughput {system} run {r}: {rate:.2f} steps/s", flush=True)
     if args.distdgl:
-        rates["distdgl"] = _distdgl_rates(args, harness.ensure_dataset(args), clusters.work / "distdgl")
+        rates["distdgl"] = _distdgl_rates(args, harness.ensure_dataset(args), clusters.work / "distdgl", threads)
     median = {s: statistics.median(v) for s, v in rates.items()}
     return {
         "dataset": harness.dataset_name(args),
         "steps": args.steps,
         "warmup": args.warmup,
         "batch_size": args.batch_size,
+        "trainer_threads": threads,
         "steps_per_s": rates,
         "median_steps_per_s": median,
         "server_over_local": round(median["server"] / median["local"], 3),
@@ -242,7 +256,7 @@ def throughput(args: argparse.Namespace, clusters: Clusters) -> dict:
     }
 
 
-def _distdgl_rates(args: argparse.Namespace, root: Path, logs: Path) -> list[float]:
+def _distdgl_rates(args: argparse.Namespace, root: Path, logs: Path, threads: int) -> list[float]:
     """Steps/s of DistDGL's RGCN (``DistEmbedding`` + ``SparseAdam``) per repeat, its processes
     kept between repeats (the warm-up run first); partitions cached under ``--workdir``."""
     from graphfeed.bench.distdgl import DistDGLSystem, ensure_partitions
@@ -252,7 +266,8 @@ def _distdgl_rates(args: argparse.Namespace, root: Path, logs: Path) -> list[flo
     classes = GraphManifest.load(root).num_classes
     flags = ("--rgcn", "--hidden", str(args.hidden), "--lr", str(args.lr), "--num-classes", str(classes))
     rates = []
-    with DistDGLSystem(config, logs, args.fanouts, args.batch_size, trainer_args=flags) as system:
+    system = DistDGLSystem(config, logs, args.fanouts, args.batch_size, trainer_threads=threads, trainer_args=flags)
+    with system:
         system.run(args.warmup)
         for r in range(args.repeats):
             run = system.run(args.steps)

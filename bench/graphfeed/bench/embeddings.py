@@ -16,6 +16,12 @@ Three parts, chosen with ``--parts`` (default all):
 * **throughput**: training steps/s end to end (minibatch wait included) of the RGCN on the
   MAG-like preset (authors, institutions, fields featureless), one rank, server-side vs
   trainer-side embeddings, runs alternated; both see the same minibatches (digests compared).
+  With ``--distdgl`` also DistDGL's RGCN with ``DistEmbedding`` + ``SparseAdam`` on the same
+  graph (:mod:`graphfeed.bench.distdgl_rgcn`, random labels). Every trainer gets
+  ``--trainer-threads`` torch threads.
+
+Durability and throughput use the dataset of ``--preset`` / ``--root``; fidelity ``--source``
+(a MAG preset there shares the throughput part's dataset and processes).
 """
 
 from __future__ import annotations

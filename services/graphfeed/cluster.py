@@ -140,6 +140,7 @@ class LocalCluster:
         loader_args: list[str] | None = None,
         shm_dir: str | None = None,
         store_placement: Placement = LOOPBACK,
+        embeddings_dir: Path | None = None,
     ) -> LocalCluster:
         """Starts one graph-store per partition of ``data_dir``, a sampler and a loader.
 
@@ -147,7 +148,9 @@ class LocalCluster:
         memory: every tensor travels inline on the wire); None keeps their default.
         ``store_placement`` starts the graph-stores elsewhere (sampler and loader stay here);
         a graph-store placed elsewhere stands for another machine, so it never answers in
-        shared memory.
+        shared memory. ``embeddings_dir``: graph-store ``p`` keeps its embedding tables in
+        ``<embeddings_dir>/<partition dir name>`` (None: in its partition directory), so a run
+        can leave a read-only dataset untouched.
         """
         manifest = GraphManifest.load(data_dir)
         common = [] if shm_dir is None else ["--shm-dir", shm_dir]
@@ -157,6 +160,8 @@ class LocalCluster:
             for p in range(manifest.num_partitions):
                 part = str(Path(data_dir) / part_dir_name(p))
                 args = ["graph-store", "--part-dir", part, *store_shm]
+                if embeddings_dir is not None:
+                    args += ["--embeddings-dir", str(Path(embeddings_dir) / part_dir_name(p))]
                 cluster.graph_stores.append(start_service(f"graph-store-{p}", args, log_dir, placement=store_placement))
             stores = [s.address for s in cluster.graph_stores]
             cluster.sampler = start_service(

@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "tgn": "graphfeed.bench.tgn",
     "append": "graphfeed.bench.append",
     "rgcn-fidelity": "graphfeed.bench.rgcn_fidelity",
+    "embeddings": "graphfeed.bench.embeddings",
 }
 
 

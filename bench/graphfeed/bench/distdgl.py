@@ -23,6 +23,7 @@ launcher passes the DGL_* environment that launch.py would set).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -235,6 +236,7 @@ class DistDGLSystem:
         start_timeout_s: for the servers to load their partitions and the trainer to connect.
         run_timeout_s: for one :meth:`run`.
         stop_timeout_s: for all three to exit after the trainer is told to quit; then they are killed.
+        trainer_args: more flags of the trainer process (``--rgcn``: it also trains an RGCN).
     """
 
     def __init__(
@@ -248,8 +250,10 @@ class DistDGLSystem:
         start_timeout_s: float = 600.0,
         run_timeout_s: float = 600.0,
         stop_timeout_s: float = 60.0,
+        trainer_args: tuple[str, ...] = (),
     ) -> None:
         self.part_config = part_config.resolve()
+        self.trainer_args = trainer_args  # more trainer flags (e.g. --rgcn)
         self.log_dir = log_dir.resolve()
         self.fanouts, self.batch_size = list(fanouts), batch_size
         self.trainer_threads = trainer_threads or max((os.cpu_count() or 1) // 2, 1)
@@ -337,6 +341,7 @@ class DistDGLSystem:
                 "--mount",
                 "--",
                 *self._python("trainer", "--fanouts", *map(str, self.fanouts), "--batch-size", str(self.batch_size)),
+                *self.trainer_args,
             ]
             trainer = self._spawn("trainer", cmd, trainer_env, pipes=True)
             assert trainer.stdout is not None  # stdout=PIPE
@@ -469,8 +474,10 @@ def _serve(ip_config: str) -> None:
     dgl.distributed.initialize(ip_config)  # in the server role this serves and then exits
 
 
-def _train(ip_config: str, fanouts: list[int], batch_size: int) -> None:
-    """The trainer: answers ``run <steps>`` on stdin with one JSON line, until ``quit`` or EOF."""
+def _train(ip_config: str, fanouts: list[int], batch_size: int, rgcn: dict[str, Any] | None = None) -> None:
+    """The trainer: answers ``run <steps>`` on stdin with one JSON line, until ``quit`` or EOF.
+    With ``rgcn`` (``hidden``, ``lr``, ``num_classes``) each step also trains an RGCN with
+    ``DistEmbedding`` tables for the featureless types (:mod:`graphfeed.bench.distdgl_rgcn`)."""
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # DGL prints progress on stdout; the answers keep their own copy of it
     import dgl
@@ -491,10 +498,16 @@ def _train(ip_config: str, fanouts: list[int], batch_size: int) -> None:
         num_train = sum(len(ids) for ids in train.values())
     sampler = dgl.dataloading.NeighborSampler(fanouts)
     loader = dgl.dataloading.DistNodeDataLoader(g, train, sampler, batch_size=batch_size, shuffle=True, drop_last=False)
+    run: Callable[[Any, int], tuple[int, dict[str, list[int]]]] = functools.partial(_minibatches, feat=feat)
+    if rgcn is not None:
+        from graphfeed.bench.distdgl_rgcn import rgcn_trainer
+
+        (target,) = train  # a typed graph with one seed type
+        run = rgcn_trainer(g, feat, target, num_layers=len(fanouts), **rgcn)
     print(json.dumps({"train": num_train, "feat": shapes}), file=answers)
     while (line := sys.stdin.readline().split()) and line[0] == "run":
         started = time.perf_counter()
-        edges, rows = _minibatches(loader, feat, int(line[1]))
+        edges, rows = run(loader, int(line[1]))
         print(json.dumps({"seconds": time.perf_counter() - started, "edges": edges, "rows": rows}), file=answers)
     dgl.distributed.exit_client()  # the barrier, then a shutdown request to every server
 
@@ -504,7 +517,7 @@ def _mask_ids(mask: Any) -> Any:
     return mask[0 : len(mask)].nonzero().squeeze(1)
 
 
-def _minibatches(loader: Any, feat: Any, steps: int) -> tuple[int, dict[str, list[int]]]:
+def _minibatches(loader: Any, steps: int, feat: Any) -> tuple[int, dict[str, list[int]]]:
     """Samples ``steps`` minibatches and pulls their input features (local rows from shared
     memory, remote rows over RPC); returns the block edges and, by node type (DGL's ``_N`` on a
     homogeneous graph), the shape of all the feature rows pulled."""
@@ -539,11 +552,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ip-config", required=True)
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
     p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--rgcn", action="store_true", help="also train an RGCN with DistEmbedding (typed graphs)")
+    p.add_argument("--hidden", type=int, default=64, help="--rgcn: hidden units = embedding width")
+    p.add_argument("--lr", type=float, default=0.01, help="--rgcn: learning rate (Adam, SparseAdam)")
+    p.add_argument("--num-classes", type=int, default=16, help="--rgcn: classes of the random labels")
     args = p.parse_args(argv)
     if args.role == "server":
         _serve(args.ip_config)
     else:
-        _train(args.ip_config, args.fanouts, args.batch_size)
+        rgcn = {"hidden": args.hidden, "lr": args.lr, "num_classes": args.num_classes} if args.rgcn else None
+        _train(args.ip_config, args.fanouts, args.batch_size, rgcn)
     return 0
 
 

@@ -118,6 +118,12 @@ class TrainConfig(BaseSettings):
         description="With --embeddings server: the graph-stores' optimizer (DGL's SparseAdam or SparseAdagrad, "
         "learning rate --lr).",
     )
+    featureless_types: Annotated[list[str], BeforeValidator(split_commas)] = Field(
+        default_factory=list,
+        description="rgcn: node types to treat as featureless even though the graph stores features for them: "
+        "their features are ignored and an embedding is learned instead (where --embeddings says). Lets a graph "
+        "whose every type has features (IMDB) exercise learnable embeddings.",
+    )
     hidden: int = Field(default=64, description="Hidden units.")
     lr: float = Field(default=0.01, description="Adam learning rate.")
     weight_decay: float = Field(default=5e-4, description="Adam weight decay.")

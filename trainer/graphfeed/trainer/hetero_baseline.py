@@ -110,15 +110,67 @@ def rgcn_epoch(
     return EpochResult(loss_sum / max(1, steps), correct, total)
 
 
-def build_rgcn(g: GraphData, cfg: TrainConfig, feature_name: str = "feat", embed_dim: int | None = None) -> RGCN:
-    """The RGCN of ``g``: node types with a ``feature_name`` table project it, the others embed."""
+def build_rgcn(
+    g: GraphData,
+    cfg: TrainConfig,
+    feature_name: str = "feat",
+    embed_dim: int | None = None,
+    embeddings: dict[str, torch.nn.Module] | None = None,
+) -> RGCN:
+    """The RGCN of ``g``: node types with a ``feature_name`` table project it (unless listed in
+    ``cfg.featureless_types``), the others embed (``embeddings``' modules, else an ``nn.Embedding``)."""
     in_feats = {
         g.table_ntype(k): int(np.prod(t.shape[1:]))
         for k, t in g.node_data.items()
-        if k.rpartition("/")[2] == feature_name
+        if k.rpartition("/")[2] == feature_name and g.table_ntype(k) not in cfg.featureless_types
     }
     num_nodes = dict(zip(g.ntypes, (int(n) for n in g.node_counts())))
-    return RGCN(g.etypes, in_feats, num_nodes, cfg.hidden, g.num_classes, len(cfg.fanouts), cfg.dropout, embed_dim)
+    return RGCN(
+        g.etypes,
+        in_feats,
+        num_nodes,
+        cfg.hidden,
+        g.num_classes,
+        len(cfg.fanouts),
+        cfg.dropout,
+        embed_dim,
+        embeddings=embeddings,
+    )
+
+
+class DGLNodeEmbedding(torch.nn.Module):
+    """DGL's own ``dgl.nn.NodeEmbedding`` as the RGCN's embedding of one type (the external
+    reference for graphfeed's embeddings): rows in a CPU table, each lookup traced for
+    ``dgl.optim.SparseAdam`` while gradients are recorded; no torch parameters."""
+
+    def __init__(self, num_nodes: int, dim: int, name: str) -> None:
+        super().__init__()
+        bound = float(np.sqrt(6.0 / (num_nodes + dim)))  # Xavier's bound, as the nn.Embedding's init
+
+        def init(t: torch.Tensor) -> torch.Tensor:
+            return t.uniform_(-bound, bound)
+
+        self.table = dgl.nn.NodeEmbedding(num_nodes, dim, name, init_func=init)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids.cpu(), ids.device)
+
+
+def dgl_embeddings(
+    g: GraphData, cfg: TrainConfig, name: str
+) -> tuple[dict[str, torch.nn.Module], list[dgl.optim.SparseAdam]]:
+    """:class:`DGLNodeEmbedding` of every type :func:`build_rgcn` embeds (``name`` prefixes the
+    shared-memory tables: unique per process), and one ``dgl.optim.SparseAdam`` over them at ``cfg.lr``."""
+    with_feat = {g.table_ntype(k) for k in g.node_data if k.rpartition("/")[2] == "feat"}
+    counts = dict(zip(g.ntypes, (int(n) for n in g.node_counts())))
+    mods: dict[str, torch.nn.Module] = {
+        nt: DGLNodeEmbedding(n, cfg.hidden, f"{name}-{nt}")
+        for nt, n in counts.items()
+        if nt not in with_feat or nt in cfg.featureless_types
+    }
+    if not mods:
+        return mods, []
+    return mods, [dgl.optim.SparseAdam([m.table for m in mods.values()], lr=cfg.lr)]
 
 
 def _loader(
@@ -129,16 +181,21 @@ def _loader(
     return dgl.dataloading.DataLoader(dg, seeds, sampler, batch_size=batch_size, shuffle=shuffle, drop_last=False)
 
 
-def train_hetero_in_process(g: GraphData, cfg: TrainConfig, target: str | None = None) -> dict[str, float]:
+def train_hetero_in_process(
+    g: GraphData, cfg: TrainConfig, target: str | None = None, dgl_embedding_name: str | None = None
+) -> dict[str, float]:
     """Trains the RGCN on ``target``'s nodes (default: the node type with labels) for
     ``cfg.epochs`` with DGL's own DataLoader (seeded by ``cfg.seed``); returns ``{"val_acc",
-    "test_acc"}`` (``"feat"`` and ``"label"`` tables)."""
+    "test_acc"}`` (``"feat"`` and ``"label"`` tables). Featureless types are embedded by an
+    ``nn.Embedding(sparse=True)`` trained by ``torch.optim.SparseAdam``, or with
+    ``dgl_embedding_name`` by DGL's ``NodeEmbedding`` and ``dgl.optim.SparseAdam`` (tables named after it)."""
     target = target or label_ntype(g)
     torch.manual_seed(cfg.seed)
     dgl.seed(cfg.seed)
     dg = to_dgl_heterograph(g)
-    model = build_rgcn(g, cfg)
-    opts = rgcn_optimizers(model, cfg.lr, cfg.weight_decay)
+    embeddings, sparse = dgl_embeddings(g, cfg, dgl_embedding_name) if dgl_embedding_name else ({}, [])
+    model = build_rgcn(g, cfg, embeddings=embeddings)
+    opts = [*rgcn_optimizers(model, cfg.lr, cfg.weight_decay), *sparse]
     train_loader = _loader(dg, {target: typed_split(g, "train", target)}, cfg.fanouts, cfg.batch_size, True, target)
     for _epoch in range(cfg.epochs):
         rgcn_epoch(model, train_loader, target, opts)

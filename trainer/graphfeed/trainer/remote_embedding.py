@@ -157,9 +157,10 @@ def server_embeddings(
     cfg: TrainConfig, loader: Any
 ) -> tuple[dict[str, RemoteEmbedding], RemoteSparseOptimizer, RemotePartitionSet]:
     """``--embeddings server``: a :class:`RemoteEmbedding` for every featureless node type of the
-    graph ``loader`` reads (width ``cfg.hidden``, optimizer ``cfg.embedding_optimizer`` at
-    ``cfg.lr``, seeded by ``cfg.seed``), its tables created on the graph-stores ``cfg.graph_stores``
-    (waited for up to ``cfg.connect_timeout_s``); the optimizer; the partition set (the caller closes it)."""
+    graph ``loader`` reads and every type of ``cfg.featureless_types`` (width ``cfg.hidden``,
+    optimizer ``cfg.embedding_optimizer`` at ``cfg.lr``, seeded by ``cfg.seed``), its tables
+    created on the graph-stores ``cfg.graph_stores`` (waited for up to ``cfg.connect_timeout_s``);
+    the optimizer; the partition set (the caller closes it)."""
     from graphfeed.graph_store.peers import connect_partitions  # noqa: PLC0415 - server embeddings only
 
     parts = wait_for(
@@ -170,7 +171,7 @@ def server_embeddings(
     schema = parts.info.types
     tables = parts.embeddings()
     with_features = loader.typed_feature_shapes or {schema.ntypes[0]: ()}  # one type: it has "feat" (as _model says)
-    featureless = [t for t in schema.ntypes if t not in with_features]
+    featureless = [t for t in schema.ntypes if t not in with_features or t in cfg.featureless_types]
     modules = {
         nt: RemoteEmbedding(
             tables,

@@ -308,7 +308,10 @@ def _model(
     if schema is None:
         raise ValueError("the data loader does not know the graph's node and edge types")
     shapes = loader.typed_feature_shapes or {schema.ntypes[0]: loader.feature_shape}
-    widths = {t: int(torch.tensor(shape).prod()) for t, shape in shapes.items()}
+    unknown = set(cfg.featureless_types) - set(schema.ntypes)
+    if unknown:
+        raise ValueError(f"featureless_types {sorted(unknown)} are not node types of the graph {schema.ntypes}")
+    widths = {t: int(torch.tensor(shape).prod()) for t, shape in shapes.items() if t not in cfg.featureless_types}
     num_nodes = {t: schema.num_nodes(t) for t in schema.ntypes}
     return RGCN(schema.etypes, widths, num_nodes, cfg.hidden, classes, depth, cfg.dropout, embeddings=embeddings)
 

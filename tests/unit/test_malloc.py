@@ -22,5 +22,5 @@ def run(arena_max: int, threshold: int) -> str:
 def test_the_graph_stores_defaults_are_taken() -> None:
     fields = GraphStoreSettings.model_fields
     defaults = (fields["malloc_arena_max"].default, fields["malloc_mmap_threshold_bytes"].default)
-    assert defaults == (2, 1 << 20) and run(*defaults) == "True"
-    assert run(0, 0) == "True"  # nothing asked: glibc's own settings
+    assert defaults == (0, 0) and run(*defaults) == "True"  # glibc's own settings: answers reuse the heap
+    assert run(2, 1 << 20) == "True"  # what a budgeted store sets: freed answers go back to the kernel

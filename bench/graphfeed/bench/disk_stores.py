@@ -87,6 +87,11 @@ class BudgetedStores:
                     "--direct-io" if direct_io else "--no-direct-io",
                     "--io-threads",
                     str(io_threads),
+                    # a budgeted store bounds its heap too: freed answers go back to the kernel
+                    "--malloc-arena-max",
+                    "2",
+                    "--malloc-mmap-threshold-bytes",
+                    str(1 << 20),
                 ]
                 stores.processes.append(start_service(f"disk-graph-store-{p}", args, log_dir))
             stores.ready_rss_bytes = sum(status_bytes(pid, "VmRSS") for pid in stores.pids)

@@ -27,6 +27,7 @@ seeded rows), which also forgets later steps, so replayed steps compute identica
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -113,6 +114,10 @@ class RemoteSparseOptimizer:
     def __init__(self, embeddings: dict[str, RemoteEmbedding], job: str, rank: int, world_size: int) -> None:
         self.embeddings, self.job, self.rank, self.world_size = embeddings, job, rank, world_size
         self.last: StepKey | None = None  # the last pushed step
+        # One push in flight, behind the next minibatch's fetch and forward: the next pull waits
+        # on the graph-store until the step is applied, so nothing reads a row before its update.
+        self._pusher = ThreadPoolExecutor(1, thread_name_prefix="embedding-push")
+        self._pending: Future[None] | None = None
 
     def create(self) -> None:
         """Creates every table on every graph-store (idempotent: the same spec finds it)."""
@@ -123,16 +128,31 @@ class RemoteSparseOptimizer:
         """Nothing to do: gradients live on the pulled rows, which the next step pulls anew."""
 
     def step(self, key: StepKey) -> None:
-        """Pushes this rank's gradients of step ``key`` (durable on return) and makes later
-        pulls wait until every rank's push of it was applied."""
+        """Pushes this rank's gradients of step ``key`` in the background (the previous step's
+        push is waited for first, and its error raised here) and makes later pulls wait until
+        every rank's push of it was applied. :meth:`flush` waits for it to be durable."""
+        pushes = []
         for emb in self.embeddings.values():
             gids, grads = emb.gradients()
-            emb.tables.push(emb.spec.name, self.job, key, self.rank, self.world_size, gids, grads)
+            pushes.append((emb.tables, emb.spec.name, gids, grads))
             emb.trace, emb.after = [], key
+        self.flush()
+        self._pending = self._pusher.submit(self._push, key, pushes)
         self.last = key
+
+    def _push(self, key: StepKey, pushes: list[tuple[Any, str, np.ndarray, np.ndarray]]) -> None:
+        for tables, name, gids, grads in pushes:
+            tables.push(name, self.job, key, self.rank, self.world_size, gids, grads)
+
+    def flush(self) -> None:
+        """Waits until the last step's push is acknowledged (durable); raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def snapshot(self) -> StepKey | None:
         """Keeps every table as it is after the last pushed step (waits for it); returns that step."""
+        self.flush()
         if self.last is not None:
             for emb in self.embeddings.values():
                 emb.tables.snapshot(emb.spec.name, self.last)
@@ -141,6 +161,7 @@ class RemoteSparseOptimizer:
     def restore(self, key: StepKey | None, apply: bool = True) -> None:
         """Continues from step ``key`` (None: from the start). With ``apply`` (one rank of a
         job, before any rank pushes again), every table returns to its snapshot of ``key``."""
+        self.flush()
         for emb in self.embeddings.values():
             if apply:
                 emb.tables.restore(emb.spec.name, key)
@@ -148,7 +169,12 @@ class RemoteSparseOptimizer:
         self.last = key
 
     def close(self) -> None:
-        """Releases the embeddings' clients (their partition set is its owner's to close)."""
+        """Waits for the last push, then releases the embeddings' clients (their partition set is
+        its owner's to close)."""
+        try:
+            self.flush()
+        finally:
+            self._pusher.shutdown(wait=True)
         for tables in {id(e.tables): e.tables for e in self.embeddings.values()}.values():
             tables.close()
 

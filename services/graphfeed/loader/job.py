@@ -43,7 +43,7 @@ class JobSpec:
     job_seed: int = field(
         default=0, metadata=_doc("Job seed: shuffling and every sampling choice derive from (seed, epoch, step).")
     )
-    split: str = field(default="train", metadata=_doc('Seed nodes: "train", "val" or "test".'))
+    split: str = field(default="train", metadata=_doc('Seed nodes: "train", "val", "test", or "*" (every node).'))
     batch_size: int = field(default=1024, metadata=_doc("Seeds per minibatch."))
     fanouts: tuple[int, ...] = field(metadata=_doc("Neighbors per layer, input layer first (DGL order); -1 takes all."))
     replace: bool = field(default=False, metadata=_doc("Sample neighbors with replacement."))

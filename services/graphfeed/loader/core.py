@@ -176,7 +176,7 @@ class Loader:
             InvalidArgument: bad job spec (a ``feature_wire_dtype`` for features that are not
                 floating point included). NotFound: unknown split or node-data name.
         """
-        plan, _ = self._plan(job, 0)
+        plan, edges = self._plan(job, 0)
         info = self.partitions.info
         tables = self._tables(job.feature_name)
         spec = info.node_data[tables[0]] if tables else None  # a typed graph: its first type's
@@ -191,6 +191,7 @@ class Loader:
             {info.node_data[k].ntype: tuple(info.node_data[k].row_shape) for k in self._tables(job.feature_name)}
             if info.types.is_hetero
             else {},
+            "" if edges is None else edges.relation,
         )
 
     def _cache(self, feature_name: str) -> SharedCache:

@@ -197,3 +197,4 @@ class JobInfo:
     num_nodes: int
     types: GraphSchema | None = None  # node/edge types (a typed graph streams typed features)
     typed_feature_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # by node type with the feature
+    seed_etype: str = ""  # an edge job's predicted edge type, "src:rel:dst"

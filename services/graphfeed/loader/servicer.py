@@ -39,6 +39,7 @@ def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
         typed_feature_shapes=[
             pb.TypedShape(ntype=t, row_shape=list(shape)) for t, shape in info.typed_feature_shapes.items()
         ],
+        seed_etype=info.seed_etype,
     )
 
 

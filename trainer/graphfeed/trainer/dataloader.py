@@ -92,6 +92,11 @@ class _StepLoader:
         return tuple(self.info.feature_row_shape)
 
     @property
+    def seed_etype(self) -> str:
+        """An edge job's predicted edge type, ``"src:rel:dst"`` ("" for a node job)."""
+        return str(self.info.seed_etype)
+
+    @property
     def typed_feature_shapes(self) -> dict[str, tuple[int, ...]]:
         """In a graph of several node types: the feature's row shape per node type that has it."""
         shapes = self.info.typed_feature_shapes

@@ -35,7 +35,7 @@ from graphfeed.common.cacheline import prefetch
 from graphfeed.common.seeds import derive_seed
 
 Alloc = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-Exclusion = tuple[np.ndarray, np.ndarray]
+LocalExclusion = tuple[np.ndarray, np.ndarray]
 """Edges a sample leaves out: ``(local rows holding one, edge ids)``, int64, ascending, unique."""
 
 # Above this fanout Floyd's O(k^2) per row loses to the reservoir (same constant as sample.cu).
@@ -96,7 +96,7 @@ def _kept(indices, edge_ids, begin, end, xeids, gather, ind_out, eid_out):  # no
 
 
 @_jit
-def _counts(indptr, edge_ids, rows, fanout, replace, excluded):  # noqa: ANN001, ANN202
+def _counts(indptr, indices, edge_ids, rows, fanout, replace, excluded):  # noqa: ANN001, ANN202
     n = len(rows)
     offsets = np.zeros(n + 1, dtype=np.int64)
     for i in range(n):
@@ -104,10 +104,9 @@ def _counts(indptr, edge_ids, rows, fanout, replace, excluded):  # noqa: ANN001,
             prefetch(indptr, rows[i + _AHEAD])
         deg = indptr[rows[i] + 1] - indptr[rows[i]]
         if excluded is not None:  # compiled out when None, as in _sample
-            xrows, xeids, _, _ = excluded
+            xrows, xeids, x_ind, x_eid = excluded
             if _contains(xrows, rows[i]):  # its candidates: the edges not excluded (counted, not gathered)
-                b, e = indptr[rows[i]], indptr[rows[i] + 1]
-                deg = _kept(edge_ids, edge_ids, b, e, xeids, False, edge_ids, edge_ids)
+                deg = _kept(indices, edge_ids, indptr[rows[i]], indptr[rows[i] + 1], xeids, False, x_ind, x_eid)
         if fanout == -1:
             c = deg
         elif replace:
@@ -207,7 +206,7 @@ def sample_csr(
     seed: int,
     alloc: Alloc | None = None,
     first_position: int = 0,
-    exclude: Exclusion | None = None,
+    exclude: LocalExclusion | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Samples up to ``fanout`` neighbors of each row of a CSR, optionally excluding some edges.
 
@@ -253,7 +252,7 @@ def sample_csr(
     indptr, indices, edge_ids = np.asarray(indptr), np.asarray(indices), np.asarray(edge_ids)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     excluded = _excluded(indptr, indices, edge_ids, exclude)
-    offsets = _counts(indptr, edge_ids, rows, int(fanout), bool(replace), excluded)
+    offsets = _counts(indptr, indices, edge_ids, rows, int(fanout), bool(replace), excluded)
     total = int(offsets[-1])
     if alloc is None:
         src, eids = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
@@ -282,7 +281,7 @@ def sample_csr(
 
 
 def _excluded(
-    indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, exclude: Exclusion | None
+    indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, exclude: LocalExclusion | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The kernels' view of ``exclude``: ``(xrows, xeids, x_ind, x_eid)``, the last two room for
     the longest kept list of an excluded row, of ``indices``' and ``edge_ids``' dtypes (the kernel
@@ -309,7 +308,7 @@ def sample_typed(
     seed: int,
     alloc: Alloc | None = None,
     first_position: int = 0,
-    exclude: Exclusion | None = None,
+    exclude: LocalExclusion | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_csr` with a fanout per edge type: up to ``fanouts[r]`` in-neighbors of each
     row through edge type ``r`` (DGL's ``sample_neighbors`` with a ``{etype: k}`` fanout).

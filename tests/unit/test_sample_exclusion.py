@@ -5,11 +5,17 @@ sampler over in-process partitions."""
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
 
+from graphfeed.common.blocks import SampledBlocks
+from graphfeed.common.errors import InvalidArgument
+from graphfeed.graph_store.partitions import ForwardingPartitionSet, LocalPartitionSet
 from graphfeed.graph_store.sampling import sample_csr, sample_typed
+from graphfeed.graph_store.types import Exclusion, Fanout, SampledNeighbors
+from graphfeed.sampler.core import MultiHopSampler
 
 
 def _random_csr(rng: np.random.Generator, num_rows: int, max_deg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -141,3 +147,131 @@ def test_typed_sampling_excludes_in_every_edge_type(replace: bool) -> None:
     want = sample_typed(kept_indptr, indices[keep], edge_ids[keep], rows, [3, 2], replace, 11)
     _assert_same(got, want)
     assert not np.isin(got[2], exclude[1]).any()
+
+
+# -- the graph-store (the arithmetic graph: 100 nodes in 2 partitions) -----------------------
+
+
+def _in_edges(parts: LocalPartitionSet, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every in-edge of ``gids`` as ``(dst, eids)`` pairs (fanout -1 from their owners)."""
+    dst, eids = [], []
+    for g in gids:
+        p = int(parts.owners(np.array([g]))[0])
+        got = parts.stores[p].sample_neighbors(np.array([g]), -1, False, 0)
+        dst.append(np.full(len(got.edge_ids), g, dtype=np.int64))
+        eids.append(got.edge_ids)
+    return np.concatenate(dst), np.concatenate(eids)
+
+
+def test_the_store_leaves_out_its_pairs_and_ignores_other_partitions(parts: LocalPartitionSet) -> None:
+    store = parts.stores[0]
+    seeds = np.arange(store.start, store.start + 6, dtype=np.int64)
+    dst, eids = _in_edges(parts, seeds)
+    ours = (dst[::2], eids[::2])
+    got = store.sample_neighbors(seeds, -1, False, 0, exclude=ours)
+    np.testing.assert_array_equal(np.sort(got.edge_ids), np.sort(eids[1::2]))  # all in-edges but those
+    # Pairs of another partition's nodes are ignored, even with an eid of ours.
+    other = parts.stores[1].start
+    theirs = (np.full(len(eids), other, dtype=np.int64), eids)
+    plain = store.sample_neighbors(seeds, 2, False, 3)
+    for a, b in zip(vars(store.sample_neighbors(seeds, 2, False, 3, exclude=theirs)).values(), vars(plain).values()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("exclude", "message"),
+    [
+        ((np.array([0, 2]), np.array([1])), "exclude_dst and exclude_eids must have equal lengths"),
+        ((np.array([0], dtype=np.int32), np.array([1])), "exclude_dst must be a 1-D int64 array"),
+        ((np.array([0]), np.array([[1]])), "exclude_eids must be a 1-D int64 array"),
+    ],
+)
+def test_the_store_refuses_malformed_pairs(parts: LocalPartitionSet, exclude: Exclusion, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        parts.stores[0].sample_neighbors(np.array([parts.stores[0].start]), 2, False, 0, exclude=exclude)
+
+
+# -- the multi-hop sampler over in-process partitions ----------------------------------------
+
+
+class _RecordedExclusions(ForwardingPartitionSet):
+    """Records the ``exclude`` each partition is sent."""
+
+    def __init__(self, inner: LocalPartitionSet) -> None:
+        super().__init__(inner)
+        self.sent: list[tuple[int, Exclusion | None]] = []
+
+    def sample_neighbors(
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
+    ) -> Future[SampledNeighbors]:
+        self.sent.append((p, exclude))
+        return super().sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position, exclude)
+
+
+def _block_edges(sb: SampledBlocks) -> tuple[np.ndarray, np.ndarray]:
+    """``(dst gids, eids)`` of every block's edges (a block's dst nodes prefix the input nodes)."""
+    dst = [sb.input_nodes[: b.num_dst][b.edge_dst] for b in sb.blocks]
+    return np.concatenate(dst), np.concatenate([b.edge_ids for b in sb.blocks]).astype(np.int64)
+
+
+SEEDS = np.array([3, 0, 42, 8, 99, 5, 61], dtype=np.int64)
+
+
+@pytest.mark.parametrize("fanouts", [[3, 2], [-1, -1], [2, 70]])
+def test_no_hop_samples_an_excluded_edge(parts: LocalPartitionSet, fanouts: list[int]) -> None:
+    recorded = _RecordedExclusions(parts)
+    sampler = MultiHopSampler(recorded, max_fanout=100)
+    dst, eids = _block_edges(sampler.sample(SEEDS, fanouts, False, 5, 1, 4))
+    exclude = (dst[::2].copy(), eids[::2].copy())  # half of the edges both hops sampled
+    recorded.sent.clear()
+    got = sampler.sample(SEEDS, fanouts, False, 5, 1, 4, exclude=exclude)
+    assert len(_block_edges(got)[1]) and not np.isin(_block_edges(got)[1], exclude[1]).any()
+    again = sampler.sample(SEEDS, fanouts, False, 5, 1, 4, exclude=exclude)
+    for a, b in zip(got.blocks, again.blocks, strict=True):
+        assert a.edge_ids.tobytes() == b.edge_ids.tobytes() and a.edge_src.tobytes() == b.edge_src.tobytes()
+    np.testing.assert_array_equal(got.input_nodes, again.input_nodes)
+    # Each partition got only the pairs of the nodes it owns, every hop.
+    owner = parts.owners(exclude[0])
+    assert {p for p, _ in recorded.sent} == {0, 1}
+    for p, sent in recorded.sent:
+        assert sent is not None
+        np.testing.assert_array_equal(sent[0], exclude[0][owner == p])
+        np.testing.assert_array_equal(sent[1], exclude[1][owner == p])
+
+
+def test_all_neighbors_minus_the_excluded_ones(parts: LocalPartitionSet) -> None:
+    sampler = MultiHopSampler(parts)
+    dst, eids = _in_edges(parts, SEEDS)
+    exclude = (dst[1::3].copy(), eids[1::3].copy())
+    got = sampler.sample(SEEDS, [-1], False, 0, 0, 0, exclude=exclude)
+    np.testing.assert_array_equal(np.sort(got.blocks[0].edge_ids), np.sort(np.setdiff1d(eids, exclude[1])))
+
+
+def test_a_partition_owning_no_excluded_dst_is_sent_none(parts: LocalPartitionSet) -> None:
+    recorded = _RecordedExclusions(parts)
+    only_0 = np.array([parts.stores[0].start], dtype=np.int64)
+    exclude = (only_0, _in_edges(parts, only_0)[1][:1])
+    MultiHopSampler(recorded).sample(SEEDS, [2, 2], False, 0, 0, 0, exclude=exclude)
+    assert {p for p, x in recorded.sent if x is not None} == {0}
+    assert any(p == 1 and x is None for p, x in recorded.sent)
+
+
+@pytest.mark.parametrize(
+    ("exclude", "message"),
+    [
+        ((np.array([0, 1]), np.array([1])), "exclude_dst and exclude_eids must have equal lengths"),
+        ((np.array([0.0]), np.array([1])), "exclude_dst must be a 1-D int64 array"),
+        ((np.array([0]), np.array([1], dtype=np.uint64)), "exclude_eids must be a 1-D int64 array"),
+        ((np.array([100]), np.array([1])), r"exclude_dst: 1 ids outside the graph \[0, 100\)"),
+    ],
+)
+def test_the_sampler_refuses_malformed_pairs(parts: LocalPartitionSet, exclude: Exclusion, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        MultiHopSampler(parts).sample(SEEDS, [2], False, 0, 0, 0, exclude=exclude)

@@ -99,7 +99,9 @@ def request(
     )
     codec.encode(np.array(SEEDS if seeds is None else seeds, dtype=dtype), req.seeds)
     if exclude is not None:
-        codec.encode_exclusion(tuple(np.array(x, dtype=exclude_dtype) for x in exclude), req)
+        codec.encode_exclusion(
+            (np.array(exclude[0], dtype=exclude_dtype), np.array(exclude[1], dtype=exclude_dtype)), req
+        )
     return req
 
 

@@ -85,6 +85,20 @@ def test_rows_without_excluded_edges_sample_as_without_exclusion(fanout: int, re
             np.testing.assert_array_equal(g[got[0][i] : got[0][i + 1]], p[plain[0][i] : plain[0][i + 1]])
 
 
+def test_int32_read_only_topology_as_a_store_maps_it() -> None:
+    """The kernel reads an excluded row's edges and the others through one variable: read-only
+    int32 arrays (memory-mapped ``.npy`` files) and its writable scratch of the same dtype."""
+    rng = np.random.default_rng(4)
+    indptr, indices, edge_ids = _random_csr(rng, 100, 12)
+    rows = rng.integers(0, 100, 150).astype(np.int64)
+    excluded = _excluding(rng, indptr, edge_ids, 0.3)
+    narrow = [a.astype(np.int32) for a in (indices, edge_ids)]
+    for a in narrow:
+        a.flags.writeable = False
+    got = sample_csr(indptr, *narrow, rows, 4, False, 8, exclude=excluded)
+    _assert_same(got, sample_csr(indptr, indices, edge_ids, rows, 4, False, 8, exclude=excluded))
+
+
 def test_an_excluded_row_still_gets_its_fanout_from_the_other_edges() -> None:
     # Row 0 has 4 edges (ids 10..13); excluding two leaves exactly the other two for fanout 2.
     indptr, indices, edge_ids = np.array([0, 4]), np.array([5, 6, 7, 8]), np.array([10, 11, 12, 13])

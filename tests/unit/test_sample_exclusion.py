@@ -92,10 +92,9 @@ def test_int32_read_only_topology_as_a_store_maps_it() -> None:
     indptr, indices, edge_ids = _random_csr(rng, 100, 12)
     rows = rng.integers(0, 100, 150).astype(np.int64)
     excluded = _excluding(rng, indptr, edge_ids, 0.3)
-    narrow = [a.astype(np.int32) for a in (indices, edge_ids)]
-    for a in narrow:
-        a.flags.writeable = False
-    got = sample_csr(indptr, *narrow, rows, 4, False, 8, exclude=excluded)
+    narrow_indices, narrow_eids = indices.astype(np.int32), edge_ids.astype(np.int32)
+    narrow_indices.flags.writeable = narrow_eids.flags.writeable = False
+    got = sample_csr(indptr, narrow_indices, narrow_eids, rows, 4, False, 8, exclude=excluded)
     _assert_same(got, sample_csr(indptr, indices, edge_ids, rows, 4, False, 8, exclude=excluded))
 
 

@@ -46,7 +46,7 @@ def encoder(
     schema = loader.schema
     if schema is None:
         raise ValueError("the data loader does not know the graph's node and edge types")
-    shapes = loader.typed_feature_shapes or {schema.ntypes[0]: loader.feature_shape}
+    shapes = loader.typed_feature_shapes if schema.is_hetero else {schema.ntypes[0]: loader.feature_shape}
     unknown = set(cfg.featureless_types) - set(schema.ntypes)
     if unknown:
         raise ValueError(f"featureless_types {sorted(unknown)} are not node types of the graph {schema.ntypes}")

@@ -288,9 +288,9 @@ class Trainer:
         return self.model
 
     def _eval_loader(self, split: str, fanouts: list[int], batch_size: int, **edges: Any) -> Any:
-        """A data loader over ``split`` for evaluation and inference (in order, its own job id)."""
+        """A data loader over ``split`` for evaluation and inference (in order, its own job id, no labels)."""
         job_id = f"{self.cfg.job_id}-eval"
-        return self._data_loader(split, fanouts, batch_size, shuffle=False, job_id=job_id, **edges)
+        return self._data_loader(split, fanouts, batch_size, shuffle=False, job_id=job_id, label_name="", **edges)
 
     def fit(self, on_epoch=None) -> list[EpochReport]:  # noqa: ANN001
         """Trains until ``cfg.epochs`` epochs are done (counting resumed ones)."""

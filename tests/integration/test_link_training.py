@@ -11,11 +11,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from graphfeed.ingest.edge_split import split_edges
 from graphfeed.ingest.partition import write_partitioned
+from graphfeed.trainer.baseline import to_dgl
+from graphfeed.trainer.linkpred.inference import dgl_inference
 from graphfeed.trainer.train import TrainConfig, Trainer
 from tests.graphs import arithmetic_graph
 from tests.integration.inprocess import InProcessCluster
@@ -25,11 +28,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOB = {"fanouts": [4, 4], "batch_size": 32, "epochs": 2, "seed": 5, "hidden": 16, "dropout": 0.0}
 
 
+GRAPH = split_edges(arithmetic_graph(n=200, max_deg=6), "_E", (0.8, 0.1, 0.1), seed=1)
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessCluster]:
-    root = tmp_path_factory.mktemp("link-training")
-    g = split_edges(arithmetic_graph(n=200, max_deg=6), "_E", (0.8, 0.1, 0.1), seed=1)
-    write_partitioned(g, root, 2, method="random")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("link-training")
+    write_partitioned(GRAPH, out, 2, method="random")
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(root: Path) -> Iterator[InProcessCluster]:
     c = InProcessCluster.start(root)
     try:
         yield c
@@ -71,6 +81,28 @@ def test_link_job_learns_and_resumes_exactly(cluster: InProcessCluster, tmp_path
     assert torch.load(tmp_path / "c.pt")["applied"] == ref  # every (epoch, step, minibatch digest)
     for name, tensor in ref_state.items():
         assert torch.equal(tensor, state[name]), name
+
+
+def test_inference_through_the_services_equals_dgls_and_resumes(
+    cluster: InProcessCluster, root: Path, tmp_path: Path
+) -> None:
+    trainer = Trainer(_config(cluster, epochs=1, job_id="infer"))
+    try:
+        trainer.fit()
+        out = tmp_path / "emb"
+        h = trainer.node_embeddings(out)
+        encoder = trainer.link_predictor().encoder
+        want = dgl_inference(encoder, to_dgl(GRAPH), batch_size=64)  # in-process DGL, input ids
+        orig = np.load(root / "orig_ids.npy")
+        np.testing.assert_allclose(np.load(out / "embeddings.npy")[np.argsort(orig)], want.numpy(), atol=1e-5)
+        kept = sorted(out.glob("layer-*.pt"))
+        assert len(kept) == 2
+        kept[-1].unlink()  # as if stopped during the last layer: resumes after the first
+        (out / "embeddings.npy").unlink()
+        again = trainer.node_embeddings(out)
+        assert torch.equal(again, h) and (out / "embeddings.npy").exists()
+    finally:
+        trainer.close()
 
 
 def _free_port() -> int:

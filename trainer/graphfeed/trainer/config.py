@@ -121,6 +121,12 @@ class TrainConfig(BaseSettings):
     eval_negatives: int = Field(
         default=100, ge=1, description="--task link: seeded negatives each val/test edge is ranked against (MRR)."
     )
+    embeddings_out: Path | None = Field(
+        default=None,
+        description="--task link: after training, write every node's embedding here (layer-wise inference through "
+        "the services; embeddings.npy by global id, or embeddings-<ntype>.npy by type-wise id); an interrupted "
+        "run resumes at its last finished layer.",
+    )
     model: Literal["sage", "rgcn"] = Field(
         default="sage",
         description="Example model: sage (GraphSAGE, one node and edge type) or rgcn (an RGCN over every relation "

@@ -16,6 +16,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -272,11 +273,12 @@ class Trainer:
             self._eval_loader, self.link_predictor(), loader.schema, loader.seed_etype, split, lp
         )
 
-    def node_embeddings(self) -> Any:
+    def node_embeddings(self, out_dir: Path | None = None) -> Any:
         """``--task link``: every node's embedding by layer-wise inference through the services
-        ([N, hidden] by global id, or per node type by type-wise id)."""
-        loader = self.train_loader
-        return service_embeddings(self._eval_loader, self.link_predictor().encoder, loader.schema, self._eval_batch)
+        ([N, hidden] by global id, or per node type by type-wise id); ``out_dir``: also written
+        there, resumably (:func:`~graphfeed.trainer.linkpred.task.service_embeddings`)."""
+        encoder, schema = self.link_predictor().encoder, self.train_loader.schema
+        return service_embeddings(self._eval_loader, encoder, schema, self._eval_batch, out_dir)
 
     @property
     def _eval_batch(self) -> int:

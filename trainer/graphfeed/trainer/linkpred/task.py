@@ -20,8 +20,13 @@ compares with in-process DGL on the same negatives.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import dgl
@@ -37,7 +42,17 @@ from graphfeed.trainer.linkpred.inference import LayerBatch, layerwise
 from graphfeed.trainer.linkpred.models import LOSSES, DotScorer, Embeddings, LinkPredictor, MLPScorer
 from graphfeed.trainer.models import GraphSAGE
 
-__all__ = ["edge_job", "evaluate_link_split", "link_loss", "link_model", "service_embeddings", "split_pairs"]
+__all__ = [
+    "edge_job",
+    "evaluate_link_split",
+    "link_loss",
+    "link_model",
+    "service_embeddings",
+    "split_pairs",
+    "write_embeddings",
+]
+
+log = logging.getLogger(__name__)
 
 MakeLoader = Callable[..., AbstractContextManager[Any]]
 """``make(split, fanouts, batch_size, **job) -> data loader`` (a context manager that iterates)."""
@@ -88,30 +103,112 @@ def _input_features(make: MakeLoader, schema: GraphSchema | None, batch_size: in
     return feats.get("", feats)
 
 
+class _OneLayer:
+    """Layer ``i`` of an encoder as a one-layer encoder: :func:`layerwise` runs one layer at a
+    time, so a layer's output can be kept before the next starts (resumable inference)."""
+
+    def __init__(self, encoder: GraphSAGE | RGCN, i: int) -> None:
+        self.encoder, self.i, self.num_layers = encoder, i, 1
+
+    def layer(self, _i: int, block: dgl.DGLGraph, h: Any) -> Any:
+        return self.encoder.layer(self.i, block, h)
+
+    def train(self, mode: bool = True) -> Any:
+        return self.encoder.train(mode)
+
+    @property
+    def training(self) -> bool:
+        return self.encoder.training
+
+
 @torch.no_grad()
 def service_embeddings(
-    make: MakeLoader, encoder: GraphSAGE | RGCN, schema: GraphSchema | None, batch_size: int
+    make: MakeLoader,
+    encoder: GraphSAGE | RGCN,
+    schema: GraphSchema | None,
+    batch_size: int,
+    out_dir: Path | None = None,
 ) -> Embeddings:
     """Every node's output embedding, layer by layer through the loader (DGL's ``inference``):
     each layer is one pass over all nodes with one-layer full-neighbour blocks.
 
+    ``out_dir``: keep each finished layer's output there (``layer-<i>.pt``, written atomically)
+    and start from the last one kept, so an interrupted inference resumes at its layer; the
+    result is written there too (:func:`write_embeddings`).
+
     Returns:
         [N, hidden] by global id, or per node type by type-wise id, on the CPU.
     """
-    inputs = _input_features(make, schema, batch_size)
-    if isinstance(encoder, RGCN) and schema is not None:
-        was = encoder.training
-        encoder.train(False)
-        feats = inputs if isinstance(inputs, dict) else {}
-        inputs = encoder.embed_all(feats, {nt: schema.num_nodes(nt) for nt in schema.ntypes})
-        encoder.train(was)
+    key = _model_key(encoder)
+    done, h = _kept_layer(out_dir, key)
+    if h is None:
+        h = _input_features(make, schema, batch_size)
+        if isinstance(encoder, RGCN) and schema is not None:
+            was = encoder.training
+            encoder.train(False)
+            feats = h if isinstance(h, dict) else {}
+            h = encoder.embed_all(feats, {nt: schema.num_nodes(nt) for nt in schema.ntypes})
+            encoder.train(was)
 
     def batches(_layer: int) -> Iterator[LayerBatch]:
         with make(ALL_NODES, [-1], batch_size) as dl:
             for input_nodes, output_nodes, blocks in dl:
                 yield input_nodes, output_nodes, blocks[0]
 
-    return layerwise(encoder, batches, inputs)
+    for i in range(done + 1, encoder.num_layers):
+        t0 = time.perf_counter()
+        h = layerwise(_OneLayer(encoder, i), batches, h)
+        log.info(
+            "inference: layer %d of %d over every node in %.1f s", i + 1, encoder.num_layers, time.perf_counter() - t0
+        )
+        if out_dir is not None:
+            _keep_layer(out_dir, i, h, key)
+    if out_dir is not None:
+        write_embeddings(out_dir, h)
+    return h
+
+
+def _model_key(encoder: torch.nn.Module) -> str:
+    """A digest of the encoder's weights: kept layers of another model are not resumed from."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _kept_layer(out_dir: Path | None, key: str) -> tuple[int, Embeddings | None]:
+    """The last layer this model kept in ``out_dir`` and its output, or ``(-1, None)``."""
+    if out_dir is None or not out_dir.exists():
+        return -1, None
+    kept = sorted(out_dir.glob(f"layer-*-{key}.pt"), key=lambda f: int(f.stem.split("-")[1]))
+    if not kept:
+        return -1, None
+    log.info("inference: resuming after %s", kept[-1].name)
+    return int(kept[-1].stem.split("-")[1]), torch.load(kept[-1])
+
+
+def _keep_layer(out_dir: Path, i: int, h: Embeddings, key: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".layer-{i}-{key}.pt.tmp"
+    torch.save(h, tmp)
+    os.replace(tmp, out_dir / f"layer-{i}-{key}.pt")
+
+
+def write_embeddings(out_dir: Path, h: Embeddings) -> list[Path]:
+    """Every node's embedding as ``.npy`` files in ``out_dir``: ``embeddings.npy`` ([N, hidden],
+    row = global id) or ``embeddings-<ntype>.npy`` (row = the schema's type-wise id); the graph
+    root's ``orig_ids.npy`` maps either to the input's own ids. Written atomically."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = h if isinstance(h, dict) else {"": h}
+    written = []
+    for nt, rows in tables.items():
+        path = out_dir / (f"embeddings-{nt}.npy" if nt else "embeddings.npy")
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, rows.cpu().numpy())
+        os.replace(tmp, path)
+        written.append(path)
+    return written
 
 
 def split_pairs(make: MakeLoader, split: str, relation: str, batch_size: int) -> np.ndarray:

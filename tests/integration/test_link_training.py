@@ -94,7 +94,8 @@ def test_inference_through_the_services_equals_dgls_and_resumes(
         encoder = trainer.link_predictor().encoder
         want = dgl_inference(encoder, to_dgl(GRAPH), batch_size=64)  # in-process DGL, input ids
         orig = np.load(root / "orig_ids.npy")
-        np.testing.assert_allclose(np.load(out / "embeddings.npy")[np.argsort(orig)], want.numpy(), atol=1e-5)
+        got = np.load(out / "embeddings.npy")[np.argsort(orig)]  # rows by global id -> by input id
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)  # float32 sums in another order
         kept = sorted(out.glob("layer-*.pt"))
         assert len(kept) == 2
         kept[-1].unlink()  # as if stopped during the last layer: resumes after the first

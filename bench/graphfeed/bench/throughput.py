@@ -11,6 +11,11 @@ Systems, alternated run by run so machine drift hits all of them:
   trainer's process over the graph-stores and the sampler service: one hop for the features.
 - ``distdgl`` (``--distdgl``): DistDGL on 2 emulated machines (:mod:`graphfeed.bench.distdgl`).
 
+With ``--edges RELATION`` every system makes edge minibatches instead (link prediction: the
+dataset ingested with that edge split, ``batch_size`` positive train edges per minibatch,
+``--num-negatives`` uniform negatives each, seed edges and reverse twins excluded; DGL's edge
+DataLoader on the DGL side; :mod:`graphfeed.bench.edge_systems`).
+
 Plus the machine's limits: sequential memcpy, random-row gather and gRPC loopback streaming.
 Writes JSON and a markdown table; ratios compare graphfeed with DGL from the same run.
 """
@@ -26,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from graphfeed.bench import harness, runs, systems
+from graphfeed.bench import edge_systems, harness, runs, systems
+from graphfeed.common.partition import GraphManifest
 
 SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e", "gf_embedded", "distdgl")
 
@@ -77,6 +83,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default: torch's own",
     )
     p.add_argument(
+        "--edges",
+        default="",
+        metavar="RELATION",
+        help="edge minibatches (link prediction) of this relation (\"_E\" of a one-type graph, \"writes\" of "
+        "mag): the preset ingested with that edge split; graphfeed's edge jobs vs DGL's edge DataLoader",
+    )
+    p.add_argument(
+        "--num-negatives", type=int, default=1, help="with --edges: uniform negatives per positive edge (default 1)"
+    )
+    p.add_argument(
         "--feature-wire-dtype",
         choices=("", "float16", "bfloat16"),
         default="",
@@ -95,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
     root = harness.ensure_dataset(args)
     g, feat, train = harness.load_global(root)
     job = {"fanouts": fanouts, "batch_size": bs, "shuffle": True, "feature_wire_dtype": args.feature_wire_dtype}
+    if args.edges:
+        if args.distdgl:
+            raise SystemExit("bench throughput: --distdgl has no edge mode yet (DistEdgeDataLoader); drop one")
+        job.update(edge_systems.job(args.num_negatives))
+        rows, schema = harness.edge_rows(root), GraphManifest.load(root).schema()
+        args.edge_mode = edge_systems.describe(rows, schema, args.num_negatives)
     cache = {"cache_policy": args.cache_policy, "cache_bytes": args.cache_bytes}
     with contextlib.ExitStack() as stack:
         # DistDGL's processes first: forking once this process has gRPC channels aborts the child
@@ -109,17 +131,25 @@ def run(args: argparse.Namespace) -> int:
             systems.Cluster.start(root, workdir / "logs", loader_args, args.transport, placement)
         )
         assert cluster.sampler is not None
-        timed: dict[str, systems.System] = {
-            "dgl_sample": systems.dgl_system(g, feat, train, fanouts, bs, gather=False),
-            "dgl_sample_gather": systems.dgl_system(g, feat, train, fanouts, bs, gather=True),
-            "gf_sampler": systems.sampler_system(
-                cluster.sampler.address,
-                harness.split_gids(root),
-                fanouts,
-                bs,
-                args.inflight,
-                systems.LAYOUTS[args.transport][0],
-            ),
+        shm = systems.LAYOUTS[args.transport][0]
+        if args.edges:
+            k = args.num_negatives
+            timed: dict[str, systems.System] = {
+                "dgl_sample": edge_systems.dgl_system(g, feat, rows, schema, fanouts, bs, k, gather=False),
+                "dgl_sample_gather": edge_systems.dgl_system(g, feat, rows, schema, fanouts, bs, k, gather=True),
+                "gf_sampler": edge_systems.sampler_system(
+                    cluster.sampler.address, rows, schema, fanouts, bs, k, args.inflight, shm
+                ),
+            }
+        else:
+            timed = {
+                "dgl_sample": systems.dgl_system(g, feat, train, fanouts, bs, gather=False),
+                "dgl_sample_gather": systems.dgl_system(g, feat, train, fanouts, bs, gather=True),
+                "gf_sampler": systems.sampler_system(
+                    cluster.sampler.address, harness.split_gids(root), fanouts, bs, args.inflight, shm
+                ),
+            }
+        timed |= {
             "gf_e2e": systems.loader_system(cluster.remote(job_id="bench", **job)),
             "gf_embedded": systems.loader_system(cluster.embedded(job_id="bench-embedded", **cache, **job)),
         }
@@ -129,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         width = next(iter(feat.values())).shape[1] if isinstance(feat, dict) else feat.shape[1]
         limits = machine_limits(int(width), 222_000)
     result = summarize(runs.summarize(done, SYSTEMS), limits, args)
-    harness.write(args, result, markdown(result), f"throughput-{args.preset}")
+    name = f"throughput-{args.preset}" + (f"-edges-{args.edges.replace(':', '.')}" if args.edges else "")
+    harness.write(args, result, markdown(result), name)
     return 0
 
 
@@ -201,6 +232,9 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
     return {
         "preset": harness.dataset_name(args),
         "transport": args.transport,
+        # edge minibatches (relation, negatives, exclusion) or node ones; "minibatches" count either
+        "mode": "edges" if getattr(args, "edge_mode", None) else "nodes",
+        **({"edges": args.edge_mode} if getattr(args, "edge_mode", None) else {}),
         "link": args.link or "loopback",
         "batch_size": args.batch_size,
         "fanouts": list(args.fanouts),
@@ -226,10 +260,17 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
 
 def markdown(result: dict) -> str:
     m = result["machine"]
+    e = result.get("edges")
+    mode = (
+        f"**edge minibatches** of `{e['relation']}` ({e['num_negatives']} {e['negative_sampler']} negatives per "
+        f"positive, exclude {e['exclude']}, {e['train_edges']:,} train edges), "
+        if e
+        else ""
+    )
     lines = [
         (
-            f"preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
-            f"batch {result['batch_size']}, fanouts {result['fanouts']}, "
+            f"{mode}preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
+            f"batch {result['batch_size']}{' positive edges' if e else ''}, fanouts {result['fanouts']}, "
             f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system"
         ),
         "",

@@ -1,12 +1,14 @@
 """``graphfeed bench throughput --edges`` end to end in its smallest configuration: edge
 minibatches (link prediction) through every system (in-process DGL's edge DataLoader, the
-sampler service, the remote and the embedded loader; real service processes), and its JSON
-says edge mode and has each system's rate and the ratios vs DGL. Timings are not checked."""
+sampler service, the remote and the embedded loader; real service processes; DistDGL's
+DistEdgeDataLoader where root can emulate its machines), and its JSON says edge mode and has
+each system's rate and the ratios vs DGL. Timings are not checked."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,12 +26,7 @@ SYSTEMS = {"dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e", "gf_embedd
 )
 def test_edge_mode_runs_every_system(tmp_path: Path, preset: str, relation: str, canonical: str) -> None:
     out, work = tmp_path / "tp.json", tmp_path / "work"
-    cmd = [sys.executable, "-m", "graphfeed", "bench", "throughput", "--workdir", str(work), "--out", str(out)]
-    cmd += ["--preset", preset, "--edges", relation, "--num-negatives", "2", "--steps", "2", "--repeats", "1"]
-    cmd += ["--batch-size", "64", "--fanouts", "4", "4", "--no-machine-limits"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    r = json.loads(out.read_text())
+    r = _bench(out, work, preset, relation)
 
     assert r["mode"] == "edges"
     e = r["edges"]
@@ -44,3 +41,29 @@ def test_edge_mode_runs_every_system(tmp_path: Path, preset: str, relation: str,
     # the split dataset is cached apart from the preset's unsplit one
     assert sorted(p.name for p in work.iterdir()) == ["logs", f"synthetic-{preset}+edges-{relation}-metis-2"]
     assert "edge minibatches" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "nsenter", "ss")),
+    reason="DistDGL's emulated machines need root (mount namespaces), unshare, nsenter and ss",
+)
+def test_edge_mode_runs_distdgl_side_by_side(tmp_path: Path) -> None:
+    import torch
+
+    out, work = tmp_path / "tp.json", tmp_path / "work"
+    r = _bench(out, work, "tiny", "_E", "--distdgl")
+    assert set(r["systems"]) == SYSTEMS | {"distdgl"}
+    assert all(v > 0 for v in r["systems"]["distdgl"]["runs_minibatches_per_s"])
+    assert r["e2e_ratio_vs_distdgl"] > 0 and r["distdgl_ratio_vs_dgl"] > 0
+    (edges,) = work.glob("distdgl-*/edges.pt")  # DistDGL's train edges, in its relabelled ids
+    e = torch.load(edges)
+    assert len(e["train"].unique()) == r["edges"]["train_edges"] == int((e["twin"] >= 0).sum())
+
+
+def _bench(out: Path, work: Path, preset: str, relation: str, *more: str) -> dict:
+    cmd = [sys.executable, "-m", "graphfeed", "bench", "throughput", "--workdir", str(work), "--out", str(out)]
+    cmd += ["--preset", preset, "--edges", relation, "--num-negatives", "2", "--steps", "2", "--repeats", "1"]
+    cmd += ["--batch-size", "64", "--fanouts", "4", "4", "--no-machine-limits", *more]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())

@@ -56,42 +56,53 @@ def _typewise(schema: Any, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return types, eids - np.asarray(schema.etype_offsets, np.int64)[types]
 
 
+def reference_edges(g: Any, rows: np.ndarray, schema: Any) -> dict[str, Any]:
+    """The train edges in load_global's graph ``g``: ``etype`` (canonical; None on a one-type
+    graph), ``seeds`` (edge ids), ``twins`` (each seed's reverse twin, -1 for none) and ``rev``
+    (the twins' canonical type; None on a one-type graph)."""
+    import torch
+
+    eids, twins = rows[:, 3], rows[:, 4].copy()
+    if g.is_homogeneous:
+        return {"etype": None, "rev": None, "seeds": torch.from_numpy(eids), "twins": torch.from_numpy(twins)}
+    canon = tuple(schema.etypes[int(rows[0, 2])])
+    has = twins >= 0
+    twin_types, twins[has] = _typewise(schema, twins[has])
+    if len(twin_types) and (twin_types != twin_types[0]).any():
+        raise ValueError("the reverse twins of one relation span several edge types")
+    rev = tuple(schema.etypes[int(twin_types[0])]) if len(twin_types) else canon
+    seeds = torch.from_numpy(_typewise(schema, eids)[1])
+    return {"etype": canon, "rev": rev, "seeds": seeds, "twins": torch.from_numpy(twins)}
+
+
 def dgl_exclusion(g: Any, rows: np.ndarray, schema: Any) -> tuple[Any, Any]:
     """``(train edge ids, exclude)`` for DGL's edge DataLoader on load_global's graph ``g``: the
     seeds (a tensor, or ``{canonical etype: tensor}`` on a heterograph) and a callable that maps a
     minibatch's seed edges to them plus their reverse twins (graphfeed's ``reverse_id``)."""
     import torch
 
-    eids, twins = rows[:, 3], rows[:, 4]
+    e = reference_edges(g, rows, schema)
+    canon, rev, seeds, twins = e["etype"], e["rev"], e["seeds"], e["twins"]
     has = twins >= 0
-    if not g.is_homogeneous:
-        r = int(rows[0, 2])
-        canon = tuple(schema.etypes[r])
-        seeds = _typewise(schema, eids)[1]
-        twin_types, twin_ids = _typewise(schema, twins[has])
-        if len(twin_types) and (twin_types != twin_types[0]).any():
-            raise ValueError("the reverse twins of one relation span several edge types")
-        rev = tuple(schema.etypes[int(twin_types[0])]) if len(twin_types) else canon
-        table = torch.full((g.num_edges(canon),), -1, dtype=torch.int64)
-        table[torch.from_numpy(seeds[has])] = torch.from_numpy(twin_ids)
+    table = torch.full((g.num_edges(canon),), -1, dtype=torch.int64)
+    table[seeds[has]] = twins[has]
+    if canon is None:
 
-        def exclude_typed(seed_edges: dict) -> dict:
-            own = seed_edges[canon]
-            twin = table[own]
-            twin = twin[twin >= 0]
-            if rev == canon:
-                return {canon: torch.cat([own, twin])}
-            return {canon: own, rev: twin}
+        def exclude(seed_edges: Any) -> Any:
+            twin = table[seed_edges]
+            return torch.cat([seed_edges, twin[twin >= 0]])
 
-        return {canon: torch.from_numpy(seeds)}, exclude_typed
-    table = torch.full((g.num_edges(),), -1, dtype=torch.int64)
-    table[torch.from_numpy(eids[has])] = torch.from_numpy(twins[has])
+        return seeds, exclude
 
-    def exclude(seed_edges: Any) -> Any:
-        twin = table[seed_edges]
-        return torch.cat([seed_edges, twin[twin >= 0]])
+    def exclude_typed(seed_edges: dict) -> dict:
+        own = seed_edges[canon]
+        twin = table[own]
+        twin = twin[twin >= 0]
+        if rev == canon:
+            return {canon: torch.cat([own, twin])}
+        return {canon: own, rev: twin}
 
-    return torch.from_numpy(eids), exclude
+    return {canon: seeds}, exclude_typed
 
 
 def dgl_system(

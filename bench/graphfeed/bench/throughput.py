@@ -117,15 +117,18 @@ def run(args: argparse.Namespace) -> int:
     g, feat, train = harness.load_global(root)
     job = {"fanouts": fanouts, "batch_size": bs, "shuffle": True, "feature_wire_dtype": args.feature_wire_dtype}
     if args.edges:
-        if args.distdgl:
-            raise SystemExit("bench throughput: --distdgl has no edge mode yet (DistEdgeDataLoader); drop one")
         job.update(edge_systems.job(args.num_negatives))
         rows, schema = harness.edge_rows(root), GraphManifest.load(root).schema()
         args.edge_mode = edge_systems.describe(rows, schema, args.num_negatives)
     cache = {"cache_policy": args.cache_policy, "cache_bytes": args.cache_bytes}
     with contextlib.ExitStack() as stack:
         # DistDGL's processes first: forking once this process has gRPC channels aborts the child
-        distdgl = distdgl_system(stack, root, workdir, (g, feat, train), fanouts, bs) if args.distdgl else None
+        edges = edge_systems.reference_edges(g, rows, schema) if args.edges else None
+        distdgl = (
+            distdgl_system(stack, root, workdir, (g, feat, train), fanouts, bs, edges, args.num_negatives)
+            if args.distdgl
+            else None
+        )
         placement = LOOPBACK
         if args.link:  # the graph-stores on "another machine": a namespace behind a shaped veth
             from graphfeed.bench.links import ShapedLink
@@ -170,16 +173,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def distdgl_system(
-    stack: contextlib.ExitStack, root: Path, workdir: Path, data: tuple, fanouts: list[int], batch_size: int
+    stack: contextlib.ExitStack,
+    root: Path,
+    workdir: Path,
+    data: tuple,
+    fanouts: list[int],
+    batch_size: int,
+    edges: dict[str, Any] | None = None,
+    num_negatives: int = 1,
 ) -> systems.System:
     """DistDGL (2 servers, 1 trainer, each emulated machine in its own mount namespace) on the
-    same graph: ``run(steps) -> Run`` measured by its own processes."""
+    same graph: ``run(steps) -> Run`` measured by its own processes; with ``edges``
+    (:func:`graphfeed.bench.edge_systems.reference_edges`) its ``DistEdgeDataLoader``."""
     import torch
 
     from graphfeed.bench.distdgl import DistDGLSystem, ensure_partitions
 
-    config = ensure_partitions(root, workdir, lambda _root: data)
-    system = DistDGLSystem(config, workdir / "logs", fanouts, batch_size, trainer_threads=torch.get_num_threads())
+    config = ensure_partitions(root, workdir, lambda _root: data, edges)
+    flags = ("--num-negatives", str(num_negatives)) if edges is not None else ()
+    system = DistDGLSystem(
+        config, workdir / "logs", fanouts, batch_size, trainer_threads=torch.get_num_threads(), trainer_args=flags
+    )
     return stack.enter_context(system).run
 
 

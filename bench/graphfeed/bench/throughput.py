@@ -119,7 +119,14 @@ def run(args: argparse.Namespace) -> int:
     if args.edges:
         job.update(edge_systems.job(args.num_negatives))
         rows, schema = harness.edge_rows(root), GraphManifest.load(root).schema()
+        if args.num_negatives < 1 or schema.etype_id(args.edges) != int(rows[0, 2]):
+            raise SystemExit(
+                f"bench throughput: --num-negatives must be >= 1, and --edges {args.edges!r} the relation of "
+                f"{root}'s edge split ({edge_systems.describe(rows, schema, 1)['relation']})"
+            )
         args.edge_mode = edge_systems.describe(rows, schema, args.num_negatives)
+        if args.distdgl:
+            args.edge_mode["distdgl_exclusion"] = edge_systems.DISTDGL_EXCLUSION
     cache = {"cache_policy": args.cache_policy, "cache_bytes": args.cache_bytes}
     with contextlib.ExitStack() as stack:
         # DistDGL's processes first: forking once this process has gRPC channels aborts the child
@@ -318,5 +325,6 @@ def markdown(result: dict) -> str:
         lines.append(
             f"DistDGL: {result['distdgl_ratio_vs_dgl']:.2f}x in-process DGL; graphfeed over DistDGL: "
             f"**e2e {result['e2e_ratio_vs_distdgl']:.2f}x**, **embedded {result['embedded_ratio_vs_distdgl']:.2f}x**"
+            + (f" (DistDGL's exclusion: {e['distdgl_exclusion']})" if e and "distdgl_exclusion" in e else "")
         )
     return "\n".join(lines) + "\n"

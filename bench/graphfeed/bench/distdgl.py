@@ -13,6 +13,15 @@ The trainer samples in its own process (``DGL_NUM_SAMPLER=0``) with ``DistNodeDa
 A typed graph (graphfeed's node and edge types) is a DGL heterograph throughout: partitioned
 with ``feat`` and ``train_mask`` per node type, the loader seeded ``{ntype: ids}`` and each
 type's input features pulled from that type's ``feat`` DistTensor.
+
+Edge mode (``bench throughput --edges``; :func:`ensure_partitions` given the train edges): the
+trainer runs ``DistEdgeDataLoader`` over the train edges (in DistDGL's relabelled edge ids,
+from the partitioning's id mapping, ``edges.pt`` next to the config) with ``Uniform(k)``
+negatives. Its exclusion is nominal: DGL 2.1's ``DistGraph.sample_neighbors`` takes
+``exclude_edges`` and ignores it, so DistDGL's neighbourhoods keep the seed edges and their
+twins (graphfeed and in-process DGL leave them out). ``reverse_id`` is passed on a one-type
+graph; on a typed one ``self`` (``EdgeCollator`` has no rule for a twin of another edge type
+with another id).
 :class:`DistDGLSystem` keeps all three processes alive between runs, so a harness can
 alternate it run by run with other systems; each run is one command over the trainer's pipes.
 
@@ -55,7 +64,9 @@ _PR_SET_PDEATHSIG = 1
 # --- partitions ------------------------------------------------------------------------------
 
 
-def ensure_partitions(root: Path, workdir: Path, load: Callable[[Path], tuple[Any, Any, Any]]) -> Path:
+def ensure_partitions(
+    root: Path, workdir: Path, load: Callable[[Path], tuple[Any, Any, Any]], edges: dict[str, Any] | None = None
+) -> Path:
     """DistDGL's partition config (JSON) for graphfeed's dataset ``root``, written once.
 
     ``dgl.distributed.partition_graph`` splits the graph into 2 METIS parts, balancing training
@@ -71,11 +82,16 @@ def ensure_partitions(root: Path, workdir: Path, load: Callable[[Path], tuple[An
         load: ``root -> (DGLGraph in global id space, float32 features, training ids)``, called
             only when the partitions are not cached yet (``graphfeed.bench.harness.load_global``);
             for a typed graph a heterograph, ``{ntype: features}`` and ``{ntype: training ids}``.
+        edges: edge mode: the train edges in the loaded graph's ids (``etype``: the canonical
+            type or None on a one-type graph, ``seeds``, ``twins`` aligned, -1 for none, ``rev``
+            the twins' type), written in DistDGL's ids as ``edges.pt`` next to the config.
     """
     from graphfeed.common.partition import MANIFEST
 
     root = root.resolve()
-    key = hashlib.sha256(str(root).encode() + (root / MANIFEST).read_bytes()).hexdigest()[:12]
+    key = hashlib.sha256(
+        str(root).encode() + (root / MANIFEST).read_bytes() + (b"edges" if edges is not None else b"")
+    ).hexdigest()[:12]
     out = workdir.resolve() / f"distdgl-{root.name}-{key}"
     config = out / f"{GRAPH_NAME}.json"
     if config.exists():
@@ -83,13 +99,13 @@ def ensure_partitions(root: Path, workdir: Path, load: Callable[[Path], tuple[An
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     g, feat, train = load(root)
-    _partition(g, feat, train, tmp)
+    _partition(g, feat, train, tmp, edges)
     shutil.rmtree(out, ignore_errors=True)  # an older layout's leftovers
     tmp.rename(out)  # the config appears only once every part is written
     return config
 
 
-def _partition(g: Any, feat: Any, train: Any, out: Path) -> None:
+def _partition(g: Any, feat: Any, train: Any, out: Path, edges: dict[str, Any] | None = None) -> None:
     import dgl
 
     started = time.perf_counter()
@@ -100,14 +116,42 @@ def _partition(g: Any, feat: Any, train: Any, out: Path) -> None:
         else:
             balance = _train_mask(g.num_nodes(), train)
             g.ndata["feat"], g.ndata["train_mask"] = feat, balance
-        dgl.distributed.partition_graph(
-            g, GRAPH_NAME, NUM_MACHINES, str(out), part_method="metis", balance_ntypes=balance, balance_edges=True
+        mapping = dgl.distributed.partition_graph(
+            g,
+            GRAPH_NAME,
+            NUM_MACHINES,
+            str(out),
+            part_method="metis",
+            balance_ntypes=balance,
+            balance_edges=True,
+            return_mapping=edges is not None,
         )
+        if edges is not None:
+            _write_edges(edges, mapping[1], out)
     finally:  # the caller's graph is left as it came (its DGL reference samples it)
         for nt in g.ntypes:
             for key in ("feat", "train_mask"):
                 g.nodes[nt].data.pop(key, None)
     log.info("DistDGL partitions of %d nodes written to %s in %.1fs", g.num_nodes(), out, time.perf_counter() - started)
+
+
+def _write_edges(edges: dict[str, Any], orig_eids: Any, out: Path) -> None:
+    """``edges.pt``: the train edges and each one's twin (-1: none) in DistDGL's edge ids
+    (``orig_eids[new] = old``, per canonical type on a heterograph)."""
+    import torch
+
+    def inverse(etype: Any) -> Any:
+        orig = orig_eids[etype] if isinstance(orig_eids, dict) else orig_eids
+        inv = torch.empty_like(orig)
+        inv[orig] = torch.arange(len(orig), dtype=orig.dtype)
+        return inv
+
+    seeds, twins = edges["seeds"], edges["twins"]
+    train = inverse(edges["etype"])[seeds]
+    has = twins >= 0
+    twin = torch.full_like(twins, -1)
+    twin[has] = inverse(edges["rev"])[twins[has]]
+    torch.save({"etype": edges["etype"], "rev": edges["rev"], "train": train, "twin": twin}, out / "edges.pt")
 
 
 def _train_mask(num_nodes: int, ids: Any) -> Any:
@@ -283,7 +327,12 @@ class DistDGLSystem:
             "on this host (each a mount namespace with a private /dev/shm; TCP on 127.0.0.1), 1 server per machine, "
             "1 trainer on machine 0 "
             f"sampling in-process (DGL_NUM_SAMPLER=0, OMP_NUM_THREADS={self.trainer_threads}), "
-            f"DistNodeDataLoader + NeighborSampler({self.fanouts}), batch {self.batch_size}, shuffle, "
+            + (
+                "DistEdgeDataLoader (exclusion ignored by DGL 2.1's DistGraph) + "
+                if "--num-negatives" in self.trainer_args
+                else "DistNodeDataLoader + "
+            )
+            + f"NeighborSampler({self.fanouts}), batch {self.batch_size}, shuffle, "
             "features pulled from the DistTensor" + ("s of each node type" if set(self.feat_shapes) - {"_N"} else "")
         )
 
@@ -474,7 +523,9 @@ def _serve(ip_config: str) -> None:
     dgl.distributed.initialize(ip_config)  # in the server role this serves and then exits
 
 
-def _train(ip_config: str, fanouts: list[int], batch_size: int, rgcn: dict[str, Any] | None = None) -> None:
+def _train(
+    ip_config: str, fanouts: list[int], batch_size: int, rgcn: dict[str, Any] | None = None, negatives: int = 0
+) -> None:
     """The trainer: answers ``run <steps>`` on stdin with one JSON line, until ``quit`` or EOF.
     With ``rgcn`` (``hidden``, ``lr``, ``num_classes``) each step also trains an RGCN with
     ``DistEmbedding`` tables for the featureless types (:mod:`graphfeed.bench.distdgl_rgcn`)."""
@@ -497,7 +548,12 @@ def _train(ip_config: str, fanouts: list[int], batch_size: int, rgcn: dict[str, 
         shapes = {nt: list(t.shape) for nt, t in feat.items()}
         num_train = sum(len(ids) for ids in train.values())
     sampler = dgl.dataloading.NeighborSampler(fanouts)
-    loader = dgl.dataloading.DistNodeDataLoader(g, train, sampler, batch_size=batch_size, shuffle=True, drop_last=False)
+    if negatives:
+        loader, num_train = _edge_loader(g, sampler, batch_size, negatives)
+    else:
+        loader = dgl.dataloading.DistNodeDataLoader(
+            g, train, sampler, batch_size=batch_size, shuffle=True, drop_last=False
+        )
     run: Callable[[Any, int], tuple[int, dict[str, list[int]]]] = functools.partial(_minibatches, feat=feat)
     if rgcn is not None:
         from graphfeed.bench.distdgl_rgcn import rgcn_trainer
@@ -510,6 +566,36 @@ def _train(ip_config: str, fanouts: list[int], batch_size: int, rgcn: dict[str, 
         edges, rows = run(loader, int(line[1]))
         print(json.dumps({"seconds": time.perf_counter() - started, "edges": edges, "rows": rows}), file=answers)
     dgl.distributed.exit_client()  # the barrier, then a shutdown request to every server
+
+
+def _edge_loader(g: Any, sampler: Any, batch_size: int, negatives: int) -> tuple[Any, int]:
+    """``DistEdgeDataLoader`` over the train edges of ``edges.pt`` (next to ``DGL_CONF_PATH``)
+    with ``Uniform(negatives)``, and how many train edges; exclusion as the module says
+    (nominal in DGL 2.1)."""
+    import dgl
+    import torch
+
+    e = torch.load(Path(os.environ["DGL_CONF_PATH"]).parent / "edges.pt")
+    kwargs: dict[str, Any] = {"exclude": "self"}
+    train = e["train"]
+    if e["etype"] is None:  # every seed maps to its twin (itself where it has none)
+        reverse = torch.arange(g.num_edges(), dtype=torch.int64)
+        has = e["twin"] >= 0
+        reverse[train[has]] = e["twin"][has]
+        kwargs = {"exclude": "reverse_id", "reverse_eids": reverse}
+    else:
+        train = {tuple(e["etype"]): train}
+    loader = dgl.dataloading.DistEdgeDataLoader(
+        g,
+        train,
+        sampler,
+        negative_sampler=dgl.dataloading.negative_sampler.Uniform(negatives),
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=False,
+        **kwargs,
+    )
+    return loader, len(e["train"])
 
 
 def _mask_ids(mask: Any) -> Any:
@@ -528,7 +614,8 @@ def _minibatches(loader: Any, steps: int, feat: Any) -> tuple[int, dict[str, lis
         rows[nt] = [rows.get(nt, [0])[0] + x.shape[0], *x.shape[1:]]
 
     while done < steps:
-        for input_nodes, _seeds, blocks in loader:  # a new shuffled epoch on each pass
+        for batch in loader:  # a new shuffled epoch on each pass; an edge loader's batch has 4 parts
+            input_nodes, blocks = batch[0], batch[-1]
             edges += sum(b.num_edges() for b in blocks)
             if isinstance(feat, dict):
                 for nt, table in feat.items():
@@ -552,6 +639,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ip-config", required=True)
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
     p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--num-negatives", type=int, default=0, help="edge mode: DistEdgeDataLoader, k negatives each")
     p.add_argument("--rgcn", action="store_true", help="also train an RGCN with DistEmbedding (typed graphs)")
     p.add_argument("--hidden", type=int, default=64, help="--rgcn: hidden units = embedding width")
     p.add_argument("--lr", type=float, default=0.01, help="--rgcn: learning rate (Adam, SparseAdam)")
@@ -561,7 +649,7 @@ def main(argv: list[str]) -> int:
         _serve(args.ip_config)
     else:
         rgcn = {"hidden": args.hidden, "lr": args.lr, "num_classes": args.num_classes} if args.rgcn else None
-        _train(args.ip_config, args.fanouts, args.batch_size, rgcn)
+        _train(args.ip_config, args.fanouts, args.batch_size, rgcn, args.num_negatives)
     return 0
 
 

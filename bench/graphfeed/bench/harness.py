@@ -172,10 +172,39 @@ def dataset_name(args: argparse.Namespace) -> str:
 
 
 def ensure_dataset(args: argparse.Namespace) -> Path:
-    """The dataset the common flags name: ``--root``, or ``--preset`` in 2 METIS partitions under ``--workdir``."""
+    """The dataset the common flags name: ``--root``, or ``--preset`` in 2 METIS partitions under
+    ``--workdir``; with ``args.edges`` (a relation) ingested with that edge split (``graphfeed
+    ingest --edge-split``, default fractions and seed) into a directory of its own."""
     if args.root:
         return Path(args.root).resolve()
-    return dataset(args.workdir, args.preset if args.preset == "cora" else f"synthetic-{args.preset}")
+    name = args.preset if args.preset == "cora" else f"synthetic-{args.preset}"
+    relation = getattr(args, "edges", "")
+    if not relation:
+        return dataset(args.workdir, name)
+    from graphfeed.ingest.edge_split import split_edges
+
+    # ":" of a canonical "src:rel:dst" kept out of the directory name
+    key = f"{name}+edges-{relation.replace(':', '.')}"
+    return dataset(args.workdir, key, make=lambda: split_edges(_graph(name), relation))
+
+
+def edge_rows(root: Path, name: str = "train") -> Any:
+    """Edge split ``name``'s rows ``(src, dst, etype, eid, rev_eid)`` (int64 [n, 5], global ids,
+    partition by partition; :mod:`graphfeed.ingest.edge_split`); ValueError if there is none."""
+    import numpy as np
+
+    from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
+
+    m = GraphManifest.load(root)
+    out = []
+    for p in range(m.num_partitions):
+        reader = PartitionReader(root / part_dir_name(p))
+        rows = reader.edge_split(name)
+        reader.close()
+        if rows is None:
+            raise ValueError(f"{root} has no edge split {name!r}: ingest it with --edge-split RELATION")
+        out.append(np.array(rows))
+    return np.concatenate(out)
 
 
 def local_partitions(root: Path) -> Any:

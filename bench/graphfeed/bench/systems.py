@@ -232,10 +232,11 @@ class Child:
 
 def steady(epoch_iter: Callable[[int], Iterable], per_batch: Callable[[Any], object] | None = None) -> System:
     """``run(steps) -> sampled edges``: ``steps`` minibatches of a new epoch (``epoch_iter(e)``
-    starts epoch ``e``), its stream closed at the end of the run. A stream left open would keep
-    working ahead (its look-ahead window) while the other systems run, charging them its CPU and
-    the link its bytes; closed, a run pays for its own look-ahead, partly thrown away, so runs
-    should be much longer than the window (``--steps``)."""
+    starts epoch ``e``; node minibatches ``(input_nodes, output_nodes, blocks)`` or edge ones
+    ``(input_nodes, pair_graph, neg_pair_graph, blocks)``), its stream closed at the end of the
+    run. A stream left open would keep working ahead (its look-ahead window) while the other
+    systems run, charging them its CPU and the link its bytes; closed, a run pays for its own
+    look-ahead, partly thrown away, so runs should be much longer than the window (``--steps``)."""
     epoch = [0]
 
     def run(steps: int) -> int:
@@ -244,7 +245,8 @@ def steady(epoch_iter: Callable[[int], Iterable], per_batch: Callable[[Any], obj
         edges = 0
         try:
             for _ in range(steps):
-                input_nodes, _out, blocks = next(it)
+                batch = next(it)  # (input_nodes, output_nodes, blocks) or an edge job's 4-tuple
+                input_nodes, blocks = batch[0], batch[-1]
                 edges += sum(b.num_edges() for b in blocks)
                 if per_batch is not None:
                     per_batch(input_nodes)

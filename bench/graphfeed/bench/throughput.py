@@ -11,6 +11,11 @@ Systems, alternated run by run so machine drift hits all of them:
   trainer's process over the graph-stores and the sampler service: one hop for the features.
 - ``distdgl`` (``--distdgl``): DistDGL on 2 emulated machines (:mod:`graphfeed.bench.distdgl`).
 
+With ``--edges RELATION`` every system makes edge minibatches instead (link prediction: the
+dataset ingested with that edge split, ``batch_size`` positive train edges per minibatch,
+``--num-negatives`` uniform negatives each, seed edges and reverse twins excluded; DGL's edge
+DataLoader on the DGL side; :mod:`graphfeed.bench.edge_systems`).
+
 Plus the machine's limits: sequential memcpy, random-row gather and gRPC loopback streaming.
 Writes JSON and a markdown table; ratios compare graphfeed with DGL from the same run.
 """
@@ -26,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from graphfeed.bench import harness, runs, systems
+from graphfeed.bench import edge_systems, harness, runs, systems
+from graphfeed.common.partition import GraphManifest
 
 SYSTEMS = ("dgl_sample", "dgl_sample_gather", "gf_sampler", "gf_e2e", "gf_embedded", "distdgl")
 
@@ -77,6 +83,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default: torch's own",
     )
     p.add_argument(
+        "--edges",
+        default="",
+        metavar="RELATION",
+        help='edge minibatches (link prediction) of this relation ("_E" of a one-type graph, "writes" of '
+        "mag): the preset ingested with that edge split; graphfeed's edge jobs vs DGL's edge DataLoader",
+    )
+    p.add_argument(
+        "--num-negatives", type=int, default=1, help="with --edges: uniform negatives per positive edge (default 1)"
+    )
+    p.add_argument(
+        "--no-machine-limits",
+        action="store_true",
+        help="skip measuring memcpy, random-row gather and gRPC loopback (about 15 s; smoke tests)",
+    )
+    p.add_argument(
         "--feature-wire-dtype",
         choices=("", "float16", "bfloat16"),
         default="",
@@ -95,10 +116,26 @@ def run(args: argparse.Namespace) -> int:
     root = harness.ensure_dataset(args)
     g, feat, train = harness.load_global(root)
     job = {"fanouts": fanouts, "batch_size": bs, "shuffle": True, "feature_wire_dtype": args.feature_wire_dtype}
+    if args.edges:
+        job.update(edge_systems.job(args.num_negatives))
+        rows, schema = harness.edge_rows(root), GraphManifest.load(root).schema()
+        if args.num_negatives < 1 or schema.etype_id(args.edges) != int(rows[0, 2]):
+            raise SystemExit(
+                f"bench throughput: --num-negatives must be >= 1, and --edges {args.edges!r} the relation of "
+                f"{root}'s edge split ({edge_systems.describe(rows, schema, 1)['relation']})"
+            )
+        args.edge_mode = edge_systems.describe(rows, schema, args.num_negatives)
+        if args.distdgl:
+            args.edge_mode["distdgl_exclusion"] = edge_systems.DISTDGL_EXCLUSION
     cache = {"cache_policy": args.cache_policy, "cache_bytes": args.cache_bytes}
     with contextlib.ExitStack() as stack:
         # DistDGL's processes first: forking once this process has gRPC channels aborts the child
-        distdgl = distdgl_system(stack, root, workdir, (g, feat, train), fanouts, bs) if args.distdgl else None
+        edges = edge_systems.reference_edges(g, rows, schema) if args.edges else None
+        distdgl = (
+            distdgl_system(stack, root, workdir, (g, feat, train), fanouts, bs, edges, args.num_negatives)
+            if args.distdgl
+            else None
+        )
         placement = LOOPBACK
         if args.link:  # the graph-stores on "another machine": a namespace behind a shaped veth
             from graphfeed.bench.links import ShapedLink
@@ -109,17 +146,25 @@ def run(args: argparse.Namespace) -> int:
             systems.Cluster.start(root, workdir / "logs", loader_args, args.transport, placement)
         )
         assert cluster.sampler is not None
-        timed: dict[str, systems.System] = {
-            "dgl_sample": systems.dgl_system(g, feat, train, fanouts, bs, gather=False),
-            "dgl_sample_gather": systems.dgl_system(g, feat, train, fanouts, bs, gather=True),
-            "gf_sampler": systems.sampler_system(
-                cluster.sampler.address,
-                harness.split_gids(root),
-                fanouts,
-                bs,
-                args.inflight,
-                systems.LAYOUTS[args.transport][0],
-            ),
+        shm = systems.LAYOUTS[args.transport][0]
+        if args.edges:
+            k = args.num_negatives
+            timed: dict[str, systems.System] = {
+                "dgl_sample": edge_systems.dgl_system(g, feat, rows, schema, fanouts, bs, k, gather=False),
+                "dgl_sample_gather": edge_systems.dgl_system(g, feat, rows, schema, fanouts, bs, k, gather=True),
+                "gf_sampler": edge_systems.sampler_system(
+                    cluster.sampler.address, rows, schema, fanouts, bs, k, args.inflight, shm
+                ),
+            }
+        else:
+            timed = {
+                "dgl_sample": systems.dgl_system(g, feat, train, fanouts, bs, gather=False),
+                "dgl_sample_gather": systems.dgl_system(g, feat, train, fanouts, bs, gather=True),
+                "gf_sampler": systems.sampler_system(
+                    cluster.sampler.address, harness.split_gids(root), fanouts, bs, args.inflight, shm
+                ),
+            }
+        timed |= {
             "gf_e2e": systems.loader_system(cluster.remote(job_id="bench", **job)),
             "gf_embedded": systems.loader_system(cluster.embedded(job_id="bench-embedded", **cache, **job)),
         }
@@ -127,23 +172,35 @@ def run(args: argparse.Namespace) -> int:
             timed["distdgl"] = distdgl
         done = runs.alternate(timed, runs.Meter(cluster.services), args.steps, args.repeats)
         width = next(iter(feat.values())).shape[1] if isinstance(feat, dict) else feat.shape[1]
-        limits = machine_limits(int(width), 222_000)
+        limits = {} if args.no_machine_limits else machine_limits(int(width), 222_000)
     result = summarize(runs.summarize(done, SYSTEMS), limits, args)
-    harness.write(args, result, markdown(result), f"throughput-{args.preset}")
+    name = f"throughput-{args.preset}" + (f"-edges-{args.edges.replace(':', '.')}" if args.edges else "")
+    harness.write(args, result, markdown(result), name)
     return 0
 
 
 def distdgl_system(
-    stack: contextlib.ExitStack, root: Path, workdir: Path, data: tuple, fanouts: list[int], batch_size: int
+    stack: contextlib.ExitStack,
+    root: Path,
+    workdir: Path,
+    data: tuple,
+    fanouts: list[int],
+    batch_size: int,
+    edges: dict[str, Any] | None = None,
+    num_negatives: int = 1,
 ) -> systems.System:
     """DistDGL (2 servers, 1 trainer, each emulated machine in its own mount namespace) on the
-    same graph: ``run(steps) -> Run`` measured by its own processes."""
+    same graph: ``run(steps) -> Run`` measured by its own processes; with ``edges``
+    (:func:`graphfeed.bench.edge_systems.reference_edges`) its ``DistEdgeDataLoader``."""
     import torch
 
     from graphfeed.bench.distdgl import DistDGLSystem, ensure_partitions
 
-    config = ensure_partitions(root, workdir, lambda _root: data)
-    system = DistDGLSystem(config, workdir / "logs", fanouts, batch_size, trainer_threads=torch.get_num_threads())
+    config = ensure_partitions(root, workdir, lambda _root: data, edges)
+    flags = ("--num-negatives", str(num_negatives)) if edges is not None else ()
+    system = DistDGLSystem(
+        config, workdir / "logs", fanouts, batch_size, trainer_threads=torch.get_num_threads(), trainer_args=flags
+    )
     return stack.enter_context(system).run
 
 
@@ -201,6 +258,9 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
     return {
         "preset": harness.dataset_name(args),
         "transport": args.transport,
+        # edge minibatches (relation, negatives, exclusion) or node ones; "minibatches" count either
+        "mode": "edges" if getattr(args, "edge_mode", None) else "nodes",
+        **({"edges": args.edge_mode} if getattr(args, "edge_mode", None) else {}),
         "link": args.link or "loopback",
         "batch_size": args.batch_size,
         "fanouts": list(args.fanouts),
@@ -226,10 +286,17 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
 
 def markdown(result: dict) -> str:
     m = result["machine"]
+    e = result.get("edges")
+    mode = (
+        f"**edge minibatches** of `{e['relation']}` ({e['num_negatives']} {e['negative_sampler']} negatives per "
+        f"positive, exclude {e['exclude']}, {e['train_edges']:,} train edges), "
+        if e
+        else ""
+    )
     lines = [
         (
-            f"preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
-            f"batch {result['batch_size']}, fanouts {result['fanouts']}, "
+            f"{mode}preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
+            f"batch {result['batch_size']}{' positive edges' if e else ''}, fanouts {result['fanouts']}, "
             f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system"
         ),
         "",
@@ -238,9 +305,14 @@ def markdown(result: dict) -> str:
         (
             f"**sample_ratio_vs_dgl = {result['sample_ratio_vs_dgl']:.2f}**, "
             f"**e2e_ratio_vs_dgl = {result['e2e_ratio_vs_dgl']:.2f}** (two hops), "
-            f"**embedded_ratio_vs_dgl = {result['embedded_ratio_vs_dgl']:.2f}** (one hop); "
-            f"machine: memcpy {m['memcpy_gbps']:.1f} GB/s, random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
-            f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"
+            f"**embedded_ratio_vs_dgl = {result['embedded_ratio_vs_dgl']:.2f}** (one hop)"
+            + (
+                f"; machine: memcpy {m['memcpy_gbps']:.1f} GB/s, "
+                f"random-row gather {m['random_row_gather_gbps']:.1f} GB/s, "
+                f"gRPC loopback stream {m['grpc_loopback_stream_gbps']:.2f} GB/s"
+                if m
+                else ""
+            )
         ),
     ]
     if "gf_e2e_trainer_pod_cpu_vs_dgl" in result:
@@ -253,5 +325,6 @@ def markdown(result: dict) -> str:
         lines.append(
             f"DistDGL: {result['distdgl_ratio_vs_dgl']:.2f}x in-process DGL; graphfeed over DistDGL: "
             f"**e2e {result['e2e_ratio_vs_distdgl']:.2f}x**, **embedded {result['embedded_ratio_vs_distdgl']:.2f}x**"
+            + (f" (DistDGL's exclusion: {e['distdgl_exclusion']})" if e and "distdgl_exclusion" in e else "")
         )
     return "\n".join(lines) + "\n"

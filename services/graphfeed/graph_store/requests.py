@@ -26,6 +26,14 @@ def check_fanouts(fanout: int | Sequence[int], num_etypes: int, max_fanout: int)
     return [int(f) for f in values]
 
 
+def check_draw_position(rng_seed: int, first_position: int) -> None:
+    """A sampling call's draws: a uint64 seed and a batch position below 2**63 (InvalidArgument otherwise)."""
+    if not 0 <= int(rng_seed) < 1 << 64:
+        raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
+    if not 0 <= int(first_position) < 1 << 63:
+        raise InvalidArgument(f"first_position must be in [0, 2**63), got {first_position}")
+
+
 def check_answer_size(
     etype_indptr: np.ndarray, rows: np.ndarray, fanouts: list[int], replace: bool, limit: int
 ) -> None:

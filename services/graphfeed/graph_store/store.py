@@ -22,7 +22,7 @@ from graphfeed.common.limits import (
 )
 from graphfeed.common.partition import EDGE_SPLIT_PREFIX, PartitionReader
 from graphfeed.graph_store.embeddings.store import EmbeddingStore
-from graphfeed.graph_store.requests import check_answer_size, check_fanouts, local_exclusion
+from graphfeed.graph_store.requests import check_answer_size, check_draw_position, check_fanouts, local_exclusion
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_typed
 from graphfeed.graph_store.temporal.store import TemporalStore
@@ -34,18 +34,13 @@ log = logging.getLogger(__name__)
 def _load_splits(reader: PartitionReader) -> dict[str, np.ndarray]:
     """Every split of the partition, read from RocksDB into memory (they are small)."""
     splits: dict[str, np.ndarray] = {}
-    for name in reader.manifest.splits:
-        gids = reader.split(name)
-        if gids is not None:
-            own = np.array(gids, dtype=np.int64)  # own copy, not RocksDB's buffer
+    found = [(name, reader.split(name)) for name in reader.manifest.splits]
+    found += [(EDGE_SPLIT_PREFIX + n, reader.edge_split(n)) for n in reader.manifest.edge_splits]  # rows, not ids
+    for name, values in found:
+        if values is not None:
+            own = np.array(values, dtype=np.int64)  # own copy, not RocksDB's buffer
             own.flags.writeable = False  # handed out as is by get_split
             splits[name] = own
-    for name in reader.manifest.edge_splits:  # served as split "edges/<name>": rows, not ids
-        rows = reader.edge_split(name)
-        if rows is not None:
-            own = np.array(rows, dtype=np.int64)
-            own.flags.writeable = False
-            splits[f"{EDGE_SPLIT_PREFIX}{name}"] = own
     return splits
 
 
@@ -277,10 +272,7 @@ class GraphStore:
             InvalidArgument: a bad argument, e.g. ``exclude`` not int64 pairs of equal length.
         """
         fanouts = check_fanouts(fanout, len(self.schema.etypes), self.max_fanout)
-        if not 0 <= int(rng_seed) < 1 << 64:
-            raise InvalidArgument(f"rng_seed must be in [0, 2**64), got {rng_seed}")
-        if not 0 <= int(first_position) < 1 << 63:
-            raise InvalidArgument(f"first_position must be in [0, 2**63), got {first_position}")
+        check_draw_position(rng_seed, first_position)
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
         excluded = local_exclusion(exclude, self.start, self.stop, self.max_ids_per_request)
         r = self._reader

@@ -19,6 +19,8 @@ MAX_WORLD_SIZE = 1 << 16
 """Ranks in one job (an epoch plan is padded to a multiple of world_size)."""
 MAX_BATCH_SIZE = 1 << 20
 """Seeds per minibatch (a sampler refuses more than its ``max_seeds_per_request`` anyway)."""
+MAX_NEGATIVES = 1024
+"""Negative pairs per positive edge of an edge minibatch (each is a seed pair: they multiply the seeds)."""
 MAX_LAYERS = 16
 """Sampling layers (fanouts) per job; every layer is a hop whose frontier can grow by its fanout."""
 

@@ -27,7 +27,9 @@ and their id ranges; a node-data table covers the owned nodes of its type only (
 ``gid - ntype_offsets[p][t]``). A graph without types is the one-type case.
 
 RocksDB keys: ``nd/<name>/<chunk:08d>`` -> raw C-order rows ``[chunk*rows_per_chunk, ...)`` of
-the owned-node table; ``split/<name>`` -> int64 gids (ascending). Arrays are ``.npy`` so that
+the owned-node table; ``split/<name>`` -> int64 gids (ascending); ``edge_split/<name>`` -> int64
+rows ``(src, dst, etype, eid, rev_eid)`` of the split's edges whose dst the partition owns
+(link prediction, :mod:`graphfeed.ingest.edge_split`). Arrays are ``.npy`` so that
 graph-store memory-maps them.
 
 ``indices`` and ``edge_ids`` are int32 while the graph's node / edge count fits (< 2**31),
@@ -55,6 +57,8 @@ from graphfeed.common.schema import DEFAULT_NTYPE, GraphSchema
 SCHEMA_VERSION = 2  # 2: node and edge types (a version-1 layout reads as one type)
 READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
+EDGE_SPLIT_PREFIX = "edges/"
+"""GetSplit("edges/<name>") answers edge split ``name``'s rows (int64 [n, 5]) instead of node ids."""
 
 
 def part_dir_name(p: int) -> str:
@@ -96,6 +100,8 @@ class GraphManifest:
     graph_version: str = ""
     # GraphSchema.to_dict() of a typed graph; empty for the one-type case
     types: dict = field(default_factory=dict)
+    # link prediction (ingest --edge-split): names of the edge splits ("train", "val", "test")
+    edge_splits: tuple[str, ...] = ()
 
     def schema(self) -> GraphSchema:
         """The graph's node and edge types and their id ranges."""
@@ -124,6 +130,7 @@ class GraphManifest:
             )
         d["node_offsets"] = tuple(d["node_offsets"])
         d["splits"] = tuple(d["splits"])
+        d["edge_splits"] = tuple(d.get("edge_splits", ()))
         d["node_data"] = {
             k: NodeDataSpec(
                 dtype=v["dtype"],
@@ -168,6 +175,8 @@ class PartitionArrays:
     splits: dict[str, np.ndarray]
     edge_ts: np.ndarray | None = None
     edge_feat: np.ndarray | None = None
+    # per edge split, the rows (src, dst, etype, eid, rev_eid; gids) of the edges whose dst this partition owns
+    edge_splits: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def id_dtype(count: int) -> np.dtype:
@@ -234,6 +243,8 @@ def write_partition(root: Path, p: int, manifest: GraphManifest, arrays: Partiti
             write_flat_node_data(d, name, [table.reshape(-1).view(np.uint8).data])
         for name, gids in arrays.splits.items():
             db.put(f"split/{name}".encode(), np.sort(np.asarray(gids, dtype=np.int64)).tobytes(), wo)
+        for name, rows in arrays.edge_splits.items():
+            db.put(f"edge_split/{name}".encode(), np.ascontiguousarray(rows, dtype=np.int64).tobytes(), wo)
         db.flush()
     finally:
         db.close()
@@ -366,6 +377,12 @@ class PartitionReader:
         """Owned gids in split ``name`` (ascending), or None if the split does not exist."""
         value = self._db.get(f"split/{name}".encode())
         return None if value is None else np.frombuffer(value, dtype=np.int64)
+
+    def edge_split(self, name: str) -> np.ndarray | None:
+        """Rows ``(src, dst, etype, eid, rev_eid)`` (int64 [n, 5]) of edge split ``name`` whose
+        dst this partition owns (see :mod:`graphfeed.ingest.edge_split`), or None."""
+        value = self._db.get(f"edge_split/{name}".encode())
+        return None if value is None else np.frombuffer(value, dtype=np.int64).reshape(-1, 5)
 
     def close(self) -> None:
         self._db.close()

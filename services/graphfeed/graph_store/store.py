@@ -20,7 +20,7 @@ from graphfeed.common.limits import (
     MAX_FANOUT,
     NODE_DATA_CHUNK_BYTES,
 )
-from graphfeed.common.partition import PartitionReader
+from graphfeed.common.partition import EDGE_SPLIT_PREFIX, PartitionReader
 from graphfeed.graph_store.embeddings.store import EmbeddingStore
 from graphfeed.graph_store.requests import check_answer_size, check_fanouts
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
@@ -40,6 +40,12 @@ def _load_splits(reader: PartitionReader) -> dict[str, np.ndarray]:
             own = np.array(gids, dtype=np.int64)  # own copy, not RocksDB's buffer
             own.flags.writeable = False  # handed out as is by get_split
             splits[name] = own
+    for name in reader.manifest.edge_splits:  # served as split "edges/<name>": rows, not ids
+        rows = reader.edge_split(name)
+        if rows is not None:
+            own = np.array(rows, dtype=np.int64)
+            own.flags.writeable = False
+            splits[f"{EDGE_SPLIT_PREFIX}{name}"] = own
     return splits
 
 

@@ -9,6 +9,8 @@ Examples::
     graphfeed ingest --source imdb --add-reverse --out /data/imdb
     graphfeed ingest --source synthetic --preset mag --add-reverse --out /data/mag --num-partitions 4
     graphfeed ingest --source numpy --path typed_dir --add-reverse --out /data/typed   # typed_dir: nodes/, edges/
+    graphfeed ingest --source cora --edge-split _E --out /data/cora-links   # link prediction, 85/5/10
+    graphfeed ingest --source lastfm-hetero --add-reverse --edge-split listens_to --out /data/lastfm-links
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from graphfeed.common.errors import GraphfeedError, InvalidArgument
 from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
 from graphfeed.ingest.csv_lines import HEADER_CHOICES, NODE_ID_CHOICES
+from graphfeed.ingest.edge_split import parse_fractions, split_edges
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.outdir import check_out, staged_out
 from graphfeed.ingest.partition import METHODS, write_partitioned
@@ -88,6 +91,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "integer, name when none is)",
     )
     src.add_argument("--split-seed", type=int, default=0, help="seed of the 60/20/20 train/val/test split (default 0)")
+    links = p.add_argument_group("link prediction")
+    links.add_argument(
+        "--edge-split",
+        metavar="RELATION",
+        help="split this edge type's edges into train/val/test edges (src:rel:dst, or a relation only one edge type "
+        "has; _E in a graph without types); val and test edges and their reverse twins leave the graph",
+    )
+    links.add_argument(
+        "--edge-fractions",
+        default="0.85,0.05,0.1",
+        help="train,val,test fractions of --edge-split (default 0.85,0.05,0.1; seeded by --split-seed)",
+    )
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
     presets = ", ".join([f"{k} ({_describe(v)})" for k, v in PRESETS.items()])
     presets += ", " + ", ".join(f"{k} ({describe(v)})" for k, v in HETERO_PRESETS.items())
@@ -126,10 +141,13 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``graphfeed ingest``; returns the exit status (2 on a user error)."""
     try:
         check_options(args)  # before reading the input
+        fractions = parse_fractions(args.edge_fractions)
         check_out(args.out, args.force)  # nothing is created until the input loaded
         kwargs = source_kwargs(args)
         t0 = time.perf_counter()
         g = load_source(args.source, **kwargs)
+        if args.edge_split:
+            g = split_edges(g, args.edge_split, fractions, args.split_seed)
         t_load = time.perf_counter() - t0
         print(
             f"loaded {g.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, "
@@ -269,6 +287,7 @@ def summarize(out: Path, manifest: GraphManifest, t_load: float, t_write: float)
             indices = np.asarray(r.indices)
             remote = int(np.count_nonzero((indices < r.start) | (indices >= r.stop)))
             splits = " ".join(f"{s}={_count(r.split(s)):,}" for s in manifest.splits)
+            splits += "".join(f" edges/{s}={_count(r.edge_split(s)):,}" for s in manifest.edge_splits)
             print(
                 f"partition {p}: {r.num_owned:,} nodes, {len(indices):,} in-edges, {remote:,} from other partitions "
                 f"({remote / max(1, len(indices)):.1%}), halo {len(r.halo):,} nodes, {splits}"

@@ -58,6 +58,8 @@ class GraphData:
     ntype_counts: tuple[int, ...] = ()  # () = every node is of ntypes[0]
     etypes: tuple[CanonicalEtype, ...] = (DEFAULT_ETYPE,)
     etype_counts: tuple[int, ...] = ()  # () = every edge is of etypes[0]
+    # link prediction: "train"/"val"/"test" -> int64 [n, 5] (src, dst, etype, eid, rev_eid); see ingest.edge_split
+    edge_splits: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_edges(self) -> int:
@@ -130,6 +132,8 @@ class GraphData:
                     "(need [E, D])"
                 )
             check_finite(f"{self.name}: edge features", self.edge_feat)
+        for name, rows in self.edge_splits.items():
+            self._validate_edge_split(name, rows)
         if self.orig_ids is not None and len(self.orig_ids) != n:
             raise InvalidArgument(f"{self.name}: {len(self.orig_ids)} original ids for {n} nodes")
         if self.is_hetero and self.edge_ts is not None:
@@ -138,6 +142,20 @@ class GraphData:
                 f"(temporal sampling and appends are homogeneous), this one has {len(self.ntypes)} node types "
                 f"and {len(self.etypes)} edge types"
             )
+
+    def _validate_edge_split(self, name: str, rows: np.ndarray) -> None:
+        what = f"{self.name}: edge split {name!r}"
+        if rows.ndim != 2 or rows.shape[1] != 5 or rows.dtype != np.int64:
+            raise InvalidArgument(
+                f"{what} must be int64 [n, 5] (src, dst, etype, eid, rev_eid), got {rows.dtype} {rows.shape}"
+            )
+        check_ids_in_range(f"{what} src", rows[:, 0], self.num_nodes)
+        check_ids_in_range(f"{what} dst", rows[:, 1], self.num_nodes)
+        check_ids_in_range(f"{what} etype", rows[:, 2], len(self.etypes))
+        for col, label in ((3, "eid"), (4, "rev_eid")):
+            bad = (rows[:, col] < -1) | (rows[:, col] >= self.num_edges)
+            if bad.any():
+                raise InvalidArgument(f"{what}: {label} {int(rows[bad, col][0])} is neither -1 nor an edge id")
 
     def _validate_types(self) -> None:
         for t in self.ntypes:

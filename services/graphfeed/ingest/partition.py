@@ -123,6 +123,14 @@ def _etype_indptr(rows: np.ndarray, etypes: np.ndarray, num_rows: int, num_etype
     return ptr[0] if num_etypes == 1 else ptr
 
 
+def _relabeled_edge_rows(rows: np.ndarray, new_of_old: np.ndarray) -> np.ndarray:
+    """An edge split's rows with their endpoints in new ids (edge ids are input positions, which
+    the partitioning keeps as global edge ids)."""
+    out = np.array(rows, dtype=np.int64)
+    out[:, 0], out[:, 1] = new_of_old[out[:, 0]], new_of_old[out[:, 1]]
+    return out
+
+
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR (``xadj``, ``adjncy``, int64) of the undirected simple graph of the edges: both
     directions, no self-loops, no duplicates, neighbors sorted (a pure function of the edge set)."""
@@ -205,6 +213,7 @@ def write_partitioned(
     orig = _orig_ids(g, type_of_old, in_starts)
     tables = {name: _relabeled_table(g, name, order, in_starts) for name in g.node_data}
     split_gids = {name: np.sort(new_of_old[ids]) for name, ids in g.splits.items()}
+    edge_rows = {name: _relabeled_edge_rows(rows, new_of_old) for name, rows in g.edge_splits.items()}
     manifest = GraphManifest(
         dataset=g.name,
         num_nodes=g.num_nodes,
@@ -219,6 +228,7 @@ def write_partitioned(
             for name, t in tables.items()
         },
         splits=tuple(sorted(g.splits)),
+        edge_splits=tuple(sorted(g.edge_splits)),
         partition_method=method if assignment is None else "given",
         has_edge_timestamps=g.edge_ts is not None,
         extra={k: v for k, v in g.extra.items() if k != "node_names"},  # names go to node_names.npy
@@ -243,6 +253,7 @@ def write_partitioned(
             halo=np.unique(remote),
             node_data={name: t[slice(*schema.typewise_range(p, g.table_ntype(name)))] for name, t in tables.items()},
             splits={name: s[(s >= lo) & (s < hi)] for name, s in split_gids.items()},
+            edge_splits={name: r[(r[:, 1] >= lo) & (r[:, 1] < hi)] for name, r in edge_rows.items()},
             edge_ts=None if ts_all is None else ts_all[e_lo:e_hi],
             edge_feat=None if feat_all is None else feat_all[e_lo:e_hi],
         )

@@ -12,14 +12,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.common.limits import MAX_BATCH_SIZE, MAX_LAYERS, MAX_WORLD_SIZE
+from graphfeed.common.limits import MAX_BATCH_SIZE, MAX_LAYERS, MAX_NEGATIVES, MAX_WORLD_SIZE
 from graphfeed.common.schema import GraphSchema
 
-__all__ = ["FEATURE_WIRE_DTYPES", "JobInfo", "JobSpec"]
+__all__ = ["EXCLUDE_MODES", "FEATURE_WIRE_DTYPES", "NEGATIVE_SAMPLERS", "JobInfo", "JobSpec"]
 
 FEATURE_WIRE_DTYPES = ("float16", "bfloat16")
 """Reduced-precision element types a job may ask its features to travel in (besides "", the
 stored type); see :mod:`graphfeed.loader.wire`."""
+
+
+NEGATIVE_SAMPLERS = ("uniform", "global_uniform")
+EXCLUDE_MODES = ("reverse_id", "self", "none")
 
 
 def _doc(description: str) -> dict[str, str]:
@@ -70,6 +74,33 @@ class JobSpec:
         ),
     )
 
+    seed_edges: bool = field(
+        default=False,
+        metadata=_doc(
+            "Link prediction: the seeds are the edges of edge split `split` (ingest --edge-split), each minibatch "
+            "positive edges with negatives, as DGL's DataLoader with as_edge_prediction_sampler."
+        ),
+    )
+    num_negatives: int = field(default=1, metadata=_doc("Edge minibatches: negative pairs per positive edge (>= 1)."))
+    negative_sampler: str = field(
+        default="uniform",
+        metadata=_doc(
+            'Edge minibatches: "uniform" corrupts each positive\'s destination with one drawn uniformly from its node '
+            'type (DGL\'s Uniform(k)); "global_uniform" draws both ends uniformly from their types (GlobalUniform(k)).'
+        ),
+    )
+    negatives_avoid_positives: bool = field(
+        default=False,
+        metadata=_doc("Edge minibatches: redraw a negative that is a known positive (an edge of any edge split)."),
+    )
+    exclude: str = field(
+        default="reverse_id",
+        metadata=_doc(
+            'Edge minibatches: edges left out of the sampled neighbourhoods (DGL\'s exclude): "reverse_id" the seed '
+            'edges and their reverse twins, "self" the seed edges, "none" nothing (the seed edges leak).'
+        ),
+    )
+
     def validate(self) -> None:
         """Checks what needs no graph, before anything is sized by these fields.
 
@@ -87,11 +118,22 @@ class JobSpec:
             raise InvalidArgument("split must be named (train, val or test)")
         if not self.feature_name:
             raise InvalidArgument("feature_name must not be empty")
+        if self.seed_edges:
+            self._check_edge_fields()
         if self.feature_wire_dtype not in ("", *FEATURE_WIRE_DTYPES):
             raise InvalidArgument(
                 "feature_wire_dtype must be '' (the stored dtype), 'float16' or 'bfloat16', "
                 f"got {self.feature_wire_dtype!r}"
             )
+
+    def _check_edge_fields(self) -> None:
+        _check_range("num_negatives", self.num_negatives, 1, MAX_NEGATIVES)
+        if self.negative_sampler not in NEGATIVE_SAMPLERS:
+            raise InvalidArgument(
+                f"negative_sampler must be one of {list(NEGATIVE_SAMPLERS)}, got {self.negative_sampler!r}"
+            )
+        if self.exclude not in EXCLUDE_MODES:
+            raise InvalidArgument(f"exclude must be one of {list(EXCLUDE_MODES)}, got {self.exclude!r}")
 
     def _check_fanouts(self) -> None:
         # The upper bound of each fanout is the sampler's (a setting of the sampler service,

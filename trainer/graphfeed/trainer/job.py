@@ -35,6 +35,11 @@ class JobArgs(TypedDict, total=False):
     label_name: str
     feature_wire_dtype: str
     etype_fanouts: Sequence[tuple[int, str, int]]
+    seed_edges: bool
+    num_negatives: int
+    negative_sampler: str
+    negatives_avoid_positives: bool
+    exclude: str
 
 
 JOB_ARG_FIELDS = {"seed": "job_seed"}

@@ -141,7 +141,8 @@ class GraphStoreServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def GetSplit(self, request, context):
-        """Global ids of owned nodes in a split ("train", "val", "test"). NOT_FOUND: unknown split.
+        """Global ids of owned nodes in a split ("train", "val", "test"); for "edges/<split>" (link
+        prediction), the rows of that edge split whose dst is owned here. NOT_FOUND: unknown split.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

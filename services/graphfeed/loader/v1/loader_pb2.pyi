@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name", "feature_wire_dtype", "etype_fanouts")
+    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name", "feature_wire_dtype", "etype_fanouts", "seed_edges", "num_negatives", "negative_sampler", "negatives_avoid_positives", "exclude")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,11 @@ class JobSpec(_message.Message):
     LABEL_NAME_FIELD_NUMBER: _ClassVar[int]
     FEATURE_WIRE_DTYPE_FIELD_NUMBER: _ClassVar[int]
     ETYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    SEED_EDGES_FIELD_NUMBER: _ClassVar[int]
+    NUM_NEGATIVES_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_SAMPLER_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVES_AVOID_POSITIVES_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_seed: int
     split: str
@@ -37,7 +42,30 @@ class JobSpec(_message.Message):
     label_name: str
     feature_wire_dtype: str
     etype_fanouts: _containers.RepeatedCompositeFieldContainer[EtypeFanout]
-    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ..., feature_wire_dtype: _Optional[str] = ..., etype_fanouts: _Optional[_Iterable[_Union[EtypeFanout, _Mapping]]] = ...) -> None: ...
+    seed_edges: bool
+    num_negatives: int
+    negative_sampler: str
+    negatives_avoid_positives: bool
+    exclude: str
+    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ..., feature_wire_dtype: _Optional[str] = ..., etype_fanouts: _Optional[_Iterable[_Union[EtypeFanout, _Mapping]]] = ..., seed_edges: bool = ..., num_negatives: _Optional[int] = ..., negative_sampler: _Optional[str] = ..., negatives_avoid_positives: bool = ..., exclude: _Optional[str] = ...) -> None: ...
+
+class EdgePairs(_message.Message):
+    __slots__ = ("etype", "src", "dst", "eids", "neg_src", "neg_dst", "excluded_edges")
+    ETYPE_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    EIDS_FIELD_NUMBER: _ClassVar[int]
+    NEG_SRC_FIELD_NUMBER: _ClassVar[int]
+    NEG_DST_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_EDGES_FIELD_NUMBER: _ClassVar[int]
+    etype: int
+    src: _tensor_pb2.Tensor
+    dst: _tensor_pb2.Tensor
+    eids: _tensor_pb2.Tensor
+    neg_src: _tensor_pb2.Tensor
+    neg_dst: _tensor_pb2.Tensor
+    excluded_edges: int
+    def __init__(self, etype: _Optional[int] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., dst: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., eids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., neg_src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., neg_dst: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., excluded_edges: _Optional[int] = ...) -> None: ...
 
 class EtypeFanout(_message.Message):
     __slots__ = ("layer", "etype", "fanout")
@@ -108,7 +136,7 @@ class MinibatchStats(_message.Message):
     def __init__(self, cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., remote_feature_bytes: _Optional[int] = ..., sample_seconds: _Optional[float] = ..., gather_seconds: _Optional[float] = ...) -> None: ...
 
 class Minibatch(_message.Message):
-    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats", "typed_features", "typed_labels", "bulk_bytes", "bulk")
+    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats", "typed_features", "typed_labels", "pairs", "bulk_bytes", "bulk")
     STEP_KEY_FIELD_NUMBER: _ClassVar[int]
     STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +145,7 @@ class Minibatch(_message.Message):
     STATS_FIELD_NUMBER: _ClassVar[int]
     TYPED_FEATURES_FIELD_NUMBER: _ClassVar[int]
     TYPED_LABELS_FIELD_NUMBER: _ClassVar[int]
+    PAIRS_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     step_key: _tensor_pb2.StepKey
@@ -127,6 +156,7 @@ class Minibatch(_message.Message):
     stats: MinibatchStats
     typed_features: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TypedTensor]
     typed_labels: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TypedTensor]
+    pairs: EdgePairs
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ..., typed_features: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., typed_labels: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ..., typed_features: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., typed_labels: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., pairs: _Optional[_Union[EdgePairs, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...

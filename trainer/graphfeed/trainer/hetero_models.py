@@ -15,7 +15,7 @@ relation names must not contain ``.`` (torch module names cannot).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import dgl
 import dgl.nn as dglnn
@@ -98,7 +98,7 @@ class RGCN(nn.Module):
         for nt in block.srctypes:
             if not block.num_src_nodes(nt):
                 continue  # nor in any later block: each block's src nodes are a prefix of the first's
-            if (x := self._embed_type(nt, feats, lambda nt=nt: block.srcnodes[nt].data[dgl.NID])) is not None:
+            if (x := self._embed_type(nt, feats, block.srcnodes[nt].data.get(dgl.NID))) is not None:
                 h[nt] = x
         return h
 
@@ -107,21 +107,23 @@ class RGCN(nn.Module):
         first layer's input of layer-wise inference."""
         h = {}
         for nt, n in num_nodes.items():
-            if (x := self._embed_type(nt, feats, lambda n=n: torch.arange(n))) is not None:
+            if (x := self._embed_type(nt, feats, torch.arange(n))) is not None:
                 h[nt] = x
         return h
 
     def _embed_type(
-        self, nt: str, feats: Mapping[str, torch.Tensor], ids: Callable[[], torch.Tensor]
+        self, nt: str, feats: Mapping[str, torch.Tensor], ids: torch.Tensor | None
     ) -> torch.Tensor | None:
-        """Type ``nt``'s input rows: its projected features, or the embeddings of ``ids()``
-        (read only for embedded types: blocks need not carry ids of the others)."""
+        """Type ``nt``'s input rows: its projected features, or the embeddings of the type-wise
+        ``ids`` (needed only for embedded types: blocks need not carry ids of the others)."""
         if _key(nt) in self.project:
             if nt not in feats:
                 raise KeyError(f"no input features of node type {nt!r} (it has {list(feats)})")
             return self.project[_key(nt)](feats[nt].float())
         if _key(nt) in self.embed:
-            return self.embed[_key(nt)](ids())
+            if ids is None:
+                raise KeyError(f"no type-wise ids (dgl.NID) of the embedded node type {nt!r}")
+            return self.embed[_key(nt)](ids)
         return None
 
     def forward(self, blocks: list, feats: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

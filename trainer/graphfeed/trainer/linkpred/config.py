@@ -10,8 +10,9 @@ __all__ = ["LinkPredConfig"]
 
 @dataclass
 class LinkPredConfig:
-    """What a link-prediction run trains and how it is scored. The defaults learn Cora in well
-    under a minute on 2 CPU cores.
+    """What a link-prediction run trains and how it is scored. The defaults learn Cora in a
+    couple of minutes on 2 CPU cores (test MRR about 0.24 against 100 uniform negatives, where
+    a random scorer gets about 0.05).
 
     Attributes:
         fanouts: neighbors sampled per layer, input layer first; the encoder has one layer each.
@@ -32,11 +33,11 @@ class LinkPredConfig:
     """
 
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
-    batch_size: int = 512
+    batch_size: int = 256
     hidden: int = 64
     lr: float = 0.01
     weight_decay: float = 0.0
-    epochs: int = 5
+    epochs: int = 10
     dropout: float = 0.0
     num_negatives: int = 1
     loss: Literal["bce", "margin"] = "bce"

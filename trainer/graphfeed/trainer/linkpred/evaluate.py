@@ -67,9 +67,10 @@ def evaluate_split(
     negs = torch.from_numpy(eval_negatives(len(h_dst), len(pairs), cfg.eval_negatives, cfg.seed))
     pos, neg = [], []
     for lo in range(0, len(pairs), EDGES_PER_CHUNK):
-        u, v, vs = pairs[lo : lo + EDGES_PER_CHUNK, 0], pairs[lo : lo + EDGES_PER_CHUNK, 1], negs[lo : lo + EDGES_PER_CHUNK]
+        chunk = slice(lo, lo + EDGES_PER_CHUNK)
+        u, v = pairs[chunk, 0], pairs[chunk, 1]
         pos.append(scorer.pairs(h_src[u], h_dst[v]))
-        neg.append(scorer.pairs(h_src[u][:, None, :], h_dst[vs]))
+        neg.append(scorer.pairs(h_src[u][:, None, :], h_dst[negs[chunk]]))
     out = ranking_metrics(torch.cat(pos), torch.cat(neg))
     if s != d and isinstance(scorer, DotScorer):
         known = np.concatenate([typed_pairs(g, k) for k in KNOWN_BEFORE.get(split, ())] or [np.empty((0, 2), np.int64)])

@@ -10,7 +10,7 @@ graphfeed's services elsewhere); :func:`dgl_inference` feeds it from an in-proce
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import dgl
 import torch
@@ -20,7 +20,8 @@ from graphfeed.trainer.linkpred.models import Embeddings
 
 __all__ = ["LayerwiseEncoder", "dgl_inference", "layerwise"]
 
-NodeIds = torch.Tensor | Mapping[str, torch.Tensor]  # ids, or type-wise ids per node type
+TypedIds = Mapping[str, torch.Tensor]  # type-wise ids per node type
+NodeIds = torch.Tensor | TypedIds
 LayerBatch = tuple[NodeIds, NodeIds, dgl.DGLGraph]  # (input_nodes, output_nodes, one-layer block)
 
 
@@ -74,30 +75,28 @@ def layerwise(
 
 
 def _gather(h: Embeddings, ids: NodeIds, device: torch.device) -> Embeddings:
+    """Rows ``ids`` of ``h`` on ``device`` (per type when ``h`` is; ids are then per type too)."""
     if isinstance(h, Mapping):
-        assert isinstance(ids, Mapping)
-        return {nt: h[nt][i.to(h[nt].device)].to(device) for nt, i in ids.items() if nt in h}
-    assert isinstance(ids, torch.Tensor)
-    return h[ids.to(h.device)].to(device)
+        return {nt: h[nt][i.to(h[nt].device)].to(device) for nt, i in cast(TypedIds, ids).items() if nt in h}
+    return h[cast(torch.Tensor, ids).to(h.device)].to(device)
 
 
 def _scatter(out: Embeddings | None, like: Embeddings, ids: NodeIds, y: Embeddings) -> Embeddings:
     """Writes batch output ``y`` at rows ``ids`` of ``out`` (made on first use: one row per row of ``like``)."""
     if isinstance(like, Mapping):
-        assert isinstance(ids, Mapping) and isinstance(y, Mapping)
-        buf: dict[str, torch.Tensor] = dict(out) if isinstance(out, Mapping) else {}
-        for nt, where in ids.items():  # a batch may hold output nodes of some types only
-            rows = y[nt]
+        buf = dict(cast(dict[str, torch.Tensor], out or {}))
+        for nt, where in cast(TypedIds, ids).items():  # a batch may hold output nodes of some types only
+            rows = cast(dict[str, torch.Tensor], y)[nt]
             if nt not in buf:
                 buf[nt] = torch.zeros(len(like[nt]), rows.shape[1], dtype=rows.dtype, device=like[nt].device)
             buf[nt][where.to(buf[nt].device)] = rows.to(buf[nt].device)
         return buf
-    assert isinstance(ids, torch.Tensor) and isinstance(y, torch.Tensor)
-    if out is None:
-        out = torch.zeros(len(like), y.shape[1], dtype=y.dtype, device=like.device)
-    assert isinstance(out, torch.Tensor)
-    out[ids.to(out.device)] = y.to(out.device)
-    return out
+    rows = cast(torch.Tensor, y)
+    dense = cast(torch.Tensor | None, out)
+    if dense is None:
+        dense = torch.zeros(len(like), rows.shape[1], dtype=rows.dtype, device=like.device)
+    dense[cast(torch.Tensor, ids).to(dense.device)] = rows.to(dense.device)
+    return dense
 
 
 @torch.no_grad()

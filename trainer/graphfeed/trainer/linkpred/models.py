@@ -178,9 +178,7 @@ def build_link_predictor(
     else:
         if etype is None:
             raise InvalidArgument(f"{g.name}: name the predicted relation of a heterograph")
-        in_feats = {
-            g.table_ntype(k): int(np.prod(t.shape[1:])) for k, t in g.node_data.items() if k.endswith("/feat")
-        }
+        in_feats = {g.table_ntype(k): int(np.prod(t.shape[1:])) for k, t in g.node_data.items() if k.endswith("/feat")}
         num_nodes = dict(zip(g.ntypes, (int(n) for n in g.node_counts())))
         encoder = RGCN(
             g.etypes, in_feats, num_nodes, cfg.hidden, cfg.hidden, cfg.num_layers, cfg.dropout, embeddings=embeddings

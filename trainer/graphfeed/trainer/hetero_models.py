@@ -111,9 +111,7 @@ class RGCN(nn.Module):
                 h[nt] = x
         return h
 
-    def _embed_type(
-        self, nt: str, feats: Mapping[str, torch.Tensor], ids: torch.Tensor | None
-    ) -> torch.Tensor | None:
+    def _embed_type(self, nt: str, feats: Mapping[str, torch.Tensor], ids: torch.Tensor | None) -> torch.Tensor | None:
         """Type ``nt``'s input rows: its projected features, or the embeddings of the type-wise
         ``ids`` (needed only for embedded types: blocks need not carry ids of the others)."""
         if _key(nt) in self.project:

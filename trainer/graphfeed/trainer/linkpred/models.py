@@ -30,6 +30,7 @@ from graphfeed.trainer.linkpred.config import LinkPredConfig
 from graphfeed.trainer.models import GraphSAGE
 
 __all__ = [
+    "LOSSES",
     "DotScorer",
     "Embeddings",
     "LinkPredictor",
@@ -120,7 +121,7 @@ def margin_loss(pos: torch.Tensor, neg: torch.Tensor, margin: float = 1.0) -> to
     return (margin - pos[:, None] + neg.reshape(len(pos), -1)).clamp(min=0).mean()
 
 
-LOSSES = {"bce": bce_loss, "margin": margin_loss}
+LOSSES = {"bce": bce_loss, "margin": margin_loss}  # LinkPredConfig.loss -> the loss
 
 
 class LinkPredictor(nn.Module):

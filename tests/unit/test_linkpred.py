@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from graphfeed.ingest.edge_split import split_edges
+from graphfeed.ingest.graph import hetero_graph
 from graphfeed.ingest.sources import load_cora
 from graphfeed.trainer.hetero_models import RGCN
-from graphfeed.trainer.linkpred.baseline import train_linkpred_in_process
+from graphfeed.trainer.linkpred.baseline import exclude_with_reverse, train_linkpred_in_process
 from graphfeed.trainer.linkpred.config import LinkPredConfig
 from graphfeed.trainer.linkpred.inference import dgl_inference
 from graphfeed.trainer.linkpred.metrics import eval_negatives, ranking_metrics, recall_ndcg_at_k
@@ -129,6 +130,24 @@ def test_layerwise_inference_of_an_rgcn_equals_its_full_graph_forward_pass() -> 
     assert isinstance(got, dict) and set(got) == set(n)
     for nt in n:
         torch.testing.assert_close(got[nt], full[nt], atol=1e-5, rtol=1e-5)
+
+
+def test_a_seed_edge_and_its_reverse_twin_leave_the_minibatch_graph() -> None:
+    # user u buys items u and u + 1 (mod 6): 12 edges; add_reverse puts the twins in rev_buys,
+    # in another order after the split removes the held-out ones.
+    u = np.repeat(np.arange(6), 2)
+    g = hetero_graph(
+        "shop", {"user": 6, "item": 6}, {("user", "buys", "item"): (u, (u + np.tile([0, 1], 6)) % 6)}, add_reverse=True
+    )
+    g = split_edges(g, "buys", fractions=(0.5, 0.25, 0.25), seed=0)
+    fwd, rev = ("user", "buys", "item"), ("item", "rev_buys", "user")
+    r, estart = g.etypes.index(fwd), g.etype_starts()
+    seeds = torch.from_numpy(g.edge_splits["train"][:2, 3] - estart[r])
+    out = exclude_with_reverse(g, fwd)({fwd: seeds})
+    assert isinstance(out, dict) and torch.equal(out[fwd], seeds)
+    twins = out[rev].numpy() + estart[g.etypes.index(rev)]
+    assert np.array_equal(g.src[twins], g.dst[seeds.numpy() + estart[r]])  # (v, u) of each (u, v)
+    assert np.array_equal(g.dst[twins], g.src[seeds.numpy() + estart[r]])
 
 
 @pytest.mark.slow

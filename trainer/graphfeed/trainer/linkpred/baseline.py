@@ -44,7 +44,7 @@ def exclude_with_reverse(g: GraphData, etype: CanonicalEtype) -> Callable[[SeedE
     if len(rev_types) > 1:
         raise InvalidArgument(f"{g.name}: reverse twins of {etype} in several relations {rev_types.tolist()}")
     rev_r = int(rev_types[0]) if len(rev_types) else r
-    rev_etype: CanonicalEtype = tuple(g.etypes[rev_r])  # type: ignore[assignment]
+    rev_etype = g.etypes[rev_r]
     rev_of = torch.full((int(g.edge_counts()[r]),), -1, dtype=torch.int64)
     rev_of[torch.from_numpy(rows[has, 3] - estart[r])] = torch.from_numpy(rows[has, 4] - estart[rev_r])
 

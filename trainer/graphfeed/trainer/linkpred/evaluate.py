@@ -28,7 +28,7 @@ def predicted_etype(g: GraphData) -> CanonicalEtype:
     rels = np.unique(np.concatenate([s[:, 2] for s in g.edge_splits.values()]))
     if len(rels) != 1:
         raise InvalidArgument(f"{g.name}: edge splits hold relations {rels.tolist()}, need exactly one")
-    return tuple(g.etypes[int(rels[0])])  # type: ignore[return-value]
+    return g.etypes[int(rels[0])]
 
 
 def typed_pairs(g: GraphData, split: str) -> np.ndarray:

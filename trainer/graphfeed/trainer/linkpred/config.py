@@ -10,9 +10,9 @@ __all__ = ["LinkPredConfig"]
 
 @dataclass
 class LinkPredConfig:
-    """What a link-prediction run trains and how it is scored. The defaults learn Cora in a
-    couple of minutes on 2 CPU cores (test MRR about 0.24 against 100 uniform negatives, where
-    a random scorer gets about 0.05).
+    """What a link-prediction run trains and how it is scored. The defaults learn Cora in about
+    10 s on an idle CPU (1 s per epoch): test MRR 0.20-0.24 over seeds 0-2 against 100 uniform
+    negatives, where a random scorer gets about 0.05.
 
     Attributes:
         fanouts: neighbors sampled per layer, input layer first; the encoder has one layer each.

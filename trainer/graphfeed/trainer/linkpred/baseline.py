@@ -89,7 +89,7 @@ def linkpred_optimizers(model: LinkPredictor, cfg: LinkPredConfig) -> list[torch
     return opts
 
 
-def train_linkpred_in_process(g: GraphData, cfg: LinkPredConfig) -> dict[str, float]:
+def train_linkpred_in_process(g: GraphData, cfg: LinkPredConfig) -> dict[str, dict[str, float]]:
     """Trains a link predictor of ``g``'s one split relation on ``g.edge_splits["train"]`` and
     scores the val and test splits.
 
@@ -103,9 +103,9 @@ def train_linkpred_in_process(g: GraphData, cfg: LinkPredConfig) -> dict[str, fl
         cfg: the hyper-parameters.
 
     Returns:
-        ``val_*`` and ``test_*`` of :func:`~.evaluate.evaluate_split` (``test_mrr``,
-        ``test_hits@10``, ``test_recall@20``, ...), ``loss`` (the last epoch's mean) and
-        ``epoch_s`` (mean seconds per training epoch).
+        ``{"val": ..., "test": ...}``: :func:`~.evaluate.evaluate_split` of each (``"mrr"``,
+        ``"hits@10"``, ``"recall@20"``, ...), and ``"train"``: ``{"loss"`` (the last epoch's
+        mean), ``"epoch_s"`` (mean seconds per training epoch)``}``.
     """
     torch.manual_seed(cfg.seed)
     dgl.seed(cfg.seed)
@@ -129,7 +129,5 @@ def train_linkpred_in_process(g: GraphData, cfg: LinkPredConfig) -> dict[str, fl
             loss_sum, steps = loss_sum + float(loss), steps + 1
         seconds += time.perf_counter() - start
     h = dgl_inference(model.encoder, dg, "feat", cfg.eval_batch_size)
-    out = {"loss": loss_sum / max(1, steps), "epoch_s": seconds / max(1, cfg.epochs)}
-    for split in ("val", "test"):
-        out |= {f"{split}_{name}": v for name, v in evaluate_split(g, split, h, model.scorer, cfg).items()}
-    return out
+    out = {split: evaluate_split(g, split, h, model.scorer, cfg) for split in ("val", "test")}
+    return out | {"train": {"loss": loss_sum / max(1, steps), "epoch_s": seconds / max(1, cfg.epochs)}}

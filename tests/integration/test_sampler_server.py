@@ -89,6 +89,8 @@ def request(
     epoch: int = 1,
     step: int = 4,
     dtype: npt.DTypeLike = np.int64,
+    exclude: tuple[list[int], list[int]] | None = None,
+    exclude_dtype: npt.DTypeLike = np.int64,
 ) -> pb.SampleBlocksRequest:
     req = pb.SampleBlocksRequest(
         fanouts=FANOUTS if fanouts is None else fanouts,
@@ -96,6 +98,10 @@ def request(
         step_key=tensor_pb2.StepKey(job_seed=job_seed, epoch=epoch, step=step),
     )
     codec.encode(np.array(SEEDS if seeds is None else seeds, dtype=dtype), req.seeds)
+    if exclude is not None:
+        codec.encode_exclusion(
+            (np.array(exclude[0], dtype=exclude_dtype), np.array(exclude[1], dtype=exclude_dtype)), req
+        )
     return req
 
 
@@ -141,8 +147,29 @@ def test_same_request_gives_identical_bytes(stub: pb_grpc.SamplerServiceStub) ->
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"limit of {MAX_SEEDS}",
         ),
+        (
+            lambda: request(exclude=([3, 0], [1])),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "exclude_dst and exclude_eids must have equal lengths",
+        ),
+        (
+            lambda: request(exclude=([3], [1]), exclude_dtype=np.int32),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "exclude_dst must be DTYPE_INT64",
+        ),
     ],
-    ids=["empty", "float", "fanout-7", "fanout-too-big", "no-fanouts", "duplicates", "not-found", "too-many"],
+    ids=[
+        "empty",
+        "float",
+        "fanout-7",
+        "fanout-too-big",
+        "no-fanouts",
+        "duplicates",
+        "not-found",
+        "too-many",
+        "exclude-lengths",
+        "exclude-int32",
+    ],
 )
 def test_bad_requests_get_status_and_server_keeps_serving(
     stub: pb_grpc.SamplerServiceStub,
@@ -171,6 +198,30 @@ def test_client_round_trip(sampler_server: RunningServer, local_sampler: MultiHo
             client.sample(np.array([100], dtype=np.int64), [2], False, 0, 0, 0)
         with pytest.raises(InvalidArgument, match="out of range"):
             client.sample(seeds, [-7], False, 0, 0, 0)
+
+
+def test_exclusion_leaves_the_edges_out_of_every_hop(
+    sampler_server: RunningServer, local_sampler: MultiHopSampler
+) -> None:
+    """Through the sampler and the graph-stores over gRPC: no excluded edge in any block, the
+    in-process sampler's bytes, and a malformed exclusion refused while the server keeps serving."""
+    seeds = np.array(SEEDS, dtype=np.int64)
+    with SamplerClient(sampler_server.address, timeout_s=10) as client:
+        plain = client.sample(seeds, [3, -1], False, 5, 1, 4)
+        dst = np.concatenate([plain.input_nodes[: b.num_dst][b.edge_dst] for b in plain.blocks])
+        eids = np.concatenate([b.edge_ids for b in plain.blocks]).astype(np.int64)  # int32 on the wire
+        exclude = (dst[::2].copy(), eids[::2].copy())  # half of what both hops sampled
+        got = client.sample(seeds, [3, -1], False, 5, 1, 4, exclude=exclude)
+        sampled = np.concatenate([b.edge_ids for b in got.blocks]).astype(np.int64)
+        assert len(sampled) and not np.isin(sampled, exclude[1]).any()
+        want = local_sampler.sample(seeds, [3, -1], False, 5, 1, 4, exclude=exclude)
+        assert (
+            blocks_codec.to_proto(got, narrow=True).SerializeToString()
+            == blocks_codec.to_proto(want, narrow=True).SerializeToString()
+        )
+        with pytest.raises(InvalidArgument, match="exclude_dst and exclude_eids must have equal lengths"):
+            client.sample(seeds, [3, -1], False, 5, 1, 4, exclude=(dst[:3], eids[:2]))
+        assert client.sample(seeds, [3, -1], False, 5, 1, 4, exclude=exclude).num_sampled_edges == got.num_sampled_edges
 
 
 @pytest.mark.parametrize("fanouts", [[3, 2], [-1, 4], [0, 2], [2]])

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, Unavailable
 from graphfeed.graph_store.partitions import LocalPartitionSet
-from graphfeed.graph_store.types import Fanout, RowsInto
+from graphfeed.graph_store.types import Exclusion, Fanout, RowsInto
 from graphfeed.loader.cache.base import CacheOptions, TierStats
 from graphfeed.loader.cache.lookahead import LookaheadCache
 from graphfeed.loader.cache.policies import make_cache
@@ -103,11 +103,19 @@ class GatedSampler:
         self.inner, self.gate = inner, gate
 
     def sample(
-        self, seeds: np.ndarray, fanouts: Sequence[Fanout], replace: bool, job_seed: int, epoch: int, step: int
+        self,
+        seeds: np.ndarray,
+        fanouts: Sequence[Fanout],
+        replace: bool,
+        job_seed: int,
+        epoch: int,
+        step: int,
+        *,
+        exclude: Exclusion | None = None,
     ) -> SampledBlocks:
         if step == 0:
             assert self.gate.wait(30), "the later steps were never announced"
-        return self.inner.sample(seeds, fanouts, replace, job_seed, epoch, step)
+        return self.inner.sample(seeds, fanouts, replace, job_seed, epoch, step, exclude=exclude)
 
 
 def test_the_pipeline_announces_each_step_to_the_policy_before_gathering_it(

@@ -97,6 +97,7 @@ def test_partitions_hold_each_edge_at_its_dst_owner(tmp_path: Path) -> None:
         r = PartitionReader(tmp_path / part_dir_name(p))
         try:
             rows = r.edge_split("train")
+            assert rows is not None
             assert ((rows[:, 1] >= r.start) & (rows[:, 1] < r.stop)).all()
             indptr, eids = np.asarray(r.indptr), np.asarray(r.edge_ids)
             for _, v, _, eid, _ in rows.tolist():  # the eid is an in-edge of its dst, there

@@ -15,7 +15,7 @@ from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from graphfeed.graph_store.partitions import LocalPartitionSet
 from graphfeed.graph_store.store import GraphStore
-from graphfeed.graph_store.types import PartitionSet
+from graphfeed.graph_store.types import Exclusion, PartitionSet
 from graphfeed.sampler.core import MultiHopSampler
 from tests.graphs import arithmetic_degree, arithmetic_graph, expected_in_neighbors
 
@@ -181,10 +181,17 @@ class _RecordingPartitions:
         self.num_partitions = inner.num_partitions
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: int, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: int,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future:
         self.log.append(("start", p))
-        inner = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+        inner = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position, exclude)
         log, fail = self.log, self.fail
 
         class Logged(Future):

@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "append": "graphfeed.bench.append",
     "rgcn-fidelity": "graphfeed.bench.rgcn_fidelity",
     "embeddings": "graphfeed.bench.embeddings",
+    "linkpred": "graphfeed.bench.linkpred",
 }
 
 

@@ -17,7 +17,7 @@ from graphfeed.bench.scrape import samples
 from graphfeed.cluster import ServiceProcess, start_service
 from graphfeed.common.partition import GraphManifest, part_dir_name
 from graphfeed.graph_store.partitions import ForwardingPartitionSet, RemotePartitionSet
-from graphfeed.graph_store.types import Fanout, PartitionSet, SampledNeighbors
+from graphfeed.graph_store.types import Exclusion, Fanout, PartitionSet, SampledNeighbors
 
 
 def read_bytes(pid: int | str = "self") -> int:
@@ -144,9 +144,16 @@ class RemoteRows(ForwardingPartitionSet):
         self.local, self.remote = local, remote
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future[SampledNeighbors]:
-        return self.local.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+        return self.local.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position, exclude)
 
     def get_degrees(self, p: int, ids: np.ndarray) -> Future[np.ndarray]:
         return self.local.get_degrees(p, ids)

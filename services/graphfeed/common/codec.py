@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -236,3 +236,29 @@ def decode_ids(
     if not allow_empty and ids.size == 0:
         raise InvalidArgument(f"{what} must not be empty")
     return ids
+
+
+def encode_exclusion(exclude: tuple[np.ndarray, np.ndarray] | None, request: Any) -> None:
+    """Sets a sampling request's ``exclude_dst``/``exclude_eids`` (SampleNeighbors, SampleBlocks)
+    from ``(dst gids, edge ids)`` as given (the receiver checks them); None leaves them unset."""
+    if exclude is not None:
+        dst, eids = exclude
+        encode(np.asarray(dst), request.exclude_dst)
+        encode(np.asarray(eids), request.exclude_eids)
+
+
+def decode_exclusion(request: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """A sampling request's ``(exclude_dst, exclude_eids)``: None when neither is set; one unset
+    decodes as empty, so the core reports the length mismatch (it checks the pairs).
+
+    Raises:
+        InvalidArgument: a set one not a 1-D int64 tensor (the message names the field).
+    """
+    fields = ("exclude_dst", "exclude_eids")
+    if not any(request.HasField(f) for f in fields):
+        return None
+    dst, eids = (
+        decode_ids(getattr(request, f), f, allow_empty=True) if request.HasField(f) else np.empty(0, np.int64)
+        for f in fields
+    )
+    return dst, eids

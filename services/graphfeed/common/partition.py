@@ -57,6 +57,8 @@ from graphfeed.common.schema import DEFAULT_NTYPE, GraphSchema
 SCHEMA_VERSION = 2  # 2: node and edge types (a version-1 layout reads as one type)
 READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
+EDGE_SPLITS = ("train", "val", "test")
+"""The edge splits ingest --edge-split writes."""
 EDGE_SPLIT_PREFIX = "edges/"
 """GetSplit("edges/<name>") answers edge split ``name``'s rows (int64 [n, 5]) instead of node ids."""
 

@@ -24,6 +24,7 @@ from graphfeed.common.transport import ClientTransport
 from graphfeed.graph_store.embeddings.client import EmbeddingCalls
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalInfo, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import (
+    Exclusion,
     Fanout,
     NodeDataInfo,
     NodeDataTarget,
@@ -160,14 +161,22 @@ class GraphStoreClient:
         return out
 
     def sample_neighbors_future(
-        self, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future[SampledNeighbors]:
         """Starts one SampleNeighbors call; ``fanout``: an int for every edge type, or one per
-        edge type (sent as ``etype_fanouts``)."""
+        edge type (sent as ``etype_fanouts``); ``exclude``: ``(dst gids, edge ids)`` pairs of
+        edges to leave out (see :meth:`GraphStore.sample_neighbors`), sent as given."""
         req = pb.SampleNeighborsRequest(
             replace=replace, rng_seed=rng_seed, first_position=first_position, **fanout_fields(fanout)
         )
         codec.encode(np.asarray(seeds, dtype=np.int64), req.seeds)
+        codec.encode_exclusion(exclude, req)
         raw = self._unary_future(self._sample, req)
 
         def decoded(rec: Received[pb.SampleNeighborsResponse]) -> SampledNeighbors:
@@ -181,9 +190,16 @@ class GraphStoreClient:
         return then(raw, decoded)
 
     def sample_neighbors(
-        self, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> SampledNeighbors:
-        return self.sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position).result()
+        """:meth:`sample_neighbors_future`, waited for."""
+        return self.sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position, exclude).result()
 
     def get_node_data(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows of ``name`` for ``ids`` (owned here), reassembled from the server's chunks."""

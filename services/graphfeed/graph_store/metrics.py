@@ -22,7 +22,7 @@ from graphfeed.graph_store.rowstore import RowStats
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.temporal.store import AppendAck, TemporalInfo, TemporalSample, TemporalStore
-from graphfeed.graph_store.types import Fanout, PartitionInfo, SampledNeighbors
+from graphfeed.graph_store.types import Exclusion, Fanout, PartitionInfo, SampledNeighbors
 
 # One-hop sampling of a minibatch's seeds: tens of microseconds to about a second.
 SAMPLING_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -129,10 +129,11 @@ class MeteredGraphStore:
         rng_seed: int,
         alloc: Alloc | None = None,
         first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> SampledNeighbors:
         """:meth:`GraphStore.sample_neighbors`, timed, its edges counted."""
         with self._m.sampling_latency.time():
-            out = self.store.sample_neighbors(seeds, fanout, replace, rng_seed, alloc, first_position)
+            out = self.store.sample_neighbors(seeds, fanout, replace, rng_seed, alloc, first_position, exclude)
         self._m.sampled_edges.inc(len(out.src))
         return out
 

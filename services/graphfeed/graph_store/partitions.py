@@ -20,7 +20,7 @@ from graphfeed.common.futures import completed
 from graphfeed.graph_store.client import GraphStoreClient
 from graphfeed.graph_store.embeddings.client import LocalEmbeddingCalls, PartitionEmbeddings
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
-from graphfeed.graph_store.types import Fanout, PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
+from graphfeed.graph_store.types import Exclusion, Fanout, PartitionInfo, PartitionSet, RowsInto, SampledNeighbors
 
 if TYPE_CHECKING:  # the in-process stores (RocksDB) are not loaded by a process that only dials graph-stores
     from graphfeed.graph_store.store import GraphStore
@@ -89,9 +89,16 @@ class RemotePartitionSet(PartitionSet):
         return PartitionEmbeddings([c.embeddings for c in self.clients], self.info.types)
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future[SampledNeighbors]:
-        return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position)
+        return self.clients[p].sample_neighbors_future(seeds, fanout, replace, rng_seed, first_position, exclude)
 
     def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
         """Each answer message's rows copied once to their place as it arrives, or written by
@@ -129,9 +136,17 @@ class LocalPartitionSet(PartitionSet):
         self.info = self.stores[0].info()
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future[SampledNeighbors]:
-        return completed(self.stores[p].sample_neighbors, seeds, fanout, replace, rng_seed, None, first_position)
+        store = self.stores[p]
+        return completed(store.sample_neighbors, seeds, fanout, replace, rng_seed, None, first_position, exclude)
 
     def embeddings(self, timeout_s: float = 30.0) -> PartitionEmbeddings:
         """The stores' trainable embedding tables, routed by owner (waits up to ``timeout_s``)."""
@@ -168,9 +183,16 @@ class ForwardingPartitionSet(PartitionSet):
         self.info: PartitionInfo = inner.info
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future[SampledNeighbors]:
-        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+        return self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position, exclude)
 
     def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
         return self.inner.read_node_data(p, name, ids, into)

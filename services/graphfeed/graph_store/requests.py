@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, ResourceExhausted
+from graphfeed.graph_store.sampling import LocalExclusion
+from graphfeed.graph_store.types import Exclusion
 
 ANSWER_EDGE_BYTES = 16  # a sampled edge in a SampleNeighbors answer: its source and its edge id (int64 each)
 
@@ -42,3 +44,48 @@ def check_answer_size(
             f"{len(rows)} seeds would sample {edges} edges ({edges * ANSWER_EDGE_BYTES} bytes), over the "
             f"answer limit of {limit} bytes; send fewer seeds per request or a smaller fanout"
         )
+
+
+def check_exclusion(exclude: Exclusion | None) -> Exclusion | None:
+    """``exclude`` (the graph-store's and the sampler's :data:`~graphfeed.graph_store.types.Exclusion`
+    pairs) checked; None when absent or empty.
+
+    Raises:
+        InvalidArgument: not two 1-D int64 arrays of equal length (named as the wire fields
+            ``exclude_dst``/``exclude_eids``).
+    """
+    if exclude is None:
+        return None
+    if not isinstance(exclude, (tuple, list)) or len(exclude) != 2:
+        raise InvalidArgument("exclude must be a pair (exclude_dst, exclude_eids) of int64 arrays")
+    dst, eids = np.asarray(exclude[0]), np.asarray(exclude[1])
+    for name, a in (("exclude_dst", dst), ("exclude_eids", eids)):
+        if a.ndim != 1 or a.dtype != np.int64:
+            raise InvalidArgument(f"{name} must be a 1-D int64 array, got {a.dtype} of shape {list(a.shape)}")
+    if len(dst) != len(eids):
+        raise InvalidArgument(
+            f"exclude_dst and exclude_eids must have equal lengths (edge exclude_eids[i] is an in-edge of "
+            f"node exclude_dst[i]), got {len(dst)} and {len(eids)}"
+        )
+    return (dst, eids) if len(dst) else None
+
+
+def local_exclusion(exclude: Exclusion | None, start: int, stop: int, max_pairs: int) -> LocalExclusion | None:
+    """The sampling kernel's exclusion (:data:`~graphfeed.graph_store.sampling.LocalExclusion`:
+    local rows and edge ids, ascending, unique) from the pairs of ``exclude`` whose dst lies in the
+    partition's ``[start, stop)`` (the others belong to other partitions: ignored); None if none.
+
+    Raises:
+        InvalidArgument: as :func:`check_exclusion`.
+        ResourceExhausted: more than ``max_pairs`` pairs.
+    """
+    pairs = check_exclusion(exclude)
+    if pairs is None:
+        return None
+    dst, eids = pairs
+    if len(dst) > max_pairs:
+        raise ResourceExhausted(f"exclude: {len(dst)} edges in one request exceed the limit of {max_pairs}")
+    own = (dst >= start) & (dst < stop)
+    if not own.any():
+        return None
+    return np.unique(dst[own] - start), np.unique(eids[own])

@@ -208,11 +208,12 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         self, request: pb.SampleNeighborsRequest, context: grpc.ServicerContext
     ) -> pb.SampleNeighborsResponse | Outgoing:
         seeds, fanout = codec.decode_ids(request.seeds, "seeds"), decode_fanout(request)
+        exclude = codec.decode_exclusion(request)
         resp = pb.SampleNeighborsResponse()
         with self._transport.response(context, "SampleNeighbors") as r:
             into = sample_into(r, resp, narrow=self._ids_fit_int32)
             out = self._store.sample_neighbors(
-                seeds, fanout, request.replace, request.rng_seed, into, request.first_position
+                seeds, fanout, request.replace, request.rng_seed, into, request.first_position, exclude
             )
             r.encode(out.src, resp.src)  # the offsets were encoded when the kernel asked for room
             r.encode(out.edge_ids, resp.edge_ids)

@@ -22,11 +22,11 @@ from graphfeed.common.limits import (
 )
 from graphfeed.common.partition import EDGE_SPLIT_PREFIX, PartitionReader
 from graphfeed.graph_store.embeddings.store import EmbeddingStore
-from graphfeed.graph_store.requests import check_answer_size, check_fanouts
+from graphfeed.graph_store.requests import check_answer_size, check_fanouts, local_exclusion
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
 from graphfeed.graph_store.sampling import Alloc, sample_typed
 from graphfeed.graph_store.temporal.store import TemporalStore
-from graphfeed.graph_store.types import NodeDataInfo, PartitionInfo, SampledNeighbors
+from graphfeed.graph_store.types import Exclusion, NodeDataInfo, PartitionInfo, SampledNeighbors
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +253,7 @@ class GraphStore:
         rng_seed: int,
         alloc: Alloc | None = None,
         first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> SampledNeighbors:
         """Samples in-neighbors of owned seeds (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
 
@@ -265,9 +266,15 @@ class GraphStore:
                 always give the same sample (on CPU and GPU alike).
             alloc: where to write ``src``/``edge_ids`` (see :func:`~graphfeed.graph_store.sampling.sample_csr`).
             first_position: batch position of ``seeds[0]`` (a chunk of a larger request).
+            exclude: edges to leave out (DGL's ``exclude_eids``, before selection), as int64
+                ``(dst gids, edge ids)`` pairs of equal length, edge ``eids[i]`` an in-edge of
+                ``dst[i]``; pairs whose dst this partition does not own are ignored.
 
         Returns:
             The sample in CSR order per seed; ``src`` and ``edge_ids`` are global ids.
+
+        Raises:
+            InvalidArgument: a bad argument, e.g. ``exclude`` not int64 pairs of equal length.
         """
         fanouts = check_fanouts(fanout, len(self.schema.etypes), self.max_fanout)
         if not 0 <= int(rng_seed) < 1 << 64:
@@ -275,7 +282,9 @@ class GraphStore:
         if not 0 <= int(first_position) < 1 << 63:
             raise InvalidArgument(f"first_position must be in [0, 2**63), got {first_position}")
         rows = self._owned_rows(seeds, "seeds", allow_empty=False)
+        excluded = local_exclusion(exclude, self.start, self.stop, self.max_ids_per_request)
         r = self._reader
+        # Counts excluded edges too: a bound, exact when nothing is excluded.
         check_answer_size(r.etype_indptr, rows, fanouts, bool(replace), self.max_answer_bytes)
         offsets, src, eids = sample_typed(
             r.etype_indptr,
@@ -287,6 +296,7 @@ class GraphStore:
             int(rng_seed),
             alloc,
             int(first_position),
+            excluded,
         )
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
 

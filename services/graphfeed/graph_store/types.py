@@ -16,6 +16,11 @@ from graphfeed.common.placement import SharedRegion
 from graphfeed.common.schema import DEFAULT_NTYPE, GraphSchema
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalQuery, TemporalSample
 
+Exclusion = tuple[np.ndarray, np.ndarray]
+"""Edges a sample leaves out (DGL's ``exclude_eids``, e.g. a link-prediction minibatch's seed edges
+and their reverses): ``(dst, eids)``, int64 global ids of equal length, edge ``eids[i]`` an
+in-edge of node ``dst[i]``. An excluded edge is no candidate (left out before selection)."""
+
 Fanout = int | Sequence[int]
 """A one-hop fanout: one for every edge type, or one per edge type in the graph's edge-type order
 (``-1`` all in-neighbors, else at most that many; see :meth:`GraphStore.sample_neighbors`)."""
@@ -146,10 +151,18 @@ class PartitionSet(ABC):
 
     @abstractmethod
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future[SampledNeighbors]:
         """Partition ``p`` samples up to ``fanout`` in-neighbors of each of its ``seeds`` (an int
-        for every edge type, or one per edge type of ``info.types``)."""
+        for every edge type, or one per edge type of ``info.types``), leaving out the edges of
+        ``exclude`` (:data:`Exclusion` pairs; those whose dst ``p`` does not own are ignored)."""
 
     def read_node_data(self, p: int, name: str, ids: np.ndarray, into: RowsInto) -> Future[int]:
         """Partition ``p``'s rows of node-data ``name`` for ``ids`` (owned by ``p``), put where

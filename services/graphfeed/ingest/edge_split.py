@@ -27,15 +27,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
+from graphfeed.common.partition import EDGE_SPLITS
 from graphfeed.common.schema import GraphSchema, etype_name
 from graphfeed.ingest.graph import GraphData
 
-__all__ = ["COLUMNS", "EDGE_SPLITS", "parse_fractions", "reverse_etype", "split_edges"]
+__all__ = ["COLUMNS", "parse_fractions", "reverse_etype", "split_edges"]
 
 COLUMNS = ("src", "dst", "etype", "eid", "rev_eid")
 """The columns of an edge-split table, in order."""
-
-EDGE_SPLITS = ("train", "val", "test")
 
 
 def parse_fractions(text: str | Sequence[float]) -> tuple[float, float, float]:
@@ -54,7 +53,7 @@ def parse_fractions(text: str | Sequence[float]) -> tuple[float, float, float]:
         raise InvalidArgument(f"edge split fractions must sum to 1, got {list(values)} (sum {sum(values):.6g})")
     if values[0] == 0:
         raise InvalidArgument("the train fraction of an edge split must be > 0: nothing to train on")
-    return values  # type: ignore[return-value]
+    return values
 
 
 def _schema(g: GraphData) -> GraphSchema:
@@ -127,7 +126,7 @@ def split_edges(
     perm = cand[np.random.default_rng(seed).permutation(len(cand))]
     n_train = max(1, round(fractions[0] * len(perm)))
     n_val = min(len(perm) - n_train, round(fractions[1] * len(perm)))
-    parts = {"train": perm[:n_train], "val": perm[n_train : n_train + n_val], "test": perm[n_train + n_val :]}
+    parts = dict(zip(EDGE_SPLITS, (perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :])))
 
     held = np.concatenate([parts["val"], parts["test"]])
     hu, hv = src[held], dst[held]

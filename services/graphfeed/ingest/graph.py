@@ -132,8 +132,8 @@ class GraphData:
                     "(need [E, D])"
                 )
             check_finite(f"{self.name}: edge features", self.edge_feat)
-        for name, rows in self.edge_splits.items():
-            self._validate_edge_split(name, rows)
+        for split, edge_rows in self.edge_splits.items():
+            self._validate_edge_split(split, edge_rows)
         if self.orig_ids is not None and len(self.orig_ids) != n:
             raise InvalidArgument(f"{self.name}: {len(self.orig_ids)} original ids for {n} nodes")
         if self.is_hetero and self.edge_ts is not None:

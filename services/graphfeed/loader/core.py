@@ -8,6 +8,7 @@ and by reading :meth:`Loader.cache_stats` / :meth:`Loader.queue_depth`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -21,6 +22,7 @@ import numpy as np
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
+from graphfeed.common.partition import EDGE_SPLITS
 from graphfeed.common.placement import HostPlacement, Placement
 from graphfeed.common.schema import DEFAULT_NTYPE
 from graphfeed.graph_store.types import NodeDataInfo, PartitionSet
@@ -28,6 +30,7 @@ from graphfeed.loader.cache.base import CacheOptions, TierStats
 from graphfeed.loader.cache.options import check_policy
 from graphfeed.loader.cache.policies import make_cache
 from graphfeed.loader.cache.shared import CacheGroup, SharedCache
+from graphfeed.loader.edges import EdgeSeeds, edge_split_rows, positive_keys
 from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
@@ -116,6 +119,8 @@ class Loader:
         self.host_placement = HostPlacement(BufferPool(max_buffers=2 * max_inflight + 2))
         self._lock = threading.Lock()
         self._splits: dict[str, np.ndarray] = {}
+        self._edge_rows: dict[str, np.ndarray] = {}
+        self._positives: np.ndarray | None = None  # keys of every edge split's edges (negatives_avoid_positives)
         self._caches: dict[str, SharedCache] = {}
         self._streams: weakref.WeakSet[MinibatchStream] = weakref.WeakSet()
 
@@ -126,18 +131,40 @@ class Loader:
                 self._splits[name] = split_ids(self.partitions, name)
             return self._splits[name]
 
-    def _plan(self, job: JobSpec, epoch: int) -> EpochPlan:
+    def _plan(self, job: JobSpec, epoch: int) -> tuple[EpochPlan, EdgeSeeds | None]:
+        """The epoch plan, and for an edge job (``seed_edges``) its edge seeds."""
         job.validate()
         if epoch < 0:
             raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
         known = self.partitions.info.node_data
-        for what, name in (("feature_name", job.feature_name), ("label_name", job.label_name)):
+        # An edge job attaches no node labels; a graph with no node data at all trains on embeddings only.
+        checked = [("feature_name", job.feature_name)] if known else []
+        checked += [] if job.seed_edges else [("label_name", job.label_name)]
+        for what, name in checked:
             if name and not self._tables(name):
                 raise NotFound(f"{what} {name!r} is not a node-data name; known: {sorted(known)}")
         for key in self._tables(job.feature_name):
             check_wire_dtype(job, np.dtype(known[key].dtype))
         job.sampler_fanouts(self.partitions.info.types)  # edge types named in the job exist
-        return EpochPlan.for_job(self._split_ids(job.split), job, epoch)
+        if job.seed_edges:
+            edges = self._edge_seeds(job)
+            return edges.plan(epoch), edges
+        return EpochPlan.for_job(self._split_ids(job.split), job, epoch), None
+
+    def _edge_seeds(self, job: JobSpec) -> EdgeSeeds:
+        """The job's edge split (fetched once per name) with its negative and exclusion rules."""
+        schema = self.partitions.info.types
+        with self._lock:
+            if job.split not in self._edge_rows:
+                self._edge_rows[job.split] = edge_split_rows(self.partitions, job.split)
+            if job.negatives_avoid_positives and self._positives is None:
+                known = []
+                for name in EDGE_SPLITS:
+                    with contextlib.suppress(NotFound):
+                        known.append(self._edge_rows.get(name, edge_split_rows(self.partitions, name)))
+                self._positives = positive_keys(np.concatenate(known), self.partitions.info.num_nodes)
+            rows, positives = self._edge_rows[job.split], self._positives
+        return EdgeSeeds(rows, schema, job, positives if job.negatives_avoid_positives else None)
 
     def _tables(self, name: str) -> list[str]:
         return self.partitions.info.tables(name)
@@ -149,20 +176,22 @@ class Loader:
             InvalidArgument: bad job spec (a ``feature_wire_dtype`` for features that are not
                 floating point included). NotFound: unknown split or node-data name.
         """
-        plan = self._plan(job, 0)
+        plan, edges = self._plan(job, 0)
         info = self.partitions.info
-        spec = info.node_data[self._tables(job.feature_name)[0]]  # a typed graph: its first type's
+        tables = self._tables(job.feature_name)
+        spec = info.node_data[tables[0]] if tables else None  # a typed graph: its first type's
         return JobInfo(
             plan.num_steps,
             plan.num_seeds,
-            tuple(spec.row_shape),
-            np.dtype(spec.dtype),
+            tuple(spec.row_shape) if spec else (),
+            np.dtype(spec.dtype if spec else np.float32),
             info.num_classes,
             info.num_nodes,
             info.types,
             {info.node_data[k].ntype: tuple(info.node_data[k].row_shape) for k in self._tables(job.feature_name)}
             if info.types.is_hetero
             else {},
+            "" if edges is None else edges.relation,
         )
 
     def _cache(self, feature_name: str) -> SharedCache:
@@ -225,7 +254,9 @@ class Loader:
             OutOfRange: ``start_step`` past the end (equal to the end streams nothing).
             The stream itself raises whatever sampling or gathering raised (e.g. Unavailable).
         """
-        plan = self._plan(job, epoch)
+        plan, edges = self._plan(job, epoch)
+        if edges is not None:
+            job = dataclasses.replace(job, label_name="")  # DGL's edge loader attaches no node labels
         if not 0 <= start_step <= plan.num_steps:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
         caches = CacheGroup({key: self._cache(key) for key in self._tables(job.feature_name)})
@@ -253,6 +284,7 @@ class Loader:
             job=job,
             fanouts=job.sampler_fanouts(self.partitions.info.types),
             plan=plan,
+            edges=edges,
             start_step=start_step,
             lookahead_steps=self.lookahead_steps,
             channel=Channel(self.max_inflight),

@@ -43,7 +43,7 @@ class JobSpec:
     job_seed: int = field(
         default=0, metadata=_doc("Job seed: shuffling and every sampling choice derive from (seed, epoch, step).")
     )
-    split: str = field(default="train", metadata=_doc('Seed nodes: "train", "val" or "test".'))
+    split: str = field(default="train", metadata=_doc('Seed nodes: "train", "val", "test", or "*" (every node).'))
     batch_size: int = field(default=1024, metadata=_doc("Seeds per minibatch."))
     fanouts: tuple[int, ...] = field(metadata=_doc("Neighbors per layer, input layer first (DGL order); -1 takes all."))
     replace: bool = field(default=False, metadata=_doc("Sample neighbors with replacement."))
@@ -197,3 +197,4 @@ class JobInfo:
     num_nodes: int
     types: GraphSchema | None = None  # node/edge types (a typed graph streams typed features)
     typed_feature_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # by node type with the feature
+    seed_etype: str = ""  # an edge job's predicted edge type, "src:rel:dst"

@@ -141,6 +141,9 @@ class LoaderMetrics:
     sample_latency: Histogram
     gather_latency: Histogram
     remote_feature_bytes: Counter
+    seed_edges: Counter  # edge minibatches (link prediction): positive edges, negative pairs, excluded edges
+    negative_pairs: Counter
+    excluded_edges: Counter
     _state: _StateCollector = field(repr=False)
 
     @classmethod
@@ -175,6 +178,21 @@ class LoaderMetrics:
                 ("partition",),
                 registry=registry,
             ),
+            seed_edges=Counter(
+                "graphfeed_loader_seed_edges_total",
+                "Positive (seed) edges of streamed edge minibatches (link prediction).",
+                registry=registry,
+            ),
+            negative_pairs=Counter(
+                "graphfeed_loader_negative_pairs_total",
+                "Negative pairs of streamed edge minibatches.",
+                registry=registry,
+            ),
+            excluded_edges=Counter(
+                "graphfeed_loader_excluded_edges_total",
+                "Edges left out of the sampled neighbourhoods of edge minibatches (seed edges and reverse twins).",
+                registry=registry,
+            ),
             _state=state,
         )
 
@@ -190,3 +208,7 @@ class LoaderMetrics:
         self.gather_latency.observe(mb.stats.gather_seconds)
         for p, nbytes in mb.stats.remote_bytes_by_partition.items():
             self.remote_feature_bytes.labels(str(p)).inc(nbytes)
+        if mb.pairs is not None:
+            self.seed_edges.inc(len(mb.pairs.src))
+            self.negative_pairs.inc(len(mb.pairs.neg_src))
+            self.excluded_edges.inc(mb.pairs.excluded_edges)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.placement import Placed
+
+if TYPE_CHECKING:
+    from graphfeed.loader.edges import EdgePairs
 
 
 @dataclass(frozen=True)
@@ -41,3 +44,4 @@ class ReadyMinibatch:
     typed_features: dict[str, np.ndarray] = field(default_factory=dict)
     typed_labels: dict[str, np.ndarray] = field(default_factory=dict)
     typed_placed: dict[str, Placed] = field(default_factory=dict)  # where each type's features were assembled
+    pairs: EdgePairs | None = None  # an edge minibatch's positive and negative pairs (link prediction)

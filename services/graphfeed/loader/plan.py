@@ -22,12 +22,21 @@ if TYPE_CHECKING:
     from graphfeed.loader.job import JobSpec
 
 
+ALL_NODES = "*"
+"""The split of every node of the graph (all-node inference: DGL's layer-wise ``inference``)."""
+
+
 def split_ids(partitions: PartitionSet, name: str) -> np.ndarray:
-    """The split's gids over all partitions, ascending (partitions own ascending ranges).
+    """The split's gids over all partitions, ascending (partitions own ascending ranges);
+    :data:`ALL_NODES` is every node.
 
     Raises:
         NotFound: no partition has a split ``name``.
     """
+    if name == ALL_NODES:
+        ids = np.arange(partitions.info.num_nodes, dtype=np.int64)
+        ids.setflags(write=False)
+        return ids
     parts = [partitions.get_split(p, name) for p in range(partitions.num_partitions)]
     if any(x is None for x in parts):
         raise NotFound(f"split {name!r} does not exist")

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import grpc
 
 from graphfeed.common import blocks, codec
+from graphfeed.common.blocks import Encode
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import ResourceExhausted
 from graphfeed.common.limits import STREAM_CHUNK_BYTES
@@ -16,6 +17,7 @@ from graphfeed.common.schema import types_to_proto
 from graphfeed.common.security import peer_identities
 from graphfeed.common.transport import Response, ServerTransport, StreamCall
 from graphfeed.loader.core import Loader
+from graphfeed.loader.edges import EdgePairs
 from graphfeed.loader.job import JobInfo
 from graphfeed.loader.job_proto import job_from_proto
 from graphfeed.loader.minibatch import ReadyMinibatch
@@ -37,6 +39,7 @@ def info_to_proto(info: JobInfo) -> pb.DescribeJobResponse:
         typed_feature_shapes=[
             pb.TypedShape(ntype=t, row_shape=list(shape)) for t, shape in info.typed_feature_shapes.items()
         ],
+        seed_etype=info.seed_etype,
     )
 
 
@@ -54,11 +57,20 @@ def minibatch_to_proto(mb: ReadyMinibatch, r: Response) -> pb.Minibatch:
         r.encode(rows, msg.typed_features.add(ntype=ntype).tensor)
     for ntype, rows in mb.typed_labels.items():
         r.encode(rows, msg.typed_labels.add(ntype=ntype).tensor)
+    if mb.pairs is not None:
+        pairs_to_proto(mb.pairs, msg.pairs, r.encode)
     s = mb.stats
     msg.stats.cache_hits, msg.stats.cache_misses = s.cache_hits, s.cache_misses
     msg.stats.remote_feature_bytes = s.remote_feature_bytes
     msg.stats.sample_seconds, msg.stats.gather_seconds = s.sample_seconds, s.gather_seconds
     return msg
+
+
+def pairs_to_proto(pairs: EdgePairs, msg: pb.EdgePairs, encode: Encode) -> None:
+    """An edge minibatch's pairs into ``msg`` (Minibatch.pairs), arrays through ``encode``."""
+    msg.etype, msg.excluded_edges = pairs.etype, pairs.excluded_edges
+    for name in ("src", "dst", "eids", "neg_src", "neg_dst"):
+        encode(getattr(pairs, name), getattr(msg, name))
 
 
 def send_minibatches(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from graphfeed.common.blocks import SampledBlocks
+from graphfeed.loader.edges import EdgePairs, EdgeSeeds, sample_step
 from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.minibatch import ReadyMinibatch
 from graphfeed.loader.plan import EpochPlan
@@ -114,19 +115,21 @@ class StreamWork:
     job: JobSpec
     fanouts: list[int | list[int]]  # per layer: one for all edge types, or one per edge type
     plan: EpochPlan
+    edges: EdgeSeeds | None  # an edge job's seeds (link prediction), else None
     start_step: int
     lookahead_steps: int
     channel: Channel
 
 
-def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float]:
+def _sample(w: StreamWork, step: int) -> tuple[SampledBlocks, float, EdgePairs | None]:
     t0 = time.perf_counter()
-    j = w.job
-    sb = w.sampler.sample(w.plan.seeds(step), w.fanouts, j.replace, j.job_seed, w.plan.epoch, step)
-    return sb, time.perf_counter() - t0
+    sb, pairs = sample_step(w.sampler, w.job, w.fanouts, w.plan, w.edges, step)
+    return sb, time.perf_counter() - t0, pairs
 
 
-def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: float) -> ReadyMinibatch:
+def _ready(
+    w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: float, pairs: EdgePairs | None
+) -> ReadyMinibatch:
     g = w.gatherer.gather(stream, step, sb, sample_s)
     # Converted here, in the producer: overlaps with the consumer sending the previous minibatch.
     features = to_wire(g.features, w.job.feature_wire_dtype)
@@ -144,6 +147,7 @@ def _ready(w: StreamWork, stream: int, step: int, sb: SampledBlocks, sample_s: f
         typed_features=typed,
         typed_labels=g.typed_labels,
         typed_placed={t: p for t, p in g.typed_placed.items() if typed[t] is g.typed_features[t]},
+        pairs=pairs,
     )
 
 

@@ -32,9 +32,12 @@ def plan_epoch(partitions: PartitionSet, job: JobSpec, epoch: int) -> EpochPlan:
     """The plan the loader builds for ``job``'s rank and ``epoch``.
 
     Raises:
-        InvalidArgument: bad job spec or epoch. NotFound: unknown split.
+        InvalidArgument: bad job spec or epoch, or an edge job (its steps are not packed yet:
+            the loader serves them from its caches and the graph-stores). NotFound: unknown split.
     """
     job.validate()
+    if job.seed_edges:
+        raise InvalidArgument("graphfeed pack packs node jobs; edge jobs (seed_edges) are not packed yet")
     if epoch < 0:
         raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
     return EpochPlan.for_job(split_ids(partitions, job.split), job, epoch)

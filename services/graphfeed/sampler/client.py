@@ -14,7 +14,7 @@ from graphfeed.common.errors import InvalidArgument, from_rpc_error
 from graphfeed.common.rpc import client_channel
 from graphfeed.common.transport import ClientTransport
 from graphfeed.common.v1 import tensor_pb2
-from graphfeed.graph_store.types import Fanout
+from graphfeed.graph_store.types import Exclusion, Fanout
 from graphfeed.sampler.v1 import sampler_pb2 as pb
 
 
@@ -89,11 +89,15 @@ class SamplerClient:
         job_seed: int,
         epoch: int,
         step: int,
+        *,
+        exclude: Exclusion | None = None,
     ) -> SampledBlocks:
         """See :meth:`graphfeed.sampler.core.MultiHopSampler.sample` (a layer of ``fanouts`` is an
-        int for every edge type or a sequence of one per edge type); arrays come back read-only."""
+        int for every edge type or a sequence of one per edge type; ``exclude``, edges no hop
+        samples, goes as given: the server checks it); arrays come back read-only."""
         req = pb.SampleBlocksRequest(replace=bool(replace))
         codec.encode(np.asarray(seeds), req.seeds)
+        codec.encode_exclusion(exclude, req)
         layers, per_etype = encode_fanouts(fanouts)
         try:
             req.fanouts.extend(layers)

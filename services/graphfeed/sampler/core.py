@@ -8,6 +8,10 @@ pass). The block's src nodes are the next hop's frontier.
 
 Every random choice is seeded by ``derive_seed(job_seed, epoch, step, hop, partition)``, and
 the merge is a pure function of the answers, so the same arguments give byte-identical blocks.
+
+Edges to exclude (DGL's ``exclude_eids``: for link prediction a minibatch's seed edges and their
+reverses) are left out at every hop, as DGL does: each partition is sent the pairs whose dst it
+owns, and its graph-store drops them before selection.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from graphfeed.common.limits import MAX_FANOUT, SAMPLE_SEEDS_PER_CALL, SAMPLER_M
 from graphfeed.common.schema import etype_name
 from graphfeed.common.seeds import derive_seed
 from graphfeed.graph_store.fanout import Chunk, fan_out_requests
-from graphfeed.graph_store.types import Fanout, PartitionSet, SampledNeighbors
+from graphfeed.graph_store.requests import check_exclusion
+from graphfeed.graph_store.types import Exclusion, Fanout, PartitionSet, SampledNeighbors
 from graphfeed.sampler.compact import SlotTables, compact_hop
 
 _SHOW_IDS = 5  # offending ids quoted in an error message
@@ -71,6 +76,7 @@ class MultiHopSampler:
         epoch: int,
         step: int,
         alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
+        exclude: Exclusion | None = None,
     ) -> SampledBlocks:
         """Samples the ``len(fanouts)``-hop neighborhood of ``seeds``.
 
@@ -87,23 +93,29 @@ class MultiHopSampler:
             alloc: where the last hop (the input layer: the largest block, and ``input_nodes``)
                 is written; see :func:`~graphfeed.sampler.compact.compact_hop`. A server passes
                 one that reserves the arrays in its response's shared-memory segment.
+            exclude: edges no hop samples (DGL's ``exclude_eids``, left out before selection, so
+                a node still gets up to its fanout of its other edges): int64 ``(dst, eids)``
+                pairs of equal length, edge ``eids[i]`` an in-edge of node ``dst[i]``.
 
         Returns:
             Blocks ordered input layer first; ``output_nodes`` equals ``seeds``.
 
         Raises:
-            InvalidArgument: bad seeds (dtype, rank, empty, duplicates) or fanouts (a value not
-                -1 or in ``[0, max_fanout]``, a layer with another count than the edge types).
+            InvalidArgument: bad seeds (dtype, rank, empty, duplicates), fanouts (a value not
+                -1 or in ``[0, max_fanout]``, a layer with another count than the edge types) or
+                ``exclude`` (not int64 pairs of equal length, a dst outside the graph).
             NotFound: a seed outside ``[0, num_nodes)``.
             ResourceExhausted: more than ``max_seeds`` seeds.
             GraphfeedError: whatever a partition raised, unchanged.
         """
         seeds = self._check_seeds(seeds)
         fanouts = self._check_fanouts(fanouts)
+        excluded = self._exclusion_by_partition(exclude)
         frontier = seeds
         blocks: list[Block] = []
         for hop, fanout in enumerate(reversed(fanouts)):
-            order, bounds, answers = self._sample_hop(frontier, fanout, bool(replace), (job_seed, epoch, step, hop))
+            key = (job_seed, epoch, step, hop)
+            order, bounds, answers = self._sample_hop(frontier, fanout, bool(replace), key, excluded)
             last = hop == len(fanouts) - 1
             with self._slots.lease() as slot_of:
                 frontier, block = compact_hop(frontier, order, bounds, answers, slot_of, alloc if last else None)
@@ -169,18 +181,41 @@ class MultiHopSampler:
             )
         return values
 
+    def _exclusion_by_partition(self, exclude: Exclusion | None) -> dict[int, Exclusion]:
+        """The pairs of ``exclude`` by the partition owning their dst (only partitions that have
+        some): a partition samples only its own nodes' in-edges, so it needs only those."""
+        pairs = check_exclusion(exclude)
+        if pairs is None:
+            return {}
+        dst, eids = pairs
+        bad = dst[(dst < 0) | (dst >= self.num_nodes)]
+        if bad.size:
+            raise InvalidArgument(
+                f"exclude_dst: {bad.size} ids outside the graph [0, {self.num_nodes}), e.g. {bad[:_SHOW_IDS].tolist()}"
+            )
+        owner = self.partitions.owners(dst)
+        return {int(p): (dst[owner == p], eids[owner == p]) for p in np.unique(owner)}
+
     def _sample_hop(
-        self, frontier: np.ndarray, fanout: Fanout, replace: bool, key: tuple[int, int, int, int]
+        self,
+        frontier: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        key: tuple[int, int, int, int],
+        excluded: dict[int, Exclusion],
     ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
         """One hop around ``frontier``: ``(order, bounds, answers)`` in grouped order (partition
         by partition; ``order[j]`` is the frontier position of grouped position ``j``, and
-        ``answers[q]`` = (offsets, src, edge ids) covers grouped positions ``bounds[q]:bounds[q+1]``)."""
+        ``answers[q]`` = (offsets, src, edge ids) covers grouped positions ``bounds[q]:bounds[q+1]``).
+        ``excluded``: the pairs to exclude by owner partition (:meth:`_exclusion_by_partition`)."""
         parts = self.partitions
 
         def sample(c: Chunk) -> Future[SampledNeighbors]:
-            return parts.sample_neighbors(
-                c.partition, c.ids, fanout, replace, derive_seed(*key, c.partition), c.first_position
-            )
+            seed = derive_seed(*key, c.partition)
+            x = excluded.get(c.partition)
+            if x is None:  # no ``exclude`` at all: a partition set written before it (bench) still works
+                return parts.sample_neighbors(c.partition, c.ids, fanout, replace, seed, c.first_position)
+            return parts.sample_neighbors(c.partition, c.ids, fanout, replace, seed, c.first_position, exclude=x)
 
         pending = fan_out_requests(parts, frontier, sample, self.max_ids_per_request)
         results = pending.results()

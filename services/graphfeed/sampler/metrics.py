@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.graph_store.partitions import ForwardingPartitionSet
-from graphfeed.graph_store.types import Fanout, PartitionSet, SampledNeighbors
+from graphfeed.graph_store.types import Exclusion, Fanout, PartitionSet, SampledNeighbors
 from graphfeed.sampler.core import MultiHopSampler
 
 # A multi-hop minibatch: a millisecond (tiny graph, one hop) to tens of seconds (huge fanouts).
@@ -90,10 +90,11 @@ class MeteredSampler:
         epoch: int,
         step: int,
         alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
+        exclude: Exclusion | None = None,
     ) -> SampledBlocks:
         """:meth:`MultiHopSampler.sample`, recorded."""
         start = time.perf_counter()
-        sb = self.sampler.sample(seeds, fanouts, replace, job_seed, epoch, step, alloc)
+        sb = self.sampler.sample(seeds, fanouts, replace, job_seed, epoch, step, alloc, exclude)
         self._m.sampling_latency.observe(time.perf_counter() - start)
         self._m.sampled_edges.inc(sb.num_sampled_edges)
         self._m.minibatches.inc()
@@ -108,11 +109,18 @@ class MeteredPartitionSet(ForwardingPartitionSet):
         self._m = metrics
 
     def sample_neighbors(
-        self, p: int, seeds: np.ndarray, fanout: Fanout, replace: bool, rng_seed: int, first_position: int = 0
+        self,
+        p: int,
+        seeds: np.ndarray,
+        fanout: Fanout,
+        replace: bool,
+        rng_seed: int,
+        first_position: int = 0,
+        exclude: Exclusion | None = None,
     ) -> Future[SampledNeighbors]:
         self._m.partition_requests.labels(str(p)).inc()
         self._m.partition_request_seeds.labels(str(p)).inc(len(seeds))
-        fut = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position)
+        fut = self.inner.sample_neighbors(p, seeds, fanout, replace, rng_seed, first_position, exclude)
         received = self._m.partition_response_bytes.labels(str(p))
 
         def count(f: Future) -> None:

@@ -69,12 +69,12 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
         self, request: pb.SampleBlocksRequest, context: grpc.ServicerContext
     ) -> pb.SampleBlocksResponse | Outgoing:
         seeds = codec.decode_ids(request.seeds, "seeds")
-        fanouts = decode_fanouts(request, self._etypes)
+        fanouts, exclude = decode_fanouts(request, self._etypes), codec.decode_exclusion(request)
         key = request.step_key
         resp = pb.SampleBlocksResponse()
         with self._transport.response(context, "SampleBlocks") as r:
             sb = self._sampler.sample(
-                seeds, fanouts, request.replace, key.job_seed, key.epoch, key.step, input_layer_into(r)
+                seeds, fanouts, request.replace, key.job_seed, key.epoch, key.step, input_layer_into(r), exclude
             )
             blocks.to_proto(sb, resp.blocks, r.encode, narrow=not r.shared)  # on the wire: half the bytes
         return r.framed(resp)

@@ -8,7 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
-from graphfeed.graph_store.types import Fanout
+from graphfeed.graph_store.types import Exclusion, Fanout
 
 
 class BlockSampler(Protocol):
@@ -27,7 +27,10 @@ class BlockSampler(Protocol):
         job_seed: int,
         epoch: int,
         step: int,
+        *,
+        exclude: Exclusion | None = None,
     ) -> SampledBlocks:
         """Samples around ``seeds`` (unique int64 gids); ``fanouts`` in DGL order (input layer first),
-        each layer an int for every edge type or a sequence of one per edge type."""
+        each layer an int for every edge type or a sequence of one per edge type; ``exclude``:
+        edges left out of every hop (DGL's ``exclude_eids``; ``(dst, eids)`` pairs)."""
         ...

@@ -102,6 +102,31 @@ class TrainConfig(BaseSettings):
         description="Neighbors per layer when evaluating, one per --fanouts layer (the model's depth); "
         "not given: -1 (all neighbors) for every layer.",
     )
+    task: Literal["node", "link"] = Field(
+        default="node",
+        description="node: node classification on the node split; link: link prediction on the edge split "
+        "(ingest --edge-split): edge minibatches with negatives, the model's embeddings scored by --scorer, "
+        "validation MRR through layer-wise inference of every node.",
+    )
+    num_negatives: int = field_from(JobSpec, "num_negatives")
+    negative_sampler: Literal["uniform", "global_uniform"] = field_from(JobSpec, "negative_sampler")
+    exclude: Literal["reverse_id", "self", "none"] = field_from(JobSpec, "exclude")
+    loss: Literal["bce", "margin"] = Field(
+        default="bce",
+        description="--task link: bce (positives 1, negatives 0) or margin (hinge against each negative).",
+    )
+    scorer: Literal["dot", "mlp"] = Field(
+        default="dot", description="--task link: dot (u . v) or mlp (an MLP on u * v) scores a pair of embeddings."
+    )
+    eval_negatives: int = Field(
+        default=100, ge=1, description="--task link: seeded negatives each val/test edge is ranked against (MRR)."
+    )
+    embeddings_out: Path | None = Field(
+        default=None,
+        description="--task link: after training, write every node's embedding here (layer-wise inference through "
+        "the services; embeddings.npy by global id, or embeddings-<ntype>.npy by type-wise id); an interrupted "
+        "run resumes at its last finished layer.",
+    )
     model: Literal["sage", "rgcn"] = Field(
         default="sage",
         description="Example model: sage (GraphSAGE, one node and edge type) or rgcn (an RGCN over every relation "

@@ -5,21 +5,24 @@ process (the path on which features can reach the trainer's GPU without a host r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
 import grpc
+import numpy as np
 import torch
 
-from graphfeed.common import bulk
+from graphfeed.common import bulk, codec
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.bulk import Received
 from graphfeed.common.errors import GraphfeedError, from_rpc_error
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.schema import GraphSchema, types_from_proto
 from graphfeed.common.transport import ClientTransport
+from graphfeed.loader.edges import EdgePairs
 from graphfeed.loader.job import JobSpec
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
@@ -27,6 +30,11 @@ from graphfeed.trainer.blocks import Batch, as_tensor, dgl_blocks, feature_tenso
 from graphfeed.trainer.connect import Resume, wait_for
 from graphfeed.trainer.hetero import hetero_dgl_blocks
 from graphfeed.trainer.job import JobArgs, job_spec, job_to_proto
+from graphfeed.trainer.pairs import pair_graphs, pairs_from_proto
+
+EdgeBatch = tuple[Any, Any, Any, list]
+"""An edge job's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``, as DGL's DataLoader yields
+with ``as_edge_prediction_sampler`` (:mod:`graphfeed.trainer.pairs`)."""
 
 if TYPE_CHECKING:
     from graphfeed.loader.core import Loader
@@ -63,7 +71,8 @@ class _StepLoader:
     schema: GraphSchema | None = None  # node/edge types: a typed graph yields heterogeneous blocks
 
     def __init__(self, job: JobSpec, device: str | torch.device) -> None:
-        self.job = job
+        # An edge job's minibatches carry pairs, not node labels (DGL's edge DataLoader attaches none).
+        self.job = dataclasses.replace(job, label_name="") if job.seed_edges else job
         self.device = torch.device(device)
         # Features that travelled in reduced precision are upcast on the device.
         self.feature_dtype = torch.float32 if job.feature_wire_dtype else None
@@ -81,6 +90,11 @@ class _StepLoader:
     @property
     def feature_shape(self) -> tuple[int, ...]:
         return tuple(self.info.feature_row_shape)
+
+    @property
+    def seed_etype(self) -> str:
+        """An edge job's predicted edge type, ``"src:rel:dst"`` ("" for a node job)."""
+        return str(self.info.seed_etype)
 
     @property
     def typed_feature_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -107,7 +121,7 @@ class _StepLoader:
     resume_s: float = 0.0  # how long a broken stream is reopened at the next step (0: never)
     resumes: int = 0  # streams reopened so far
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Any]:  # Batch; an edge job (seed_edges): EdgeBatch
         epoch = self.epoch
         self.stats = EpochStats()
         resume = Resume(self.resume_s, f"{type(self).__name__} epoch {epoch}")
@@ -124,7 +138,7 @@ class _StepLoader:
                 self.resumes += 1
         self.epoch, self.step = epoch + 1, 0
 
-    def _epoch(self, epoch: int) -> Iterator[Batch]:
+    def _epoch(self, epoch: int) -> Iterator[Batch | EdgeBatch]:
         """The minibatches of ``epoch`` from :attr:`step`, advancing it."""
         with self._minibatches(epoch, self.step) as stream:
             while True:
@@ -150,9 +164,15 @@ class _StepLoader:
         """``(epoch, step)`` a minibatch says it is."""
         raise NotImplementedError
 
-    def _batch(self, mb: Any) -> Batch:
-        """``(input_nodes, output_nodes, blocks)`` on :attr:`device`."""
+    def _batch(self, mb: Any) -> Batch | EdgeBatch:
+        """``(input_nodes, output_nodes, blocks)`` on :attr:`device` (an edge job: :data:`EdgeBatch`)."""
         raise NotImplementedError
+
+    def _with_pairs(self, batch: Batch, pairs: EdgePairs, output_gids: np.ndarray) -> EdgeBatch:
+        """An edge job's ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` from its node batch."""
+        input_nodes, output_nodes, blocks = batch
+        pos, neg = pair_graphs(pairs, output_gids, output_nodes, self.schema, self.device)
+        return input_nodes, pos, neg, blocks
 
     def _count(self, mb: Any) -> None:
         """Adds a minibatch to :attr:`stats` (message and in-process minibatches name their counters alike)."""
@@ -256,18 +276,22 @@ class RemoteDataLoader(_StepLoader):
     def _position(self, mb: Received[pb.Minibatch]) -> tuple[int, int]:
         return mb.message.step_key.epoch, mb.message.step_key.step
 
-    def _batch(self, mb: Received[pb.Minibatch]) -> Batch:
-        job = self.job
-        return to_dgl_blocks(
+    def _batch(self, mb: Received[pb.Minibatch]) -> Batch | EdgeBatch:
+        job, segments = self.job, self._transport.reader()
+        batch = to_dgl_blocks(
             mb.message,
             job.feature_name,
             job.label_name,
-            self._transport.reader(),
+            segments,
             self.device,
             mb.bulk,
             self.feature_dtype,
             self.schema,
         )
+        if not job.seed_edges:
+            return batch
+        output_gids = codec.decode(mb.message.blocks.output_nodes, "output_nodes", segments, mb.bulk)
+        return self._with_pairs(batch, pairs_from_proto(mb.message.pairs, segments, mb.bulk), output_gids)
 
     def _count(self, mb: Received[pb.Minibatch]) -> None:
         super()._count(mb.message)
@@ -318,7 +342,13 @@ class EmbeddedDataLoader(_StepLoader):
     def _position(self, mb: ReadyMinibatch) -> tuple[int, int]:
         return mb.epoch, mb.step
 
-    def _batch(self, mb: ReadyMinibatch) -> tuple[Any, Any, list]:
+    def _batch(self, mb: ReadyMinibatch) -> Batch | EdgeBatch:
+        batch = self._node_batch(mb)
+        if mb.pairs is None:
+            return batch
+        return self._with_pairs(batch, mb.pairs, mb.blocks.output_nodes)
+
+    def _node_batch(self, mb: ReadyMinibatch) -> Batch:
         if self.schema is not None and self.schema.is_hetero:
             return hetero_dgl_blocks(
                 mb.blocks,

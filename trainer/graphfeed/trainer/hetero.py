@@ -45,7 +45,7 @@ from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.schema import GraphSchema
 
-__all__ = ["hetero_dgl_blocks", "split_by_ntype"]
+__all__ = ["hetero_dgl_blocks", "split_by_ntype", "stable_ranks"]
 
 Rows = TypeVar("Rows", np.ndarray, torch.Tensor)
 
@@ -63,7 +63,7 @@ def split_by_ntype(schema: GraphSchema, gids: np.ndarray, rows: Rows) -> dict[st
     return {nt: rows[pos] for nt, pos in groups.items()}
 
 
-def _stable_ranks(types: np.ndarray, num_types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stable_ranks(types: np.ndarray, num_types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(order, bounds, rank): ``order`` lists positions type by type (stable), those of type
     ``t`` at ``order[bounds[t]:bounds[t+1]]``; ``rank[i]`` is position ``i``'s index among the
     positions of its type."""
@@ -159,7 +159,7 @@ def hetero_dgl_blocks(
     types, typed = schema.to_typed(input_gids)
     if orig_ids is not None:
         typed = np.asarray(orig_ids, dtype=np.int64)[input_gids]
-    order, bounds, rank = _stable_ranks(types, num_types)
+    order, bounds, rank = stable_ranks(types, num_types)
     typed_by_type = [torch.from_numpy(typed[order[bounds[t] : bounds[t + 1]]]) for t in range(num_types)]
     out = []
     for b in sb.blocks:

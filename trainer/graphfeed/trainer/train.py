@@ -16,21 +16,24 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from graphfeed.graph_store.embeddings.types import StepKey
+from graphfeed.trainer.build import example_model, optimizers, predict
 from graphfeed.trainer.checkpoint import save_checkpoint
 from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.connect import wait_for
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
-from graphfeed.trainer.hetero_models import RGCN, input_features, rgcn_optimizers
 from graphfeed.trainer.job import JobArgs
+from graphfeed.trainer.linkpred.config import LinkPredConfig
+from graphfeed.trainer.linkpred.models import LinkPredictor
+from graphfeed.trainer.linkpred.task import edge_job, evaluate_link_split, link_loss, service_embeddings
 from graphfeed.trainer.metrics import TrainerMetrics
-from graphfeed.trainer.models import GraphSAGE
 from graphfeed.trainer.progress import Progress
 from graphfeed.trainer.remote_embedding import RemoteSparseOptimizer, server_embeddings
 
@@ -48,10 +51,11 @@ log = logging.getLogger(__name__)
 class EpochReport:
     epoch: int
     loss: float
-    val_acc: float
+    val_acc: float  # accuracy; with --task link the val split's MRR (see metric)
     minibatches_per_s: float
     hit_rate: float
     remote_feature_bytes: int
+    metric: str = "val_acc"
 
 
 def batch_digest(input_nodes: torch.Tensor | dict[str, torch.Tensor], blocks: list) -> str:
@@ -109,23 +113,23 @@ class Trainer:
         self._sampler: SamplerClient | None = None  # the embedded loader's, closed with it
         if not cfg.loader_address:
             self.embedded, self._sampler = _embedded_loader(cfg)
-        self.train_loader = self._data_loader("train", cfg.fanouts, cfg.batch_size, shuffle=True, job_id=cfg.job_id)
+        edges = edge_job(cfg.num_negatives, cfg.negative_sampler, cfg.exclude) if cfg.task == "link" else {}
+        self.train_loader = self._data_loader(
+            "train", cfg.fanouts, cfg.batch_size, shuffle=True, job_id=cfg.job_id, **edges
+        )
         self.remote_opt: RemoteSparseOptimizer | None = None  # --embeddings server
         self._emb_parts: RemotePartitionSet | None = None
         remote = None
         if cfg.embeddings == "server":
             remote, self.remote_opt, self._emb_parts = server_embeddings(cfg, self.train_loader)
-        self.model = _model(cfg, self.train_loader, remote)
+        self.model = example_model(cfg, self.train_loader, remote)
         self.model.to(self.device)
         self.ddp = None
         if cfg.world_size > 1:
             ids = [self.device] if self.device.type == "cuda" else None
             # An RGCN leaves the relations and types a minibatch lacks without gradient.
             self.ddp = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=cfg.model == "rgcn")
-        if isinstance(self.model, RGCN):  # SparseAdam for its embeddings of featureless types
-            self.opts = rgcn_optimizers(self.model, cfg.lr, cfg.weight_decay)
-        else:
-            self.opts = [torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)]
+        self.opts = optimizers(self.model, cfg.lr, cfg.weight_decay)
         self.applied: list[tuple[int, int, str]] = []  # (epoch, step, digest) of every applied step
         state = None
         if cfg.checkpoint is not None and cfg.checkpoint.exists():
@@ -145,10 +149,11 @@ class Trainer:
             dist.barrier()
 
     def _data_loader(
-        self, split: str, fanouts: list[int], batch_size: int, *, shuffle: bool, job_id: str
+        self, split: str, fanouts: list[int], batch_size: int, *, shuffle: bool, job_id: str, **edges: Any
     ) -> RemoteDataLoader | EmbeddedDataLoader:
         cfg = self.cfg
         job = JobArgs(
+            **edges,  # type: ignore[typeddict-item]
             fanouts=fanouts,
             batch_size=batch_size,
             shuffle=shuffle,
@@ -213,10 +218,8 @@ class Trainer:
             if batch is None:
                 break
             t1 = time.perf_counter()
-            input_nodes, output_nodes, blocks = batch
             step = self.train_loader.step - 1
-            logits, y = _predict(model, output_nodes, blocks)
-            loss = F.cross_entropy(logits, y)
+            loss = self._loss(model, batch)
             for opt in self.opts:
                 opt.zero_grad()
             loss.backward()
@@ -227,7 +230,7 @@ class Trainer:
             losses.append(float(loss))  # float() waits for the device: the step time is complete
             self.metrics.record(wait_s=t1 - t0, step_s=time.perf_counter() - t1)
             progress.update(t1 - t0, losses[-1])
-            self.applied.append((epoch, step, batch_digest(input_nodes, blocks)))
+            self.applied.append((epoch, step, batch_digest(batch[0], batch[-1])))
             if self.cfg.checkpoint is not None and len(self.applied) % self.cfg.checkpoint_every == 0:
                 self._save()
             if self.cfg.stop_after_steps is not None and len(self.applied) >= self.cfg.stop_after_steps:
@@ -236,9 +239,19 @@ class Trainer:
         progress.close()
         return (sum(losses) / max(1, len(losses))), False
 
+    def _loss(self, model: torch.nn.Module, batch: tuple) -> torch.Tensor:
+        if self.cfg.task == "link":
+            return link_loss(model, batch, self.cfg.loss)
+        _, output_nodes, blocks = batch
+        logits, y = predict(model, output_nodes, blocks)
+        return F.cross_entropy(logits, y)
+
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
-        """Accuracy on a split, sampled with ``eval_fanouts`` (all neighbors by default)."""
+        """Accuracy on a split, sampled with ``eval_fanouts`` (all neighbors by default); with
+        ``--task link`` the split's MRR (:meth:`link_metrics`)."""
+        if self.cfg.task == "link":
+            return self.link_metrics(split)["mrr"]
         self.model.eval()
         correct = total = 0
         batch_size = max(self.cfg.batch_size, 1024)
@@ -246,10 +259,40 @@ class Trainer:
             split, self.cfg.eval_fanouts, batch_size, shuffle=False, job_id=f"{self.cfg.job_id}-eval"
         ) as loader:
             for _in, output_nodes, blocks in loader:
-                logits, y = _predict(self.model, output_nodes, blocks)
+                logits, y = predict(self.model, output_nodes, blocks)
                 correct += int((logits.argmax(1) == y).sum())
                 total += len(y)
         return correct / max(1, total)
+
+    def link_metrics(self, split: str) -> dict[str, float]:
+        """``--task link``: MRR, Hits@K (and Recall@K / NDCG@K for a user-item relation) of the
+        edge split, every node embedded through the services (:mod:`graphfeed.trainer.linkpred.task`)."""
+        cfg, loader = self.cfg, self.train_loader
+        lp = LinkPredConfig(eval_negatives=cfg.eval_negatives, seed=cfg.seed, eval_batch_size=self._eval_batch)
+        return evaluate_link_split(
+            self._eval_loader, self.link_predictor(), loader.schema, loader.seed_etype, split, lp
+        )
+
+    def node_embeddings(self, out_dir: Path | None = None) -> Any:
+        """``--task link``: every node's embedding by layer-wise inference through the services
+        ([N, hidden] by global id, or per node type by type-wise id); ``out_dir``: also written
+        there, resumably (:func:`~graphfeed.trainer.linkpred.task.service_embeddings`)."""
+        encoder, schema = self.link_predictor().encoder, self.train_loader.schema
+        return service_embeddings(self._eval_loader, encoder, schema, self._eval_batch, out_dir)
+
+    @property
+    def _eval_batch(self) -> int:
+        return max(self.cfg.batch_size, 1024)
+
+    def link_predictor(self) -> LinkPredictor:
+        if not isinstance(self.model, LinkPredictor):
+            raise TypeError(f"--task link trains a link predictor; the model is a {type(self.model).__name__}")
+        return self.model
+
+    def _eval_loader(self, split: str, fanouts: list[int], batch_size: int, **edges: Any) -> Any:
+        """A data loader over ``split`` for evaluation and inference (in order, its own job id, no labels)."""
+        job_id = f"{self.cfg.job_id}-eval"
+        return self._data_loader(split, fanouts, batch_size, shuffle=False, job_id=job_id, label_name="", **edges)
 
     def fit(self, on_epoch=None) -> list[EpochReport]:  # noqa: ANN001
         """Trains until ``cfg.epochs`` epochs are done (counting resumed ones)."""
@@ -269,6 +312,7 @@ class Trainer:
                 minibatches_per_s=s.minibatches / max(1e-9, train_s),
                 hit_rate=s.hit_rate,
                 remote_feature_bytes=s.remote_feature_bytes,
+                metric="val_mrr" if self.cfg.task == "link" else "val_acc",
             )
             reports.append(rep)
             if on_epoch is not None:
@@ -292,42 +336,6 @@ class Trainer:
 
 def _step_tuple(key: StepKey | None) -> tuple[int, int] | None:
     return None if key is None else (key.epoch, key.step)
-
-
-def _model(
-    cfg: TrainConfig, loader: RemoteDataLoader | EmbeddedDataLoader, embeddings: dict | None = None
-) -> torch.nn.Module:
-    """The example model ``cfg.model`` sized for the graph ``loader`` reads; ``embeddings``:
-    modules for featureless types held elsewhere (the graph-stores)."""
-    depth, classes = len(cfg.fanouts), loader.num_classes
-    if cfg.model == "sage":
-        if loader.schema is not None and loader.schema.is_hetero:
-            raise ValueError("the graph has several node or edge types: train it with --model rgcn")
-        return GraphSAGE(int(torch.tensor(loader.feature_shape).prod()), cfg.hidden, classes, depth, cfg.dropout)
-    schema = loader.schema
-    if schema is None:
-        raise ValueError("the data loader does not know the graph's node and edge types")
-    shapes = loader.typed_feature_shapes or {schema.ntypes[0]: loader.feature_shape}
-    unknown = set(cfg.featureless_types) - set(schema.ntypes)
-    if unknown:
-        raise ValueError(f"featureless_types {sorted(unknown)} are not node types of the graph {schema.ntypes}")
-    widths = {t: int(torch.tensor(shape).prod()) for t, shape in shapes.items() if t not in cfg.featureless_types}
-    num_nodes = {t: schema.num_nodes(t) for t in schema.ntypes}
-    return RGCN(schema.etypes, widths, num_nodes, cfg.hidden, classes, depth, cfg.dropout, embeddings=embeddings)
-
-
-def _predict(model: torch.nn.Module, output_nodes: object, blocks: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logits, labels)`` of a minibatch's output nodes: GraphSAGE on the features, or an RGCN
-    over every node type of the seeds that has labels (their logits and labels concatenated)."""
-    if not isinstance(output_nodes, dict):
-        return model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
-    logits = model(blocks, input_features(blocks[0], "feat"))
-    last = blocks[-1]
-    types = [t for t in sorted(output_nodes) if "label" in last.dstnodes[t].data]
-    return (
-        torch.cat([logits[t] for t in types]),
-        torch.cat([last.dstnodes[t].data["label"].long() for t in types]),
-    )
 
 
 def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:
@@ -371,7 +379,7 @@ def _embedded_loader(cfg: TrainConfig) -> tuple[Loader, SamplerClient]:
 
 def format_report(r: EpochReport) -> str:
     return (
-        f"epoch {r.epoch:3d}  loss {r.loss:.4f}  val_acc {r.val_acc:.4f}  "
+        f"epoch {r.epoch:3d}  loss {r.loss:.4f}  {r.metric} {r.val_acc:.4f}  "
         f"{r.minibatches_per_s:7.1f} minibatches/s  cache hit rate {r.hit_rate:6.1%}  "
         f"remote feature bytes {r.remote_feature_bytes / 1e6:8.2f} MB"
     )

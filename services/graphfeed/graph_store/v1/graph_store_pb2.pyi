@@ -73,20 +73,24 @@ class GetPartitionInfoResponse(_message.Message):
     def __init__(self, partition_id: _Optional[int] = ..., num_partitions: _Optional[int] = ..., num_nodes: _Optional[int] = ..., num_edges: _Optional[int] = ..., node_offsets: _Optional[_Iterable[int]] = ..., node_data: _Optional[_Iterable[_Union[NodeDataSchema, _Mapping]]] = ..., num_classes: _Optional[int] = ..., dataset: _Optional[str] = ..., schema_version: _Optional[int] = ..., num_local_edges: _Optional[int] = ..., num_halo_nodes: _Optional[int] = ..., graph_version: _Optional[str] = ..., types: _Optional[_Union[_tensor_pb2.GraphTypes, _Mapping]] = ...) -> None: ...
 
 class SampleNeighborsRequest(_message.Message):
-    __slots__ = ("seeds", "fanout", "replace", "rng_seed", "first_position", "etype_fanouts")
+    __slots__ = ("seeds", "fanout", "replace", "rng_seed", "first_position", "etype_fanouts", "exclude_dst", "exclude_eids")
     SEEDS_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     RNG_SEED_FIELD_NUMBER: _ClassVar[int]
     FIRST_POSITION_FIELD_NUMBER: _ClassVar[int]
     ETYPE_FANOUTS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_DST_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_EIDS_FIELD_NUMBER: _ClassVar[int]
     seeds: _tensor_pb2.Tensor
     fanout: int
     replace: bool
     rng_seed: int
     first_position: int
     etype_fanouts: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., replace: bool = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., etype_fanouts: _Optional[_Iterable[int]] = ...) -> None: ...
+    exclude_dst: _tensor_pb2.Tensor
+    exclude_eids: _tensor_pb2.Tensor
+    def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., replace: bool = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., etype_fanouts: _Optional[_Iterable[int]] = ..., exclude_dst: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., exclude_eids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class SampleNeighborsResponse(_message.Message):
     __slots__ = ("offsets", "src", "edge_ids", "bulk_bytes", "bulk")

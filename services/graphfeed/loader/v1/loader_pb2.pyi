@@ -84,7 +84,7 @@ class DescribeJobRequest(_message.Message):
     def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
 
 class DescribeJobResponse(_message.Message):
-    __slots__ = ("steps_per_epoch", "seeds_per_epoch", "feature_row_shape", "feature_dtype", "num_classes", "num_nodes", "types", "typed_feature_shapes")
+    __slots__ = ("steps_per_epoch", "seeds_per_epoch", "feature_row_shape", "feature_dtype", "num_classes", "num_nodes", "types", "typed_feature_shapes", "seed_etype")
     STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SEEDS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     FEATURE_ROW_SHAPE_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class DescribeJobResponse(_message.Message):
     NUM_NODES_FIELD_NUMBER: _ClassVar[int]
     TYPES_FIELD_NUMBER: _ClassVar[int]
     TYPED_FEATURE_SHAPES_FIELD_NUMBER: _ClassVar[int]
+    SEED_ETYPE_FIELD_NUMBER: _ClassVar[int]
     steps_per_epoch: int
     seeds_per_epoch: int
     feature_row_shape: _containers.RepeatedScalarFieldContainer[int]
@@ -101,7 +102,8 @@ class DescribeJobResponse(_message.Message):
     num_nodes: int
     types: _tensor_pb2.GraphTypes
     typed_feature_shapes: _containers.RepeatedCompositeFieldContainer[TypedShape]
-    def __init__(self, steps_per_epoch: _Optional[int] = ..., seeds_per_epoch: _Optional[int] = ..., feature_row_shape: _Optional[_Iterable[int]] = ..., feature_dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., num_classes: _Optional[int] = ..., num_nodes: _Optional[int] = ..., types: _Optional[_Union[_tensor_pb2.GraphTypes, _Mapping]] = ..., typed_feature_shapes: _Optional[_Iterable[_Union[TypedShape, _Mapping]]] = ...) -> None: ...
+    seed_etype: str
+    def __init__(self, steps_per_epoch: _Optional[int] = ..., seeds_per_epoch: _Optional[int] = ..., feature_row_shape: _Optional[_Iterable[int]] = ..., feature_dtype: _Optional[_Union[_tensor_pb2.DType, str]] = ..., num_classes: _Optional[int] = ..., num_nodes: _Optional[int] = ..., types: _Optional[_Union[_tensor_pb2.GraphTypes, _Mapping]] = ..., typed_feature_shapes: _Optional[_Iterable[_Union[TypedShape, _Mapping]]] = ..., seed_etype: _Optional[str] = ...) -> None: ...
 
 class TypedShape(_message.Message):
     __slots__ = ("ntype", "row_shape")

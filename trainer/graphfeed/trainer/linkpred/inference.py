@@ -10,13 +10,14 @@ graphfeed's services elsewhere); :func:`dgl_inference` feeds it from an in-proce
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, overload
 
 import dgl
 import torch
 
 from graphfeed.trainer.hetero_models import RGCN
 from graphfeed.trainer.linkpred.models import Embeddings
+from graphfeed.trainer.models import GraphSAGE
 
 __all__ = ["LayerwiseEncoder", "dgl_inference", "layerwise"]
 
@@ -99,9 +100,21 @@ def _scatter(out: Embeddings | None, like: Embeddings, ids: NodeIds, y: Embeddin
     return dense
 
 
+@overload
+def dgl_inference(
+    encoder: RGCN, dg: dgl.DGLGraph, feat_name: str = ..., batch_size: int = ...
+) -> dict[str, torch.Tensor]: ...
+
+
+@overload
+def dgl_inference(
+    encoder: GraphSAGE, dg: dgl.DGLGraph, feat_name: str = ..., batch_size: int = ...
+) -> torch.Tensor: ...
+
+
 @torch.no_grad()
 def dgl_inference(
-    encoder: LayerwiseEncoder, dg: dgl.DGLGraph, feat_name: str = "feat", batch_size: int = 4096
+    encoder: GraphSAGE | RGCN, dg: dgl.DGLGraph, feat_name: str = "feat", batch_size: int = 4096
 ) -> Embeddings:
     """Every node's embedding by :func:`layerwise` over DGL's DataLoader with
     ``MultiLayerFullNeighborSampler(1)`` on the in-process graph ``dg``.

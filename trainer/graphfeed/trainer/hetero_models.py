@@ -98,25 +98,52 @@ class RGCN(nn.Module):
         for nt in block.srctypes:
             if not block.num_src_nodes(nt):
                 continue  # nor in any later block: each block's src nodes are a prefix of the first's
-            if _key(nt) in self.project:
-                if nt not in feats:
-                    raise KeyError(f"no input features of node type {nt!r} (it has {list(feats)})")
-                h[nt] = self.project[_key(nt)](feats[nt].float())
-            elif _key(nt) in self.embed:
-                h[nt] = self.embed[_key(nt)](block.srcnodes[nt].data[dgl.NID])
+            if (x := self._embed_type(nt, feats, block.srcnodes[nt].data.get(dgl.NID))) is not None:
+                h[nt] = x
         return h
+
+    def embed_all(self, feats: Mapping[str, torch.Tensor], num_nodes: Mapping[str, int]) -> dict[str, torch.Tensor]:
+        """:meth:`embed_inputs` of every node (``feats`` cover all nodes of their types): the
+        first layer's input of layer-wise inference."""
+        h = {}
+        for nt, n in num_nodes.items():
+            if (x := self._embed_type(nt, feats, torch.arange(n))) is not None:
+                h[nt] = x
+        return h
+
+    def _embed_type(self, nt: str, feats: Mapping[str, torch.Tensor], ids: torch.Tensor | None) -> torch.Tensor | None:
+        """Type ``nt``'s input rows: its projected features, or the embeddings of the type-wise
+        ``ids`` (needed only for embedded types: blocks need not carry ids of the others)."""
+        if _key(nt) in self.project:
+            if nt not in feats:
+                raise KeyError(f"no input features of node type {nt!r} (it has {list(feats)})")
+            return self.project[_key(nt)](feats[nt].float())
+        if _key(nt) in self.embed:
+            if ids is None:
+                raise KeyError(f"no type-wise ids (dgl.NID) of the embedded node type {nt!r}")
+            return self.embed[_key(nt)](ids)
+        return None
 
     def forward(self, blocks: list, feats: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Logits per dst node type of the last block; ``feats`` as :func:`input_features`."""
         h = self.embed_inputs(blocks[0], feats)
-        for i, (conv, loops, block) in enumerate(zip(self.convs, self.loops, blocks)):
-            msgs = conv(block, h)
-            out = {}
-            for nt, x in h.items():  # a type's dst nodes are the prefix of its src nodes
-                self_loop = loops[_key(nt)](x[: block.num_dst_nodes(nt)])
-                out[nt] = self_loop + msgs[nt] if nt in msgs else self_loop
-            h = out if i == len(self.convs) - 1 else {nt: self.dropout(F.relu(x)) for nt, x in out.items()}
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h)
         return h
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def layer(self, i: int, block: dgl.DGLGraph, h: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Layer ``i`` on one block, ``h`` per src node type (activation and dropout after all
+        but the last): the step layer-wise inference repeats over all nodes."""
+        msgs = self.convs[i](block, dict(h))
+        out = {}
+        for nt, x in h.items():  # a type's dst nodes are the prefix of its src nodes
+            self_loop = self.loops[i][_key(nt)](x[: block.num_dst_nodes(nt)])
+            out[nt] = self_loop + msgs[nt] if nt in msgs else self_loop
+        return out if i == len(self.convs) - 1 else {nt: self.dropout(F.relu(x)) for nt, x in out.items()}
 
 
 def _key(ntype: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dgl
 import torch
 import torch.nn.functional as F
 from dgl.nn import SAGEConv
@@ -17,10 +18,18 @@ class GraphSAGE(nn.Module):
         self.layers = nn.ModuleList(SAGEConv(dims[i], dims[i + 1], "mean") for i in range(num_layers))
         self.dropout = nn.Dropout(dropout)
 
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
     def forward(self, blocks: list, x: torch.Tensor) -> torch.Tensor:
         h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, h)
-            if i != len(self.layers) - 1:
-                h = self.dropout(F.relu(h))
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h)
         return h
+
+    def layer(self, i: int, block: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` on one block (activation and dropout after all but the last): the step
+        layer-wise inference repeats over all nodes."""
+        h = self.layers[i](block, h)
+        return h if i == len(self.layers) - 1 else self.dropout(F.relu(h))

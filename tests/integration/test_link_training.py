@@ -19,6 +19,7 @@ from graphfeed.ingest.edge_split import split_edges
 from graphfeed.ingest.partition import write_partitioned
 from graphfeed.trainer.baseline import to_dgl
 from graphfeed.trainer.linkpred.inference import dgl_inference
+from graphfeed.trainer.models import GraphSAGE
 from graphfeed.trainer.train import TrainConfig, Trainer
 from tests.graphs import arithmetic_graph
 from tests.integration.inprocess import InProcessCluster
@@ -92,6 +93,7 @@ def test_inference_through_the_services_equals_dgls_and_resumes(
         out = tmp_path / "emb"
         h = trainer.node_embeddings(out)
         encoder = trainer.link_predictor().encoder
+        assert isinstance(encoder, GraphSAGE)
         want = dgl_inference(encoder, to_dgl(GRAPH), batch_size=64)  # in-process DGL, input ids
         orig = np.load(root / "orig_ids.npy")
         got = np.load(out / "embeddings.npy")[np.argsort(orig)]  # rows by global id -> by input id

@@ -20,6 +20,7 @@ input's node ids, so each test edge is ranked against the very same seeded negat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -60,8 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def input_order(h: Any, orig: np.ndarray, schema: Any) -> Any:
-    """Embeddings by graphfeed id -> by the input's node id (``orig``: the graph root's
-    ``orig_ids.npy``; per type, type-wise ids), so both runs score the same pairs and negatives."""
+    """Embeddings by graphfeed id -> by the input's node position (``orig``: the graph root's
+    ``orig_ids.npy`` of a graph ingested without dataset ids, so its entries are input
+    positions, type-wise per type), so both runs score the same pairs and negatives."""
     if not isinstance(h, dict):
         out = torch.empty_like(h)
         out[torch.from_numpy(orig)] = h
@@ -74,7 +76,7 @@ def input_order(h: Any, orig: np.ndarray, schema: Any) -> Any:
     return res
 
 
-def metrics(source: str, seeds: list[int], partitions: int = 2, **job: Any) -> dict[str, list[dict[str, float]]]:
+def metrics(source: str, seeds: list[int], partitions: int = 2, **job: Any) -> dict[str, list[Any]]:
     """``{"dgl": [test metrics per seed], "graphfeed": [...], "*_s": [seconds]}`` for ``job``."""
     from graphfeed.cluster import LocalCluster
     from graphfeed.ingest.edge_split import split_edges
@@ -90,7 +92,8 @@ def metrics(source: str, seeds: list[int], partitions: int = 2, **job: Any) -> d
     out: dict[str, list] = {"dgl": [], "graphfeed": [], "dgl_s": [], "graphfeed_s": []}
     with tempfile.TemporaryDirectory(prefix="linkpred-") as tmp:
         root = Path(tmp) / source
-        write_partitioned(g, root, partitions, "metis")
+        # without the dataset's own ids, orig_ids.npy maps each gid to its input position (type-wise)
+        write_partitioned(dataclasses.replace(g, orig_ids=None), root, partitions, "metis")
         orig = np.load(root / "orig_ids.npy")
         cluster = LocalCluster.start(root, Path(tmp) / "logs")
         try:

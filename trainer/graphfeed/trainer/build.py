@@ -1,27 +1,18 @@
-"""The example job's model and optimizers, sized for the graph a data loader reads: GraphSAGE
+"""The example job's model, sized for the graph a data loader reads: GraphSAGE
 or an RGCN (learnable embeddings for featureless types), with ``--task link`` as the encoder of
 a link predictor (:mod:`graphfeed.trainer.linkpred`)."""
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
-from graphfeed.trainer.hetero_models import RGCN, input_features, rgcn_optimizers
+from graphfeed.trainer.hetero_models import RGCN, input_features
 from graphfeed.trainer.linkpred.task import link_model
 from graphfeed.trainer.models import GraphSAGE
 
-__all__ = ["encoder", "example_model", "optimizers", "predict"]
-
-
-def optimizers(model: nn.Module, lr: float, weight_decay: float) -> list[torch.optim.Optimizer]:
-    """Adam, and SparseAdam for an RGCN's embeddings of featureless types (a link predictor's encoder's too)."""
-    rgcn = getattr(model, "encoder", model)
-    if isinstance(rgcn, RGCN):
-        return rgcn_optimizers(model, lr, weight_decay, embed=rgcn.embed)
-    return [torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)]
+__all__ = ["encoder", "example_model", "predict"]
 
 
 def example_model(

@@ -150,14 +150,13 @@ def _key(ntype: str) -> str:
     return ntype.replace("%", "%25").replace(".", "%2E")
 
 
-def rgcn_optimizers(
-    model: nn.Module, lr: float, weight_decay: float = 0.0, embed: nn.Module | None = None
-) -> list[torch.optim.Optimizer]:
-    """Adam for the dense parameters and SparseAdam for the local embeddings (sparse gradients),
-    as DGL's RGCN examples train them; step every one of them. Embeddings held by the
-    graph-stores have no local parameters (their optimizer runs there). ``embed``: the
-    embeddings' module when ``model`` is not the RGCN itself (a link predictor around one)."""
-    embed = model.embed if embed is None else embed
+def rgcn_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[torch.optim.Optimizer]:
+    """Adam for the dense parameters and SparseAdam for an RGCN's local embeddings (sparse
+    gradients), as DGL's RGCN examples train them; step every one of them. ``model`` is the RGCN,
+    a model around one as its ``encoder`` (a link predictor), or any other model (Adam only).
+    Embeddings held by the graph-stores have no local parameters (their optimizer runs there)."""
+    rgcn = getattr(model, "encoder", model)
+    embed = rgcn.embed if isinstance(rgcn, RGCN) else nn.ModuleDict()
     sparse = {id(p) for p in embed.parameters()}
     opts: list[torch.optim.Optimizer] = [
         torch.optim.Adam([p for p in model.parameters() if id(p) not in sparse], lr=lr, weight_decay=weight_decay)

@@ -24,11 +24,12 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from graphfeed.graph_store.embeddings.types import StepKey
-from graphfeed.trainer.build import example_model, optimizers, predict
+from graphfeed.trainer.build import example_model, predict
 from graphfeed.trainer.checkpoint import save_checkpoint
 from graphfeed.trainer.config import TrainConfig
 from graphfeed.trainer.connect import wait_for
 from graphfeed.trainer.dataloader import EmbeddedDataLoader, RemoteDataLoader
+from graphfeed.trainer.hetero_models import rgcn_optimizers
 from graphfeed.trainer.job import JobArgs
 from graphfeed.trainer.linkpred.config import LinkPredConfig
 from graphfeed.trainer.linkpred.models import LinkPredictor
@@ -129,7 +130,7 @@ class Trainer:
             ids = [self.device] if self.device.type == "cuda" else None
             # An RGCN leaves the relations and types a minibatch lacks without gradient.
             self.ddp = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=cfg.model == "rgcn")
-        self.opts = optimizers(self.model, cfg.lr, cfg.weight_decay)
+        self.opts = rgcn_optimizers(self.model, cfg.lr, cfg.weight_decay)  # SparseAdam for local embeddings
         self.applied: list[tuple[int, int, str]] = []  # (epoch, step, digest) of every applied step
         state = None
         if cfg.checkpoint is not None and cfg.checkpoint.exists():

@@ -18,13 +18,13 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.schema import CanonicalEtype
 from graphfeed.ingest.graph import GraphData
 from graphfeed.trainer.hetero_baseline import to_dgl_heterograph
-from graphfeed.trainer.hetero_models import RGCN, rgcn_optimizers
+from graphfeed.trainer.hetero_models import rgcn_optimizers
 from graphfeed.trainer.linkpred.config import LinkPredConfig
 from graphfeed.trainer.linkpred.evaluate import evaluate_split, predicted_etype
 from graphfeed.trainer.linkpred.inference import dgl_inference
-from graphfeed.trainer.linkpred.models import LOSSES, LinkPredictor, build_link_predictor
+from graphfeed.trainer.linkpred.models import LOSSES, build_link_predictor
 
-__all__ = ["edge_loader", "exclude_with_reverse", "linkpred_optimizers", "train_linkpred_in_process"]
+__all__ = ["edge_loader", "exclude_with_reverse", "train_linkpred_in_process"]
 
 SeedEdges = torch.Tensor | Mapping[CanonicalEtype, torch.Tensor]
 
@@ -78,17 +78,6 @@ def edge_loader(g: GraphData, dg: dgl.DGLGraph, cfg: LinkPredConfig) -> dgl.data
     return dgl.dataloading.DataLoader(dg, seeds, sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False)
 
 
-def linkpred_optimizers(model: LinkPredictor, cfg: LinkPredConfig) -> list[torch.optim.Optimizer]:
-    """Adam for the dense parameters; an RGCN's local embeddings by SparseAdam, as
-    :func:`~graphfeed.trainer.hetero_models.rgcn_optimizers` trains them."""
-    if not isinstance(model.encoder, RGCN):
-        return [torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)]
-    opts = rgcn_optimizers(model.encoder, cfg.lr, cfg.weight_decay)
-    if scorer_params := list(model.scorer.parameters()):
-        opts.append(torch.optim.Adam(scorer_params, lr=cfg.lr, weight_decay=cfg.weight_decay))
-    return opts
-
-
 def train_linkpred_in_process(g: GraphData, cfg: LinkPredConfig) -> dict[str, dict[str, float]]:
     """Trains a link predictor of ``g``'s one split relation on ``g.edge_splits["train"]`` and
     scores the val and test splits.
@@ -112,7 +101,7 @@ def train_linkpred_in_process(g: GraphData, cfg: LinkPredConfig) -> dict[str, di
     np.random.seed(cfg.seed)
     dg = to_dgl_heterograph(g)
     model = build_link_predictor(g, cfg, predicted_etype(g))
-    opts = linkpred_optimizers(model, cfg)
+    opts = rgcn_optimizers(model, cfg.lr, cfg.weight_decay)
     loader = edge_loader(g, dg, cfg)
     loss_fn = LOSSES[cfg.loss]
     seconds, loss_sum, steps = 0.0, 0.0, 0

@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "rgcn-fidelity": "graphfeed.bench.rgcn_fidelity",
     "embeddings": "graphfeed.bench.embeddings",
     "linkpred": "graphfeed.bench.linkpred",
+    "inference": "graphfeed.bench.inference",
 }
 
 

@@ -35,6 +35,14 @@ FEATURE_METRICS: dict[str, str] = {
         ),
         "trainable embeddings (graphfeed train --embeddings server)",
     ),
+    **dict.fromkeys(
+        (
+            "graphfeed_loader_seed_edges_total",
+            "graphfeed_loader_negative_pairs_total",
+            "graphfeed_loader_excluded_edges_total",
+        ),
+        "edge minibatches (link prediction: seed_edges jobs)",
+    ),
 }
 # Series that come from Prometheus itself or from kube-state-metrics, not from graphfeed.
 EXTERNAL_METRICS = {"up", "kube_statefulset_replicas", "kube_statefulset_status_replicas_ready"}

@@ -131,6 +131,8 @@ def test_dashboard_has_the_panels_operators_need() -> None:
         "Embedding rows/s pulled and pushed",
         "Embedding push latency",
         "Embedding bytes/s",
+        "Seed edges/s",
+        "Negatives per edge minibatch",
     ):
         assert any(words.lower() in t.lower() for t in titles), words
     assert len({p["id"] for p in d["panels"]}) == len(d["panels"])
@@ -142,6 +144,7 @@ def test_dashboard_has_the_panels_operators_need() -> None:
         "Dynamic graphs and out of core",
         "Graph-stores and pods",
         "Trainable embeddings",
+        "Link prediction",
     ]
     for p in d["panels"]:
         if p["type"] == "row":

@@ -169,3 +169,15 @@ def test_an_edge_job_needs_an_edge_split(parts: LocalPartitionSet) -> None:
             _batches(loader)
     finally:
         loader.close()
+
+
+def test_skip_features_streams_the_same_blocks_without_features(homo: tuple) -> None:
+    loader = homo[0]
+    job = {"fanouts": [-1], "batch_size": 32, "shuffle": False, "label_name": ""}
+    full = list(EmbeddedDataLoader(loader, "*", **job))  # every node: all-node inference's split
+    bare = list(EmbeddedDataLoader(loader, "*", skip_features=True, **job))
+    assert len(full) == len(bare) == -(-loader.partitions.info.num_nodes // 32)
+    for (fi, fo, fb), (bi, bo, bb) in zip(full, bare, strict=True):
+        assert torch.equal(fi, bi) and torch.equal(fo, bo)
+        assert all(torch.equal(x, y) for x, y in zip(fb[0].edges(), bb[0].edges()))
+        assert "feat" in fb[0].srcdata and "feat" not in bb[0].srcdata

@@ -259,7 +259,8 @@ class Loader:
             job = dataclasses.replace(job, label_name="")  # DGL's edge loader attaches no node labels
         if not 0 <= start_step <= plan.num_steps:
             raise OutOfRange(f"start_step {start_step} is past the end of epoch {epoch} ({plan.num_steps} steps)")
-        caches = CacheGroup({key: self._cache(key) for key in self._tables(job.feature_name)})
+        tables = [] if job.skip_features else self._tables(job.feature_name)
+        caches = CacheGroup({key: self._cache(key) for key in tables})
         if self.partitions.info.types.is_hetero:
             on_device = False  # per-type features are host arrays (the GPU tier serves one-type graphs)
         if job.feature_wire_dtype:

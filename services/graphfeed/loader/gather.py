@@ -195,7 +195,11 @@ class Gatherer:
             else None
         )
         try:  # the labels are in flight while the features are fetched
-            t = self._gather_table(stream, step, self.feature_name, ids, self.placement, self.on_device)
+            t = (
+                self._gather_table(stream, step, self.feature_name, ids, self.placement, self.on_device)
+                if self.caches.caches
+                else _Table(np.empty((0,), np.float32), None, 0, 0, {})  # a job without features (skip_features)
+            )
             labels, got_labels = labels_req.wait() if labels_req is not None else (np.empty((0,), np.int64), {})
         finally:
             if labels_req is not None:

@@ -74,6 +74,13 @@ class JobSpec:
         ),
     )
 
+    skip_features: bool = field(
+        default=False,
+        metadata=_doc(
+            "Minibatches carry no input features, blocks only (all-node inference's layers after the first, which "
+            "read the previous layer's output instead)."
+        ),
+    )
     seed_edges: bool = field(
         default=False,
         metadata=_doc(

@@ -72,11 +72,11 @@ def dgl_blocks(
         block.edata[dgl.EID] = as_tensor(b.edge_ids.astype(np.int64, copy=False))
         out.append(block if device.type == "cpu" else block.to(device))
     input_nodes = input_nodes.to(device)
-    if out:
+    if out and len(features):  # empty: a job with skip_features
         on_device = features.to(device)
         out[0].srcdata[feature_name] = on_device if feature_dtype is None else on_device.to(feature_dtype)
-        if label_name and labels is not None:
-            out[-1].dstdata[label_name] = labels.to(device)
+    if out and label_name and labels is not None:
+        out[-1].dstdata[label_name] = labels.to(device)
     return input_nodes, input_nodes[: len(sb.output_nodes)], out
 
 

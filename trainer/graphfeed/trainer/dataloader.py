@@ -334,7 +334,9 @@ class EmbeddedDataLoader(_StepLoader):
         self.info = loader.describe(self.job)
         self.schema = self.info.types
         wanted = self.device.type == "cuda" if device_features is None else device_features
-        self.device_features = bool(wanted) and loader.gpu_features(self.job.feature_name)
+        self.device_features = (
+            bool(wanted) and not self.job.skip_features and loader.gpu_features(self.job.feature_name)
+        )
 
     def _minibatches(self, epoch: int, start: int) -> contextlib.AbstractContextManager[Iterator[ReadyMinibatch]]:
         return self.loader.stream(self.job, epoch, start, on_device=self.device_features)

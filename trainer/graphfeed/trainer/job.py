@@ -35,6 +35,7 @@ class JobArgs(TypedDict, total=False):
     label_name: str
     feature_wire_dtype: str
     etype_fanouts: Sequence[tuple[int, str, int]]
+    skip_features: bool
     seed_edges: bool
     num_negatives: int
     negative_sampler: str

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from graphfeed.common.v1 import tensor_pb2 as graphfeed_dot_common_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n graphfeed/loader/v1/loader.proto\x12\x13graphfeed.loader.v1\x1a graphfeed/common/v1/tensor.proto\"\xc2\x03\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_seed\x18\x02 \x01(\x04\x12\r\n\x05split\x18\x03 \x01(\t\x12\x12\n\nbatch_size\x18\x04 \x01(\r\x12\x0f\n\x07\x66\x61nouts\x18\x05 \x03(\x05\x12\x0f\n\x07replace\x18\x06 \x01(\x08\x12\x0f\n\x07shuffle\x18\x07 \x01(\x08\x12\x11\n\tdrop_last\x18\x08 \x01(\x08\x12\x0c\n\x04rank\x18\t \x01(\r\x12\x12\n\nworld_size\x18\n \x01(\r\x12\x14\n\x0c\x66\x65\x61ture_name\x18\x0b \x01(\t\x12\x17\n\nlabel_name\x18\x0c \x01(\tH\x00\x88\x01\x01\x12\x1a\n\x12\x66\x65\x61ture_wire_dtype\x18\r \x01(\t\x12\x37\n\retype_fanouts\x18\x0e \x03(\x0b\x32 .graphfeed.loader.v1.EtypeFanout\x12\x12\n\nseed_edges\x18\x0f \x01(\x08\x12\x15\n\rnum_negatives\x18\x10 \x01(\r\x12\x18\n\x10negative_sampler\x18\x11 \x01(\t\x12!\n\x19negatives_avoid_positives\x18\x12 \x01(\x08\x12\x0f\n\x07\x65xclude\x18\x13 \x01(\tB\r\n\x0b_label_name\"\x8d\x02\n\tEdgePairs\x12\r\n\x05\x65type\x18\x01 \x01(\r\x12(\n\x03src\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03\x64st\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12)\n\x04\x65ids\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12,\n\x07neg_src\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12,\n\x07neg_dst\x18\x06 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x16\n\x0e\x65xcluded_edges\x18\x07 \x01(\x04\";\n\x0b\x45typeFanout\x12\r\n\x05layer\x18\x01 \x01(\r\x12\r\n\x05\x65type\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61nout\x18\x03 \x01(\x05\"?\n\x12\x44\x65scribeJobRequest\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.graphfeed.loader.v1.JobSpec\"\xc0\x02\n\x13\x44\x65scribeJobResponse\x12\x17\n\x0fsteps_per_epoch\x18\x01 \x01(\r\x12\x17\n\x0fseeds_per_epoch\x18\x02 \x01(\x03\x12\x19\n\x11\x66\x65\x61ture_row_shape\x18\x03 \x03(\x03\x12\x31\n\rfeature_dtype\x18\x04 \x01(\x0e\x32\x1a.graphfeed.common.v1.DType\x12\x13\n\x0bnum_classes\x18\x05 \x01(\x03\x12\x11\n\tnum_nodes\x18\x06 \x01(\x03\x12.\n\x05types\x18\x07 \x01(\x0b\x32\x1f.graphfeed.common.v1.GraphTypes\x12=\n\x14typed_feature_shapes\x18\x08 \x03(\x0b\x32\x1f.graphfeed.loader.v1.TypedShape\x12\x12\n\nseed_etype\x18\t \x01(\t\".\n\nTypedShape\x12\r\n\x05ntype\x18\x01 \x01(\t\x12\x11\n\trow_shape\x18\x02 \x03(\x03\"h\n\x18StreamMinibatchesRequest\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.graphfeed.loader.v1.JobSpec\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x12\n\nstart_step\x18\x03 \x01(\r\"\x88\x01\n\x0eMinibatchStats\x12\x12\n\ncache_hits\x18\x01 \x01(\x03\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x02 \x01(\x03\x12\x1c\n\x14remote_feature_bytes\x18\x03 \x01(\x03\x12\x16\n\x0esample_seconds\x18\x04 \x01(\x01\x12\x16\n\x0egather_seconds\x18\x05 \x01(\x01\"\xe1\x03\n\tMinibatch\x12.\n\x08step_key\x18\x01 \x01(\x0b\x32\x1c.graphfeed.common.v1.StepKey\x12\x17\n\x0fsteps_per_epoch\x18\x02 \x01(\r\x12\x32\n\x06\x62locks\x18\x03 \x01(\x0b\x32\".graphfeed.common.v1.SampledBlocks\x12\x33\n\x0einput_features\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12+\n\x06labels\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x32\n\x05stats\x18\x06 \x01(\x0b\x32#.graphfeed.loader.v1.MinibatchStats\x12\x38\n\x0etyped_features\x18\x07 \x03(\x0b\x32 .graphfeed.common.v1.TypedTensor\x12\x36\n\x0ctyped_labels\x18\x08 \x03(\x0b\x32 .graphfeed.common.v1.TypedTensor\x12-\n\x05pairs\x18\t \x01(\x0b\x32\x1e.graphfeed.loader.v1.EdgePairs\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\x32\xd7\x01\n\rLoaderService\x12`\n\x0b\x44\x65scribeJob\x12\'.graphfeed.loader.v1.DescribeJobRequest\x1a(.graphfeed.loader.v1.DescribeJobResponse\x12\x64\n\x11StreamMinibatches\x12-.graphfeed.loader.v1.StreamMinibatchesRequest\x1a\x1e.graphfeed.loader.v1.Minibatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n graphfeed/loader/v1/loader.proto\x12\x13graphfeed.loader.v1\x1a graphfeed/common/v1/tensor.proto\"\xd9\x03\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_seed\x18\x02 \x01(\x04\x12\r\n\x05split\x18\x03 \x01(\t\x12\x12\n\nbatch_size\x18\x04 \x01(\r\x12\x0f\n\x07\x66\x61nouts\x18\x05 \x03(\x05\x12\x0f\n\x07replace\x18\x06 \x01(\x08\x12\x0f\n\x07shuffle\x18\x07 \x01(\x08\x12\x11\n\tdrop_last\x18\x08 \x01(\x08\x12\x0c\n\x04rank\x18\t \x01(\r\x12\x12\n\nworld_size\x18\n \x01(\r\x12\x14\n\x0c\x66\x65\x61ture_name\x18\x0b \x01(\t\x12\x17\n\nlabel_name\x18\x0c \x01(\tH\x00\x88\x01\x01\x12\x1a\n\x12\x66\x65\x61ture_wire_dtype\x18\r \x01(\t\x12\x37\n\retype_fanouts\x18\x0e \x03(\x0b\x32 .graphfeed.loader.v1.EtypeFanout\x12\x12\n\nseed_edges\x18\x0f \x01(\x08\x12\x15\n\rnum_negatives\x18\x10 \x01(\r\x12\x18\n\x10negative_sampler\x18\x11 \x01(\t\x12!\n\x19negatives_avoid_positives\x18\x12 \x01(\x08\x12\x0f\n\x07\x65xclude\x18\x13 \x01(\t\x12\x15\n\rskip_features\x18\x14 \x01(\x08\x42\r\n\x0b_label_name\"\x8d\x02\n\tEdgePairs\x12\r\n\x05\x65type\x18\x01 \x01(\r\x12(\n\x03src\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12(\n\x03\x64st\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12)\n\x04\x65ids\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12,\n\x07neg_src\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12,\n\x07neg_dst\x18\x06 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x16\n\x0e\x65xcluded_edges\x18\x07 \x01(\x04\";\n\x0b\x45typeFanout\x12\r\n\x05layer\x18\x01 \x01(\r\x12\r\n\x05\x65type\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61nout\x18\x03 \x01(\x05\"?\n\x12\x44\x65scribeJobRequest\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.graphfeed.loader.v1.JobSpec\"\xc0\x02\n\x13\x44\x65scribeJobResponse\x12\x17\n\x0fsteps_per_epoch\x18\x01 \x01(\r\x12\x17\n\x0fseeds_per_epoch\x18\x02 \x01(\x03\x12\x19\n\x11\x66\x65\x61ture_row_shape\x18\x03 \x03(\x03\x12\x31\n\rfeature_dtype\x18\x04 \x01(\x0e\x32\x1a.graphfeed.common.v1.DType\x12\x13\n\x0bnum_classes\x18\x05 \x01(\x03\x12\x11\n\tnum_nodes\x18\x06 \x01(\x03\x12.\n\x05types\x18\x07 \x01(\x0b\x32\x1f.graphfeed.common.v1.GraphTypes\x12=\n\x14typed_feature_shapes\x18\x08 \x03(\x0b\x32\x1f.graphfeed.loader.v1.TypedShape\x12\x12\n\nseed_etype\x18\t \x01(\t\".\n\nTypedShape\x12\r\n\x05ntype\x18\x01 \x01(\t\x12\x11\n\trow_shape\x18\x02 \x03(\x03\"h\n\x18StreamMinibatchesRequest\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.graphfeed.loader.v1.JobSpec\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x12\n\nstart_step\x18\x03 \x01(\r\"\x88\x01\n\x0eMinibatchStats\x12\x12\n\ncache_hits\x18\x01 \x01(\x03\x12\x14\n\x0c\x63\x61\x63he_misses\x18\x02 \x01(\x03\x12\x1c\n\x14remote_feature_bytes\x18\x03 \x01(\x03\x12\x16\n\x0esample_seconds\x18\x04 \x01(\x01\x12\x16\n\x0egather_seconds\x18\x05 \x01(\x01\"\xe1\x03\n\tMinibatch\x12.\n\x08step_key\x18\x01 \x01(\x0b\x32\x1c.graphfeed.common.v1.StepKey\x12\x17\n\x0fsteps_per_epoch\x18\x02 \x01(\r\x12\x32\n\x06\x62locks\x18\x03 \x01(\x0b\x32\".graphfeed.common.v1.SampledBlocks\x12\x33\n\x0einput_features\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12+\n\x06labels\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x32\n\x05stats\x18\x06 \x01(\x0b\x32#.graphfeed.loader.v1.MinibatchStats\x12\x38\n\x0etyped_features\x18\x07 \x03(\x0b\x32 .graphfeed.common.v1.TypedTensor\x12\x36\n\x0ctyped_labels\x18\x08 \x03(\x0b\x32 .graphfeed.common.v1.TypedTensor\x12-\n\x05pairs\x18\t \x01(\x0b\x32\x1e.graphfeed.loader.v1.EdgePairs\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\x32\xd7\x01\n\rLoaderService\x12`\n\x0b\x44\x65scribeJob\x12\'.graphfeed.loader.v1.DescribeJobRequest\x1a(.graphfeed.loader.v1.DescribeJobResponse\x12\x64\n\x11StreamMinibatches\x12-.graphfeed.loader.v1.StreamMinibatchesRequest\x1a\x1e.graphfeed.loader.v1.Minibatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,23 +33,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graphfeed.loader.v1.loader_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBSPEC']._serialized_start=92
-  _globals['_JOBSPEC']._serialized_end=542
-  _globals['_EDGEPAIRS']._serialized_start=545
-  _globals['_EDGEPAIRS']._serialized_end=814
-  _globals['_ETYPEFANOUT']._serialized_start=816
-  _globals['_ETYPEFANOUT']._serialized_end=875
-  _globals['_DESCRIBEJOBREQUEST']._serialized_start=877
-  _globals['_DESCRIBEJOBREQUEST']._serialized_end=940
-  _globals['_DESCRIBEJOBRESPONSE']._serialized_start=943
-  _globals['_DESCRIBEJOBRESPONSE']._serialized_end=1263
-  _globals['_TYPEDSHAPE']._serialized_start=1265
-  _globals['_TYPEDSHAPE']._serialized_end=1311
-  _globals['_STREAMMINIBATCHESREQUEST']._serialized_start=1313
-  _globals['_STREAMMINIBATCHESREQUEST']._serialized_end=1417
-  _globals['_MINIBATCHSTATS']._serialized_start=1420
-  _globals['_MINIBATCHSTATS']._serialized_end=1556
-  _globals['_MINIBATCH']._serialized_start=1559
-  _globals['_MINIBATCH']._serialized_end=2040
-  _globals['_LOADERSERVICE']._serialized_start=2043
-  _globals['_LOADERSERVICE']._serialized_end=2258
+  _globals['_JOBSPEC']._serialized_end=565
+  _globals['_EDGEPAIRS']._serialized_start=568
+  _globals['_EDGEPAIRS']._serialized_end=837
+  _globals['_ETYPEFANOUT']._serialized_start=839
+  _globals['_ETYPEFANOUT']._serialized_end=898
+  _globals['_DESCRIBEJOBREQUEST']._serialized_start=900
+  _globals['_DESCRIBEJOBREQUEST']._serialized_end=963
+  _globals['_DESCRIBEJOBRESPONSE']._serialized_start=966
+  _globals['_DESCRIBEJOBRESPONSE']._serialized_end=1286
+  _globals['_TYPEDSHAPE']._serialized_start=1288
+  _globals['_TYPEDSHAPE']._serialized_end=1334
+  _globals['_STREAMMINIBATCHESREQUEST']._serialized_start=1336
+  _globals['_STREAMMINIBATCHESREQUEST']._serialized_end=1440
+  _globals['_MINIBATCHSTATS']._serialized_start=1443
+  _globals['_MINIBATCHSTATS']._serialized_end=1579
+  _globals['_MINIBATCH']._serialized_start=1582
+  _globals['_MINIBATCH']._serialized_end=2063
+  _globals['_LOADERSERVICE']._serialized_start=2066
+  _globals['_LOADERSERVICE']._serialized_end=2281
 # @@protoc_insertion_point(module_scope)

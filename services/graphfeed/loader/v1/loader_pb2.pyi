@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name", "feature_wire_dtype", "etype_fanouts", "seed_edges", "num_negatives", "negative_sampler", "negatives_avoid_positives", "exclude")
+    __slots__ = ("job_id", "job_seed", "split", "batch_size", "fanouts", "replace", "shuffle", "drop_last", "rank", "world_size", "feature_name", "label_name", "feature_wire_dtype", "etype_fanouts", "seed_edges", "num_negatives", "negative_sampler", "negatives_avoid_positives", "exclude", "skip_features")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class JobSpec(_message.Message):
     NEGATIVE_SAMPLER_FIELD_NUMBER: _ClassVar[int]
     NEGATIVES_AVOID_POSITIVES_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FEATURES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_seed: int
     split: str
@@ -47,7 +48,8 @@ class JobSpec(_message.Message):
     negative_sampler: str
     negatives_avoid_positives: bool
     exclude: str
-    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ..., feature_wire_dtype: _Optional[str] = ..., etype_fanouts: _Optional[_Iterable[_Union[EtypeFanout, _Mapping]]] = ..., seed_edges: bool = ..., num_negatives: _Optional[int] = ..., negative_sampler: _Optional[str] = ..., negatives_avoid_positives: bool = ..., exclude: _Optional[str] = ...) -> None: ...
+    skip_features: bool
+    def __init__(self, job_id: _Optional[str] = ..., job_seed: _Optional[int] = ..., split: _Optional[str] = ..., batch_size: _Optional[int] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., shuffle: bool = ..., drop_last: bool = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., feature_name: _Optional[str] = ..., label_name: _Optional[str] = ..., feature_wire_dtype: _Optional[str] = ..., etype_fanouts: _Optional[_Iterable[_Union[EtypeFanout, _Mapping]]] = ..., seed_edges: bool = ..., num_negatives: _Optional[int] = ..., negative_sampler: _Optional[str] = ..., negatives_avoid_positives: bool = ..., exclude: _Optional[str] = ..., skip_features: bool = ...) -> None: ...
 
 class EdgePairs(_message.Message):
     __slots__ = ("etype", "src", "dst", "eids", "neg_src", "neg_dst", "excluded_edges")

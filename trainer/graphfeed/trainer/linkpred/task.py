@@ -151,7 +151,7 @@ def service_embeddings(
             encoder.train(was)
 
     def batches(_layer: int) -> Iterator[LayerBatch]:
-        with make(ALL_NODES, [-1], batch_size) as dl:
+        with make(ALL_NODES, [-1], batch_size, skip_features=True) as dl:  # inputs come from h, not the loader
             for input_nodes, output_nodes, blocks in dl:
                 yield input_nodes, output_nodes, blocks[0]
 

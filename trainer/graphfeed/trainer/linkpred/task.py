@@ -98,7 +98,9 @@ def _input_features(make: MakeLoader, schema: GraphSchema | None, batch_size: in
                 }
             for nt, (ids, rows) in items.items():
                 n = schema.num_nodes(nt) if nt else int(dl.info.num_nodes)  # type: ignore[union-attr]
-                buf = feats.setdefault(nt, torch.zeros(n, *rows.shape[1:], dtype=torch.float32))
+                if nt not in feats:  # once: [n, F] is the whole graph's features
+                    feats[nt] = torch.zeros(n, *rows.shape[1:], dtype=torch.float32)
+                buf = feats[nt]
                 buf[ids.cpu()] = rows.float().cpu()
     return feats.get("", feats)
 

@@ -173,7 +173,7 @@ def test_an_edge_job_needs_an_edge_split(parts: LocalPartitionSet) -> None:
 
 def test_skip_features_streams_the_same_blocks_without_features(homo: tuple) -> None:
     loader = homo[0]
-    job = {"fanouts": [-1], "batch_size": 32, "shuffle": False, "label_name": ""}
+    job: dict[str, Any] = {"fanouts": [-1], "batch_size": 32, "shuffle": False, "label_name": ""}
     full = list(EmbeddedDataLoader(loader, "*", **job))  # every node: all-node inference's split
     bare = list(EmbeddedDataLoader(loader, "*", skip_features=True, **job))
     assert len(full) == len(bare) == -(-loader.partitions.info.num_nodes // 32)

@@ -111,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
         f"| graphfeed through the services (service_embeddings), first run | {gf_cold_s:.1f} |",
         f"| graphfeed through the services, second run | {gf_s:.1f} |",
         "",
-        f"graphfeed / DGL time: **{gf_s / dgl_s:.2f}x** (first run {gf_cold_s / dgl_s:.2f}x: DGL's features were "
-        f"loaded into memory before its timing); largest difference of the embeddings: {diff:.2e}",
+        (
+            f"graphfeed / DGL time: **{gf_s / dgl_s:.2f}x** (first run {gf_cold_s / dgl_s:.2f}x: DGL's features were "
+            f"loaded into memory before its timing); largest difference of the embeddings: {diff:.2e}"
+        ),
     ]
     harness.write(args, result, "\n".join(lines) + "\n", f"inference-{args.preset}")
     return 0

@@ -126,10 +126,11 @@ def _run_train(args: argparse.Namespace) -> int:
     try:
         trainer.fit(on_epoch=lambda r: print(format_report(r), flush=True))
         if cfg.stop_after_steps is None and cfg.task == "link":
-            test = trainer.link_metrics("test")
+            # one inference pass serves the test metrics and the written embeddings
+            h = trainer.node_embeddings(cfg.embeddings_out)
+            test = trainer.link_metrics("test", h)
             print("test " + "  ".join(f"{k} {v:.4f}" for k, v in test.items()), flush=True)
             if cfg.embeddings_out is not None:
-                trainer.node_embeddings(cfg.embeddings_out)
                 print(f"embeddings of every node in {cfg.embeddings_out}", flush=True)
         elif cfg.stop_after_steps is None:
             print(f"test_acc {trainer.evaluate('test'):.4f}", flush=True)

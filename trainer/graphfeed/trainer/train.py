@@ -265,13 +265,14 @@ class Trainer:
                 total += len(y)
         return correct / max(1, total)
 
-    def link_metrics(self, split: str) -> dict[str, float]:
+    def link_metrics(self, split: str, h: Any = None) -> dict[str, float]:
         """``--task link``: MRR, Hits@K (and Recall@K / NDCG@K for a user-item relation) of the
-        edge split, every node embedded through the services (:mod:`graphfeed.trainer.linkpred.task`)."""
+        edge split, every node embedded through the services (:mod:`graphfeed.trainer.linkpred.task`),
+        or given as ``h`` (what :meth:`node_embeddings` returned for the current weights)."""
         cfg, loader = self.cfg, self.train_loader
         lp = LinkPredConfig(eval_negatives=cfg.eval_negatives, seed=cfg.seed, eval_batch_size=self._eval_batch)
         return evaluate_link_split(
-            self._eval_loader, self.link_predictor(), loader.schema, loader.seed_etype, split, lp
+            self._eval_loader, self.link_predictor(), loader.schema, loader.seed_etype, split, lp, h
         )
 
     def node_embeddings(self, out_dir: Path | None = None) -> Any:

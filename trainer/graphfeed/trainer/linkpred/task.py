@@ -238,12 +238,14 @@ def evaluate_link_split(
     relation: str,
     split: str,
     cfg: LinkPredConfig,
+    h: Embeddings | None = None,
 ) -> dict[str, float]:
     """MRR / Hits@K of ``split``'s edges against ``cfg.eval_negatives`` seeded negatives each (and
     Recall@K / NDCG@K for a user-item relation, the earlier splits' pairs masked), every node
     embedded through the services."""
     batch = cfg.eval_batch_size
-    h = service_embeddings(make, model.encoder, schema, batch)
+    if h is None:  # the caller may already hold every node's embedding (e.g. written out)
+        h = service_embeddings(make, model.encoder, schema, batch)
     s, _, d = relation.split(":")
     h_src, h_dst = (h[s], h[d]) if isinstance(h, dict) else (h, h)
     pairs = split_pairs(make, split, relation, batch)

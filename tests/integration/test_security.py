@@ -244,3 +244,44 @@ def test_reflection_asks_for_credentials_and_is_a_setting(pki: Pki, cora_root: P
     finally:
         running.stop(0.5)
         store.close()
+
+
+def test_one_token_file_rotates_without_a_restart(tmp_path: Path, cora_root: Path) -> None:
+    """Kubernetes mounts one Secret file as both the servers' accepted tokens and the clients'
+    token (the first line). Rotating it (new token first, old below; then the new one alone)
+    keeps a running client working through every step, with no restart, and locks the old
+    token out at the end."""
+    from graphfeed.common.security import ClientSecurity
+    from graphfeed.graph_store.config import GraphStoreSettings
+    from graphfeed.graph_store.server import serve
+
+    secret = tmp_path / "auth"
+    secret.mkdir()
+
+    def write(text: str) -> None:  # as the kubelet updates a Secret volume: a new file swapped in
+        (secret / "tokens.new").write_text(text)
+        (secret / "tokens.new").replace(secret / "tokens")
+
+    write("token-a\n")
+    tokens = str(secret / "tokens")
+    settings = GraphStoreSettings(
+        part_dir=cora_root / part_dir_name(0), metrics_port=-1, append_dir="", auth_tokens_file=tokens
+    )
+    running, store = serve(settings, CollectorRegistry())
+    client = ClientSecurity.of(token_file=tokens)
+    try:
+        with client.channel(running.address) as ch:
+            stub = pb_grpc.GraphStoreServiceStub(ch)
+
+            def ok() -> bool:
+                return len(stub.GetSplit(pb.GetSplitRequest(name="train"), timeout=10).ids.shape) == 1
+
+            assert ok()
+            write("token-b\ntoken-a\n")  # step 1: clients send b, servers accept both
+            assert ok() and _call(running.address, None, "token-a") == grpc.StatusCode.OK
+            write("token-b\n")  # step 2: only b
+            assert ok()
+            assert _call(running.address, None, "token-a") == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        running.stop(0.5)
+        store.close()

@@ -76,7 +76,7 @@ class TokenFile:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._tokens: tuple[bytes, ...] = ()
         if not self.tokens():
             raise FailedPrecondition(f"the token file {self.path} holds no token")
@@ -86,7 +86,7 @@ class TokenFile:
             st = os.stat(self.path)
         except OSError as e:
             raise FailedPrecondition(f"cannot read the token file {self.path}: {e.strerror}") from None
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # a Secret volume swaps in a new file
         with self._lock:
             if stamp != self._stamp:
                 lines = _read(self.path, "token file").decode().splitlines()
@@ -214,11 +214,13 @@ class _TokenInterceptor(
 ):
     """Adds the bearer token to calls of every kind (the server checks every kind)."""
 
-    def __init__(self, token: str) -> None:
-        self._header = (_AUTH_KEY, f"Bearer {token}")
+    def __init__(self, token: str | TokenFile) -> None:
+        self._token = token
 
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return details._replace(metadata=[*(details.metadata or ()), self._header])
+        # A token file's first token, as it is now (a rotated Secret takes effect on the next call).
+        token = self._token if isinstance(self._token, str) else self._token.tokens()[0].decode()
+        return details._replace(metadata=[*(details.metadata or ()), (_AUTH_KEY, f"Bearer {token}")])
 
     def intercept_unary_unary(self, continuation, client_call_details, request):  # noqa: ANN001, ANN202
         return continuation(self._details(client_call_details), request)
@@ -233,14 +235,9 @@ class _TokenInterceptor(
         return continuation(self._details(client_call_details), request_iterator)
 
 
-def read_token(path: Path | str) -> str:
-    """The first token of a token file (a client's own)."""
-    tokens = TokenFile(path).tokens()
-    return tokens[0].decode()
-
-
-def with_token(channel: grpc.Channel, token: str | None) -> grpc.Channel:
-    """``channel`` sending ``authorization: Bearer <token>`` on every call (``token`` None: as is)."""
+def with_token(channel: grpc.Channel, token: str | TokenFile | None) -> grpc.Channel:
+    """``channel`` sending ``authorization: Bearer <token>`` on every call (``token`` None: as is);
+    a :class:`TokenFile` sends its first token, re-read when the file changes."""
     return channel if not token else grpc.intercept_channel(channel, _TokenInterceptor(token))
 
 
@@ -252,16 +249,18 @@ class ClientSecurity:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
-    token: str | None = None
+    token: str | TokenFile | None = None
 
     @classmethod
     def of(cls, ca: str = "", cert: str = "", key: str = "", token_file: str = "") -> ClientSecurity:
-        """From settings strings ("" = unset)."""
+        """From settings strings ("" = unset). The token file's first token is sent, re-read when
+        the file changes: the same file can be a server's accepted tokens (rotation: put the new
+        token first and keep the old one below it until every client has re-read the file)."""
         return cls(
             Path(ca) if ca else None,
             Path(cert) if cert else None,
             Path(key) if key else None,
-            read_token(token_file) if token_file else None,
+            TokenFile(token_file) if token_file else None,
         )
 
     def channel(self, address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools the deploy tests (tests/deploy) run, and prints their directory.
 #
-#   Debian:  prometheus (server + promtool); kubectl if missing (the CI image ships it);
+#   Debian:  prometheus (server + promtool); etcd-server (the real control plane of
+#            tests/deploy/test_control_plane.py; its kube binaries come from ../shared/kube);
+#            kubectl if missing (the CI image ships it);
 #            with GRAPHFEED_CONTAINER_TESTS=1 also podman, runc, buildah and debootstrap.
 #   PyPI:    kubernetes-validate, checkov, hadolint, grpcurl  (tools/requirements.lock)
 #   npm:     buf, typescript, @grafana/schema                 (tools/package-lock.json)
@@ -27,6 +29,7 @@ log() { echo "[install_ci_tools] $*" >&2; }
 need=()
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 command -v kubectl >/dev/null || need+=(kubectl)
+command -v etcd >/dev/null || need+=(etcd-server)
 if [ "${GRAPHFEED_CONTAINER_TESTS:-0}" = "1" ]; then
   for tool in podman buildah debootstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
   # runc copes with hybrid cgroup v1/v2 hosts, where podman's default crun refuses to start.

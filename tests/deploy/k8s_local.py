@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -59,6 +60,12 @@ class LocalCluster:
         self.entrypoint = dockerfile_entrypoint()
         self.procs: list[Proc] = []
         self.sidecars: dict[str, list[Proc]] = {}  # pod name -> its running native sidecars
+        # The Secret k8s/tools/apply.sh creates before the pods can start: a random bearer token
+        # that every graphfeed server accepts and every client sends (tests call with it too).
+        self.token = secrets.token_hex(32)
+        auth = root / "secrets" / "graphfeed-auth"
+        auth.mkdir(parents=True)
+        (auth / "tokens").write_text(self.token)
 
     def all_pods(self) -> list[LocalPod]:
         return [p for pods in self.pods.values() for p in pods]
@@ -115,6 +122,8 @@ class LocalCluster:
                 out[v["name"]] = self.root / "pvc" / v["persistentVolumeClaim"]["claimName"]
             elif "emptyDir" in v:
                 out[v["name"]] = self.root / "pods" / pod.name / v["name"]
+            elif "secret" in v:  # made by k8s/tools/apply.sh, not by the manifests: see secrets()
+                out[v["name"]] = self.root / "secrets" / v["secret"]["secretName"]
             elif "hostPath" in v:  # one emulated node: every pod that mounts a host path shares it
                 assert v["hostPath"].get("type") in ("Directory", "DirectoryOrCreate"), (
                     f"hostPath {v} is not a directory"

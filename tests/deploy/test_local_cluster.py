@@ -22,7 +22,7 @@ import yaml
 from tests.deploy.k8s_local import LocalCluster, free_port
 from tests.deploy.manifests import Rendered, container_ports, selector_matches, write_rules_file
 from tests.deploy.promql import EXTERNAL_METRICS, FEATURE_METRICS, PENDING_METRICS, dashboard, metric_names, rule_exprs
-from tests.deploy.tools import REPO, check, tool
+from tests.deploy.tools import REPO, check, run, tool
 
 pytestmark = pytest.mark.integration
 
@@ -37,13 +37,18 @@ RATE_INTERVAL = "4s"  # Grafana's $__rate_interval for a 1 s scrape interval
 
 @pytest.fixture(scope="module")
 def cluster(rendered: dict[str, Rendered], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    from graphfeed.common import security
+
     c = LocalCluster(rendered["cpu"], tmp_path_factory.mktemp("k8s-cpu"))
     try:
         c.run_job("ingest", timeout_s=240)
         for name in (*SERVERS, "trainer"):  # "trainer": the loader sidecars of its pods
             c.start(name)
+        # Every server asks for the graphfeed-auth token: this process's clients send it.
+        security.configure_clients(security.ClientSecurity(token=c.token))
         yield c
     finally:
+        security.configure_clients(security.ClientSecurity())
         c.stop()
 
 
@@ -181,6 +186,7 @@ def traffic(cluster: LocalCluster, prometheus: Prometheus) -> Traffic:
     """
     import grpc
 
+    from graphfeed.common.security import with_token
     from graphfeed.loader.v1 import loader_pb2 as pb
     from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
     from graphfeed.trainer.dataloader import RemoteDataLoader
@@ -199,7 +205,7 @@ def traffic(cluster: LocalCluster, prometheus: Prometheus) -> Traffic:
     loader.close()
     # An operator mistake, twice with a scrape between (the first creates the error's series),
     # so that the dashboard's error panel has a rate to show.
-    with grpc.insecure_channel(_loader(cluster)) as ch:
+    with with_token(grpc.insecure_channel(_loader(cluster)), cluster.token) as ch:
         bad = pb.JobSpec(
             job_id="deploy-check", split="no-such-split", batch_size=8, fanouts=[2], world_size=1, feature_name="feat"
         )
@@ -254,15 +260,19 @@ def test_trainer_job_trains_through_the_loader(cluster: LocalCluster, traffic: T
 
 def test_grpcurl_lists_and_describes_every_service(cluster: LocalCluster) -> None:
     grpcurl = tool("grpcurl")
+    auth = ["-H", f"authorization: Bearer {cluster.token}"]
     for name, service in SERVICE_NAMES.items():
         addr = _loader(cluster) if name == "loader" else cluster.address(name)
-        listed = check([grpcurl, "-plaintext", addr, "list"], timeout_s=30).split()
+        anonymous = run([grpcurl, "-plaintext", addr, "list"], timeout_s=30)
+        assert anonymous.returncode != 0 and "Unauthenticated" in anonymous.stderr, (name, anonymous.stderr)
+        listed = check([grpcurl, "-plaintext", *auth, addr, "list"], timeout_s=30).split()
         assert {service, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= set(listed), listed
-        described = check([grpcurl, "-plaintext", addr, "describe", service], timeout_s=30)
+        described = check([grpcurl, "-plaintext", *auth, addr, "describe", service], timeout_s=30)
         proto = REPO / "proto" / "graphfeed" / name.replace("-", "_") / "v1"
         rpcs = re.findall(r"^\s*rpc (\w+)\(", "".join(p.read_text() for p in proto.glob("*.proto")), flags=re.M)
         assert rpcs and all(f"rpc {rpc}" in described for rpc in rpcs), described
-        health = check([grpcurl, "-plaintext", addr, "grpc.health.v1.Health/Check"], timeout_s=30)
+        # grpcurl finds the method through reflection, which asks for the token (Check itself does not).
+        health = check([grpcurl, "-plaintext", *auth, addr, "grpc.health.v1.Health/Check"], timeout_s=30)
         assert json.loads(health)["status"] == "SERVING"
 
 

@@ -200,7 +200,7 @@ def test_container_args_parse_with_the_graphfeed_cli(rendered: dict[str, Rendere
 
 
 def _values() -> dict:
-    return yaml.safe_load((REPO / "k8s/base/values.yaml").read_text())["spec"]
+    return yaml.safe_load((REPO / "k8s/values/values.yaml").read_text())["spec"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -319,7 +319,7 @@ def test_gpus_and_images_per_overlay(rendered: dict[str, Rendered]) -> None:
         assert args_flag(trainer["args"], "--device") == "$(TRAINER_DEVICE)"
         gpu = name != "cpu"
         assert trainer["image"] == (values["cudaImage"] if gpu else values["image"]), name
-        assert (trainer["resources"]["limits"].get(GPU) == 1) == gpu, name
+        assert (trainer["resources"]["limits"].get(GPU) == "1") == gpu, name
         assert "nodeSelector" not in pod_spec(job), f"{name}: the GPU request places trainers, not a node label"
         others = [c for w in rendered[name].workloads() for c in containers(w) if c is not trainer]
         assert {c["image"] for c in others} == {values["image"]}, name
@@ -327,7 +327,9 @@ def test_gpus_and_images_per_overlay(rendered: dict[str, Rendered]) -> None:
     assert devices == {"gpu": "cuda", "cpu": "cpu", EMBEDDED: "cuda", PACKED: "cuda"}, (
         "trainers on GPU nodes train on their GPU"
     )
-    assert GPU not in rendered["cpu"].text and "nodeSelector" not in rendered["cpu"].text
+    cpu_trainer = rendered["cpu"].get("Job", "trainer")
+    assert GPU not in json.dumps(containers(cpu_trainer)) and "tolerations" not in pod_spec(cpu_trainer)
+    assert "nodeSelector:" not in rendered["cpu"].text
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -383,3 +385,11 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
     assert any(peer.get("ipBlock", {}).get("cidr") == "169.254.20.10/32" for rule in dns for peer in rule["to"]), (
         "NodeLocal DNSCache's address must be reachable on port 53 too"
     )
+
+
+def test_the_upload_pod_runs_the_values_image() -> None:
+    """k8s/tools/upload.yaml is applied by itself (not through an overlay): `make values` keeps
+    its image equal to values.yaml's."""
+    upload = yaml.safe_load((REPO / "k8s/tools/upload.yaml").read_text())
+    images = {c["image"] for c in upload["spec"]["containers"]}
+    assert images == {_values()["image"]}

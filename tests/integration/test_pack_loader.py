@@ -65,3 +65,47 @@ def test_packed_epochs_stream_exact_features_from_the_packs(arith_root: Path, or
         assert samples[("graphfeed_loader_pack_read_bytes_total", ())] == stats.disk_bytes
     finally:
         c.stop()
+
+
+def test_pack_waits_for_graph_stores_that_start_after_it(arith_root: Path, tmp_path: Path) -> None:
+    """A pack Job starts beside graph-stores still staging their partitions: with --wait-s it
+    waits for every one (a ``{p}`` template, expanded once partition 0 answers) instead of failing."""
+    import socket
+    import threading
+    import time
+
+    from prometheus_client import CollectorRegistry as Registry
+
+    from graphfeed.common.partition import GraphManifest, part_dir_name
+    from graphfeed.graph_store.config import GraphStoreSettings
+    from graphfeed.graph_store.server import serve
+
+    n = GraphManifest.load(arith_root).num_partitions
+    assert n <= 10
+    for _ in range(50):  # a free block of ports base*10 + p, one per partition
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1] // 10
+        if base * 10 >= 1024 and base * 10 + 9 < 65536:
+            break
+    template = f"127.0.0.1:{base}{{p}}"
+    out = tmp_path / "packs"
+    args = ["pack", "--graph-stores", template, "--out", str(out), "--batch-size", "8", "--fanouts", "3,2"]
+    result: list[int] = []
+    packer = threading.Thread(target=lambda: result.append(cli.main([*args, "--wait-s", "120"])))
+    packer.start()
+    time.sleep(2.0)  # the graph-stores come up after the pack command started
+    assert packer.is_alive(), "pack gave up before the graph-stores started"
+    servers = []
+    try:
+        for p in range(n):
+            settings = GraphStoreSettings.model_validate(
+                {"part_dir": arith_root / part_dir_name(p), "port": base * 10 + p, "metrics_port": -1, "append_dir": ""}
+            )
+            servers.append(serve(settings, Registry())[0])
+        packer.join(timeout=300)
+        assert result == [0]
+        assert (out / "epoch-0").exists() or any(out.iterdir())
+    finally:
+        for srv in servers:
+            srv.stop(0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from graphfeed.common.config import add_settings_argument, add_settings_arguments, settings_from_args
 from graphfeed.common.partition import GraphManifest, part_dir_name
@@ -54,11 +55,30 @@ def open_partitions(settings: PackSettings) -> PartitionSet:
     return LocalPartitionSet([GraphStore.open(settings.data / part_dir_name(p)) for p in range(n)])
 
 
+def wait_for_graph_stores(addresses: list[str], wait_s: float) -> None:
+    """Returns once every graph-store (a ``{p}`` template: as many as partition 0 says) answers
+    SERVING; raises PeerNotReady after ``wait_s`` seconds."""
+    from graphfeed.common.readiness import wait_serving  # noqa: PLC0415 - gRPC, for remote graph-stores only
+    from graphfeed.graph_store.partitions import PARTITION_PLACEHOLDER, expand_addresses  # noqa: PLC0415
+
+    deadline = time.monotonic() + wait_s
+    if len(addresses) == 1 and PARTITION_PLACEHOLDER in addresses[0]:
+        wait_serving(addresses[0].replace(PARTITION_PLACEHOLDER, "0"), "graph-store 0", wait_s, poll_s=1.0)
+    for address in expand_addresses(addresses, timeout_s=max(1.0, deadline - time.monotonic())):
+        wait_serving(address, f"graph-store {address}", max(1.0, deadline - time.monotonic()), poll_s=1.0)
+
+
 def run(args: argparse.Namespace) -> int:
     """Packs each epoch of ``--epochs`` and prints one JSON line of stats per epoch."""
     settings = settings_from_args(PackSettings, args)
     epochs = settings.epoch_range()
     job, opts = settings.job(), settings.options()
+    if settings.token_file:
+        from graphfeed.common.security import ClientSecurity, configure_clients  # noqa: PLC0415
+
+        configure_clients(ClientSecurity.of(token_file=settings.token_file))
+    if settings.graph_stores and settings.wait_s > 0:
+        wait_for_graph_stores([a.strip() for a in settings.graph_stores.split(",") if a.strip()], settings.wait_s)
     partitions = open_partitions(settings)
     try:
         for epoch in epochs:

@@ -42,6 +42,15 @@ class PackSettings(BaseSettings):
     data: Path | None = Field(default=None, description="Partition root (opened in this process).")
     graph_stores: str = Field(default="", description="host:port of every graph-store, comma-separated.")
     out: Path = Field(..., description="Pack root (a loader's --pack-root).")
+    token_file: str = Field(
+        default="", description="With --graph-stores, a file whose first line is the bearer token sent with every call."
+    )
+    wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="With --graph-stores, seconds to wait for every graph-store to answer SERVING before packing "
+        "(a pack Job started beside graph-stores that are still staging); 0: fail at once.",
+    )
     epochs: str = Field(
         default="0:1", description="Epochs to pack, START:END (end exclusive): packed ahead of the trainer."
     )

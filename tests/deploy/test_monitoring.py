@@ -181,3 +181,39 @@ def test_monitoring_objects_match_the_services(rendered: dict[str, Rendered]) ->
     assert "app.kubernetes.io/component" in pm["spec"]["podTargetLabels"]
     (rule,) = mon.of_kind("PrometheusRule")
     assert rule["spec"]["groups"]
+
+
+def test_the_scrape_config_without_the_operator_is_valid_and_keeps_every_metrics_port(
+    rendered: dict[str, Rendered], tmp_path: Path
+) -> None:
+    """k8s/monitoring/scrape-config.yaml passes `promtool check config`, and its port-name rule
+    keeps the same (pod, port) pairs as the PodMonitor: the loader sidecar's too."""
+    import re
+
+    import yaml
+
+    config = REPO / "k8s/monitoring/scrape-config.yaml"
+    (job,) = yaml.safe_load(config.read_text())["scrape_configs"]
+    # Debian's Prometheus is built without Kubernetes service discovery, so promtool checks the
+    # job (its relabelling included) with the discovery swapped for a static target.
+    checked = {k: v for k, v in job.items() if k != "kubernetes_sd_configs"}
+    checked["static_configs"] = [{"targets": ["127.0.0.1:8080"]}]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [checked]}))
+    check([tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")], timeout_s=60)
+    assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": ["graphfeed"]}}]
+    (keep,) = [r for r in job["relabel_configs"] if r["source_labels"] == ["__meta_kubernetes_pod_container_port_name"]]
+    kept = {
+        (w["metadata"]["name"], port)
+        for w in rendered["cpu"].workloads()
+        for c in containers(w)
+        for port in container_ports(c)
+        if re.fullmatch(keep["regex"], port)
+    }
+    assert kept == {
+        ("graph-store", "metrics"),
+        ("sampler", "metrics"),
+        ("trainer", "metrics"),
+        ("trainer", "trainer-metrics"),
+    }
+    rel = {d["metadata"]["name"]: d["metadata"]["labels"].get("release") for d in rendered["monitoring"].docs}
+    assert rel["graphfeed"] == "kube-prometheus-stack", "values.yaml prometheusRelease labels the operator's objects"

@@ -11,14 +11,12 @@ stopped by its PID, so runs cannot collide.
 
 from __future__ import annotations
 
-import ctypes
 import gzip
 import hashlib
 import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -63,11 +61,6 @@ def _binaries(cache: Path) -> dict[str, Path]:
             (out / b).chmod(0o755)
         (out / ".ok").touch()
     return {b: out / b for b in BINARIES}
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the test process dies, even by SIGKILL (no fixture teardown)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -156,6 +149,23 @@ class ControlPlane:
         self.kubeconfig = root / "admin.kubeconfig"
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @classmethod
+    def started(cls, make_root: Callable[[], Path], cache: Path, attempts: int = 3) -> ControlPlane:
+        """A started control plane. A start that fails is retried on fresh ports: a port that
+        was free when picked can be taken before etcd or the apiserver binds it (busy machines
+        run many servers)."""
+        for attempt in range(1, attempts + 1):
+            plane = cls(make_root(), cache)
+            try:
+                plane.start()
+                return plane
+            except pytest.fail.Exception as exc:
+                plane.stop()
+                if attempt == attempts:
+                    raise
+                print(f"control plane start {attempt} failed, retrying on fresh ports: {exc}")
+        raise AssertionError("unreachable")
+
     def start(self, *, ready_timeout_s: float = 240.0) -> None:
         pki = self.root / "pki"
         pki.mkdir(parents=True)
@@ -264,7 +274,12 @@ class ControlPlane:
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, preexec_fn=_die_with_parent)
+        # setpriv --pdeathsig: the process dies with the test session even when that is killed
+        # (no fixture teardown). Not a preexec_fn: Python code between fork and exec in a process
+        # with threads (gRPC's, in a test session) can hang there.
+        setpriv = shutil.which("setpriv")
+        wrapped = [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
+        proc = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.STDOUT, cwd=self.root)
         self.procs.append((name, proc))
 
     def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -34,9 +34,8 @@ CPU_ROLES = ("ingest", "graph-store", "sampler", "pack")
 
 @pytest.fixture(scope="module")
 def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), Path.home() / ".cache" / "graphfeed")
+    plane = ControlPlane.started(lambda: tmp_path_factory.mktemp("control-plane"), Path.home() / ".cache" / "graphfeed")
     try:
-        plane.start()
         add_nodes(plane)
         add_volumes(plane, 80)
         stop = threading.Event()
@@ -321,7 +320,7 @@ VALUE_STEPS: list[tuple[str, dict[str, object]]] = [
                 },
             },
             "samplerReplicas": {"min": 2, "max": 4},
-            "graphStoreStartupChecks": 360,
+            "startupChecks": 360,
             "gpuTolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                 {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},

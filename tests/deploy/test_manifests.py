@@ -375,7 +375,8 @@ def test_network_policies_allow_exactly_the_architectures_flows(rendered: dict[s
         )
         assert ok == expected, f"{client} -> {server}:{port} should be {'allowed' if expected else 'denied'}"
     for server, port in (("graph-store", 8080), ("sampler", 8080), ("trainer", 8080), ("trainer", 8081)):
-        assert network_allows(r, "Ingress", labels[server], monitoring, "monitoring", port), (
+        # Prometheus runs in values.yaml's monitoringNamespace: scrapes from there, and only there.
+        assert network_allows(r, "Ingress", labels[server], monitoring, _values()["monitoringNamespace"], port), (
             f"Prometheus -> {server}:{port}"
         )
         assert not network_allows(r, "Ingress", labels[server], monitoring, "other", port)

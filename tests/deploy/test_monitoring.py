@@ -29,6 +29,7 @@ ALERTS = {
     "GraphfeedGraphStoreDown",
     "GraphfeedGraphStoreReplicasMissing",
     "GraphfeedSharedMemoryRefused",
+    "GraphfeedLoaderEpochWithoutPacks",
 }
 
 

@@ -251,3 +251,30 @@ def test_store_source_trains_to_the_same_weights_and_resumes(
         torch.set_num_threads(threads)
     assert same_weights(restarted.model.state_dict(), reference[1])
     assert store.edges.num_edges == 2 * 400 and store.duplicates == 11  # the replay re-sent epoch 1's 11 batches
+
+
+def test_visibility_previous_batches_hides_the_current_batch() -> None:
+    """same-batch (paper's code) sees earlier events of the batch being scored; previous-batches
+    (PyG's LastNeighborLoader) never does, but does see an earlier batch's event at the root's time."""
+    source = InProcessNeighbors(4)
+    source.append(np.array([0]), np.array([1]), np.array([5]), None)  # batch 1: event 0 at t=5
+    source.append(np.array([1, 1]), np.array([2, 3]), np.array([5, 7]), None)  # batch 2: events 1, 2
+    roots, times = np.array([1, 1]), np.array([7, 5])  # event 2 (node 1 at t=7) and a root at t=5
+    same = source.sample(roots, times, 10)
+    assert same.nbr.tolist() == [0, 2] and same.offsets.tolist() == [0, 2, 2]  # t=5: strictly before, none
+    prev = source.sample(roots, times + 1, 10, before_event=1)
+    assert prev.nbr.tolist() == [0, 0] and prev.offsets.tolist() == [0, 1, 2]  # batch 1 only, same time kept
+
+
+@pytest.mark.parametrize("visibility", ["same-batch", "previous-batches"])
+def test_the_loop_samples_what_its_visibility_allows(visibility: str) -> None:
+    events = load_events("collegemsg").head(400)
+    trainer = TGNTrainer(events, TGNConfig(visibility=visibility, batch_size=100, fanout=-1), report=lambda _: None)
+    trainer._append(0, 100)
+    trainer._append(100, 200)
+    first, stop = 100, 200
+    roots, times = np.concatenate([events.src[first:stop], events.dst[first:stop]]), np.tile(events.t[first:stop], 2)
+    smp = trainer._sample(roots, times, first)
+    in_batch = smp.eid >= 2 * first  # log positions of the current batch's events
+    assert in_batch.any() == (visibility == "same-batch")
+    assert (np.repeat(times, np.diff(smp.offsets)) >= smp.ts).all()

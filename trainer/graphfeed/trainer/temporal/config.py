@@ -15,8 +15,14 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from graphfeed.common.config import field_from
+from graphfeed.common.errors import InvalidArgument
 
-__all__ = ["TGNConfig", "TGNSettings"]
+__all__ = ["VISIBILITIES", "TGNConfig", "TGNSettings"]
+
+VISIBILITIES = ("same-batch", "previous-batches")
+"""What an event's neighbour lookup may see: every event strictly before its time, earlier events
+of its own batch included (the TGN paper's code), or the events of earlier batches only (PyG's
+``LastNeighborLoader``, which also sees earlier batches' events at the event's own time)."""
 
 
 def _doc(description: str) -> dict[str, str]:
@@ -30,7 +36,15 @@ class TGNConfig:
     seed: int = field(default=0, metadata=_doc("Job seed: initial weights and every negative."))
     epochs: int = field(default=1, metadata=_doc("Passes over the stream."))
     batch_size: int = field(default=200, metadata=_doc("Events per batch."))
-    fanout: int = field(default=10, metadata=_doc("Most recent neighbours attended to."))
+    fanout: int = field(default=10, metadata=_doc("Most recent neighbours attended to (0: memory only)."))
+    visibility: str = field(
+        default="same-batch",
+        metadata=_doc(
+            "Neighbours an event may see: same-batch (every event strictly before its time, the TGN paper's "
+            "code; a function of the data alone, so graph-stores can answer it) or previous-batches (earlier "
+            "batches only, as PyG's LastNeighborLoader; depends on the batch size; in-process source only)."
+        ),
+    )
     memory_dim: int = field(default=100, metadata=_doc("Width of the memory."))
     time_dim: int = field(default=100, metadata=_doc("Width of the time encoding."))
     embed_dim: int = field(default=100, metadata=_doc("Width of the embedding."))
@@ -47,6 +61,10 @@ class TGNConfig:
         default=None, metadata=_doc("Tests: SIGKILL this process after that many batches of this run.")
     )
 
+    def __post_init__(self) -> None:
+        if self.visibility not in VISIBILITIES:
+            raise InvalidArgument(f"visibility {self.visibility!r}: choose from {VISIBILITIES}")
+
 
 class TGNSettings(BaseSettings):
     """The TGN command: a dataset, the model (defaults: :class:`TGNConfig`'s) and where its
@@ -59,6 +77,7 @@ class TGNSettings(BaseSettings):
     epochs: int = field_from(TGNConfig, "epochs")
     batch_size: int = field_from(TGNConfig, "batch_size")
     fanout: int = field_from(TGNConfig, "fanout")
+    visibility: str = field_from(TGNConfig, "visibility")
     lr: float = field_from(TGNConfig, "lr")
     dim: int = field_from(
         TGNConfig, "memory_dim", description="Width of the memory, time encoding and embedding (all three)."
@@ -93,6 +112,7 @@ class TGNSettings(BaseSettings):
             epochs=self.epochs,
             batch_size=self.batch_size,
             fanout=self.fanout,
+            visibility=self.visibility,
             lr=self.lr,
             memory_dim=self.dim,
             time_dim=self.dim,

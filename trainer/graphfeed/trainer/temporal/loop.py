@@ -203,7 +203,7 @@ class TGNTrainer:
         neg = rng(self.cfg.seed, "neg", self.epoch, self.step).integers(lo, hi + 1, size=(len(src), k))
         self.model.train(train)
         with torch.set_grad_enabled(train):
-            pos, negs, loss, nodes, mem = self._forward(src, dst, t, neg)
+            pos, negs, loss, nodes, mem = self._forward(src, dst, t, neg, first)
             if train:
                 self.optimizer.zero_grad()
                 loss.backward()
@@ -222,13 +222,14 @@ class TGNTrainer:
         self.position = stop
 
     def _forward(
-        self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray
+        self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray, first: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor]:
-        """Logits of the positives [B] and negatives [B, K], the loss, and the memory read."""
+        """Logits of the positives [B] and negatives [B, K], the loss, and the memory read, of
+        the batch of events starting at stream position ``first``."""
         b, k = neg.shape
         roots = np.concatenate([src, dst, neg[:, 0], neg[:, 1:].ravel()])
         times = np.concatenate([t, t, t, np.repeat(t, k - 1)])
-        smp = self.source.sample(roots, times, self.cfg.fanout)
+        smp = self._sample(roots, times, first)
         nodes = np.unique(np.concatenate([roots, smp.nbr]))
         mem = self.memory.read(self.model, nodes)
         z = self._embed(mem, nodes, smp, roots, times, 0, 3 * b)  # these carry the loss's gradient
@@ -242,6 +243,13 @@ class TGNTrainer:
         loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos))
         loss = loss + F.binary_cross_entropy_with_logits(neg0, torch.zeros_like(neg0))
         return pos, torch.cat([neg0.detach().unsqueeze(1), extra], dim=1), loss, nodes, mem
+
+    def _sample(self, roots: np.ndarray, times: np.ndarray, first: int | None) -> TemporalSample:
+        """The neighbours the visibility setting allows (previous-batches: the events before
+        ``first``, at any time up to the root's own, as PyG's LastNeighborLoader)."""
+        if self.cfg.visibility == "previous-batches" and first is not None:
+            return self.source.sample(roots, times + 1, self.cfg.fanout, before_event=first)
+        return self.source.sample(roots, times, self.cfg.fanout)
 
     def _embed(
         self,

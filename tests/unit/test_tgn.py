@@ -134,7 +134,8 @@ def test_a_training_step_lowers_its_batchs_loss_for_every_seed() -> None:
 
     The time encoder's frequencies are left out of the step: ``cos(w dt)`` with ``dt`` in raw
     seconds makes the loss oscillate in ``w`` at a scale far below any useful step (gradient
-    ~5e5 against ~0.1 elsewhere), so no first-order claim holds for them."""
+    ~5e5 against ~0.1 elsewhere), so no first-order claim holds for them. Both passes draw the
+    same dropout mask (the loss is then one function of the weights)."""
     events = load_events("collegemsg").head(400)
     for seed in range(3):
         cfg = TGNConfig(seed=seed, batch_size=40, memory_dim=16, time_dim=16, embed_dim=16)
@@ -145,7 +146,9 @@ def test_a_training_step_lowers_its_batchs_loss_for_every_seed() -> None:
         trainer._append(first, stop)
         src, dst, t = events.src[first:stop], events.dst[first:stop], events.t[first:stop]
         neg = np.random.default_rng(seed).integers(*events.dst_range, size=(stop - first, 1))
-        loss = trainer._forward(src, dst, t, neg)[2]
+        with torch.random.fork_rng(devices=[]):  # the same dropout mask for both passes
+            torch.manual_seed(seed)
+            loss = trainer._forward(src, dst, t, neg)[2]
         named = [(n, p) for n, p in trainer.model.named_parameters() if n != "time_enc.lin.weight"]
         grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
         missing = [n for (n, _), g in zip(named, grads) if g is None]
@@ -155,7 +158,9 @@ def test_a_training_step_lowers_its_batchs_loss_for_every_seed() -> None:
         with torch.no_grad():
             for (_, p), g in zip(named, grads):
                 p.sub_(g, alpha=1e-3 / norm)  # a step of length 1e-3 against the gradient
-        after = trainer._forward(src, dst, t, neg)[2]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            after = trainer._forward(src, dst, t, neg)[2]
         assert float(after) < float(loss), (seed, float(loss), float(after))
 
 
@@ -278,3 +283,26 @@ def test_the_loop_samples_what_its_visibility_allows(visibility: str) -> None:
     in_batch = smp.eid >= 2 * first  # log positions of the current batch's events
     assert in_batch.any() == (visibility == "same-batch")
     assert (np.repeat(times, np.diff(smp.offsets)) >= smp.ts).all()
+
+
+def test_the_best_validation_epoch_is_kept_and_patience_stops() -> None:
+    """The kept weights are exactly those of a run that stopped at the best validation epoch
+    (the first k epochs do not depend on how many follow), with its memory at that epoch's end;
+    patience stops at the first epoch that many epochs after the best. (A high learning rate
+    makes the validation AP peak early here; the assertions hold wherever it peaks.)"""
+    events = load_events("collegemsg").head(200)
+    cfg = small_config(epochs=3, batch_size=50, lr=0.1)
+    trainer = TGNTrainer(events, cfg, report=lambda _: None)
+    result = trainer.run()
+    val = [e.metrics["val"][0] for e in result.epochs]
+    assert result.best_epoch == result.kept_epoch == 1 + int(np.argmax(val))
+    assert result.test_ap == result.epochs[result.kept_epoch - 1].metrics["test"][0]
+    short_cfg = small_config(epochs=result.kept_epoch, batch_size=50, lr=0.1, keep_best=False)
+    short = TGNTrainer(events, short_cfg, report=lambda _: None)
+    assert short.run().kept_epoch == result.kept_epoch  # keep_best=False: the last epoch's weights
+    assert same_weights(trainer.model.state_dict(), short.model.state_dict())
+    assert torch.equal(trainer.memory.mem, short.memory.mem) and short.memory.mem.abs().sum() > 0
+    patient = TGNTrainer(events, small_config(epochs=3, batch_size=50, lr=0.1, patience=1), report=lambda _: None)
+    ran = patient.run()
+    first_worse = next((i + 1 for i in range(1, 3) if val[i] <= max(val[:i])), 3)
+    assert len(ran.epochs) == first_worse and ran.stopped_early == (first_worse < 3 or val[2] <= max(val[:2]))

@@ -1,8 +1,10 @@
-"""``python -m graphfeed.trainer.temporal``: TGN link prediction on CollegeMsg or LastFM, in-process.
+"""``python -m graphfeed.trainer.temporal``: TGN link prediction on a temporal graph, in-process.
 
 Examples::
 
     python -m graphfeed.trainer.temporal --dataset collegemsg --epochs 1
+    python -m graphfeed.trainer.temporal --dataset /data/calls --split 0.8,0.1,0.1 --seed 3
+    python -m graphfeed.trainer.temporal --dataset calls.csv --columns src,dst,ts
     python -m graphfeed.trainer.temporal --dataset lastfm --epochs 3 --checkpoint /tmp/tgn.pt --json out.json
 """
 
@@ -17,7 +19,7 @@ import time
 from graphfeed.common.config import add_settings_argument, add_settings_arguments, settings_from_args
 from graphfeed.common.errors import GraphfeedError
 from graphfeed.trainer.temporal.config import TGNSettings
-from graphfeed.trainer.temporal.events import load_events
+from graphfeed.trainer.temporal.events import load_events, parse_split
 
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
@@ -56,9 +58,10 @@ def run_settings(settings: TGNSettings) -> int:
     if settings.mmap_threshold_kib:
         return_freed_memory_to_the_os(settings.mmap_threshold_kib * 1024)
     try:
-        events = load_events(settings.dataset)
+        split = parse_split(settings.split) if settings.split else None
+        events = load_events(settings.dataset, split, settings.columns)
         if settings.events:
-            events = events.head(settings.events)
+            events = events.head(settings.events, *([split] if split else []))
         cfg = settings.tgn_config()
         print(
             f"{events.name}: {events.num_events:,} events, {events.num_nodes:,} nodes, "

@@ -112,11 +112,12 @@ def run_all(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
         for seed in args.seeds
         for system in SYSTEMS
     ]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            runs = list(pool.map(one_run, *zip(*todo)))
-    else:
-        runs = [one_run(*t) for t in todo]
-    for r in runs:
-        print(f"{r['dataset']} seed {r['seed']} {r['system']}: test AP per epoch {r['test_ap']}", flush=True)
+    runs = []
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for r in pool.map(one_run, *zip(*todo)):  # in order, each as soon as it and those before it are done
+            print(
+                f"{r['dataset']} seed {r['seed']} {r['system']}: val AP {r['val_ap']} test AP {r['test_ap']}",
+                flush=True,
+            )
+            runs.append(r)
     return runs, summarize(runs)

@@ -86,7 +86,7 @@ def run_settings(settings: TGNSettings) -> int:
         print(f"graphfeed.trainer.temporal: error: {e}", file=sys.stderr)
         return 2
     print(
-        f"final test AP {result.test_ap:.4f} MRR {result.test_mrr:.4f} "
+        f"test AP {result.test_ap:.4f} MRR {result.test_mrr:.4f} of the kept epoch {result.kept_epoch} "
         f"({seconds:.1f}s, {torch.get_num_threads()} threads)",
         flush=True,
     )
@@ -99,6 +99,9 @@ def run_settings(settings: TGNSettings) -> int:
             "config": {k: str(v) for k, v in dataclasses.asdict(cfg).items()},
             "test_ap": result.test_ap,
             "test_mrr": result.test_mrr,
+            "kept_epoch": result.kept_epoch,
+            "best_epoch": result.best_epoch,
+            "stopped_early": result.stopped_early,
             "seconds": seconds,
             "threads": torch.get_num_threads(),
             "epochs": [dataclasses.asdict(e) for e in result.epochs],

@@ -3,6 +3,7 @@ ingest` writes from it (same events), the bundled PubMed citations, chronologica
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,3 +40,17 @@ def test_pubmed_citations_are_a_yearly_stream() -> None:
 def test_a_bad_split_is_refused(bad: str) -> None:
     with pytest.raises(InvalidArgument):
         parse_split(bad)
+
+
+def test_train_temporal_runs_on_a_csv_with_its_own_split_and_seed(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    csv = tmp_path / "calls.csv"
+    rows = zip(rng.integers(0, 30, 300), rng.integers(30, 60, 300), np.sort(rng.integers(0, 10_000, 300)))
+    csv.write_text("src,dst,ts\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+    out = tmp_path / "run.json"
+    args = ["train-temporal", "--dataset", str(csv), "--split", "0.8,0.1,0.1", "--seed", "3", "--dim", "8"]
+    args += ["--batch-size", "50", "--epochs", "2", "--threads", "1", "--mmap-threshold-kib", "0", "--json", str(out)]
+    assert graphfeed([*args, "--visibility", "previous-batches"]) == 0
+    result = json.loads(out.read_text())
+    assert result["events"] == 300 and result["config"]["seed"] == "3" and result["kept_epoch"] in (1, 2)
+    assert result["config"]["visibility"] == "previous-batches"

@@ -1,8 +1,9 @@
 """Continuous temporal training through graphfeed's services: the TGN job of
 ``graphfeed.trainer.temporal`` with its neighbours held by graph-store processes that take the
 event stream as durable appends (GNNFlow), for ``graphfeed demo --temporal`` and
-``graphfeed bench tgn``. (``graphfeed train-temporal --graph-stores`` trains the same job against
-graph-stores someone else started.)
+``graphfeed bench tgn``. (``graphfeed train-temporal --graph-stores H:P,...`` trains the same job
+against graph-stores someone else started; there is no ``graphfeed train --temporal``.) Only the
+``same-batch`` visibility runs here: a graph-store selects neighbours by time, not by batch.
 
 The graph-stores start from partitions that hold the stream's nodes and no edge: every edge
 arrives by ``AppendEdges`` while the job trains (each batch of events is appended, acknowledged

@@ -7,26 +7,32 @@ routing, AppendEdges with fsync, SampleTemporal over gRPC). Reports test AP / MR
 difference (the target: within 1 point), and the wall time of each. Torch runs on one thread so
 that a difference can only come from the neighbours (multi-threaded CPU reductions are not
 bit-reproducible).
+
+With ``--pyg``: graphfeed's TGN beside PyG's TGN example instead, several seeds, both neighbour
+visibilities (:mod:`graphfeed.bench.tgn_compare`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from graphfeed.bench import harness
 
+DATASETS = ("collegemsg", "lastfm", "pubmed")
 
-def _one(dataset: str, events_n: int, epochs: int, partitions: int) -> dict:
+
+def _one(dataset: str, events_n: int, epochs: int, partitions: int, seed: int) -> dict:
     from graphfeed.temporal_run import run_streaming
     from graphfeed.trainer.temporal.events import load_events
     from graphfeed.trainer.temporal.loop import TGNConfig, TGNTrainer
 
     events = load_events(dataset)
     events = events.head(events_n) if events_n else events
-    cfg = TGNConfig(epochs=epochs)
+    cfg = TGNConfig(epochs=epochs, seed=seed)
     t0 = time.perf_counter()
     local = TGNTrainer(events, cfg, report=lambda _line: None).run()
     local_s = time.perf_counter() - t0
@@ -36,6 +42,7 @@ def _one(dataset: str, events_n: int, epochs: int, partitions: int) -> dict:
         "dataset": dataset,
         "events": events.num_events,
         "epochs": epochs,
+        "seed": seed,
         "graph_stores": partitions,
         "in_process": {"test_ap": local.test_ap, "test_mrr": local.test_mrr, "seconds": local_s},
         "graphfeed": {"test_ap": remote.test_ap, "test_mrr": remote.test_mrr, "seconds": remote_s},
@@ -56,44 +63,74 @@ def _table(rows: list[dict], command: str) -> str:
     for r in rows:
         a, b = r["in_process"], r["graphfeed"]
         lines.append(
-            f"| {r['dataset']} | {r['events']:,} | {a['test_ap']:.4f} / {a['test_mrr']:.4f} "
+            f"| {r['dataset']} (seed {r['seed']}) | {r['events']:,} | {a['test_ap']:.4f} / {a['test_mrr']:.4f} "
             f"| {b['test_ap']:.4f} / {b['test_mrr']:.4f} | {r['ap_difference_points']:+.2f} "
             f"| {a['seconds']:.0f} s / {b['seconds']:.0f} s |"
         )
     return "\n".join(lines) + "\n"
 
 
+def _command(args: argparse.Namespace) -> str:
+    data = " ".join(f"--dataset {d} --events {n}" for d, n in zip(args.dataset, args.events))
+    seeds = " ".join(str(s) for s in args.seeds)
+    extra = f" --pyg --fanout {args.fanout} --jobs {args.jobs}" if args.pyg else f" --graph-stores {args.graph_stores}"
+    return f"graphfeed bench tgn {data} --seeds {seeds} --epochs {args.epochs}{extra}"
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)
-    rows = [_one(d, n, args.epochs, args.graph_stores) for d, n in zip(args.dataset, args.events)]
-    command = "graphfeed bench tgn " + " ".join(
-        f"--dataset {d} --events {n}" for d, n in zip(args.dataset, args.events)
-    )
-    harness.write(args, {"rows": rows}, _table(rows, command), "tgn")
+    if args.pyg:
+        from graphfeed.bench import tgn_compare, tgn_pyg
+
+        missing = tgn_pyg.available()
+        if missing:
+            print(f"graphfeed bench tgn --pyg: {missing}", file=sys.stderr)
+            return 2
+        runs, summary = tgn_compare.run_all(args)
+        harness.write(args, {"runs": runs, "rows": summary}, tgn_compare.table(summary, _command(args)), "tgn_pyg")
+        return 0
+    rows = [
+        _one(d, n, args.epochs, args.graph_stores, seed)
+        for d, n in zip(args.dataset, args.events)
+        for seed in args.seeds
+    ]
+    harness.write(args, {"rows": rows}, _table(rows, _command(args)), "tgn")
     return 0 if all(abs(r["ap_difference_points"]) <= 1.0 for r in rows) else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    help = "TGN through graphfeed (durable appends, temporal sampling) vs in process: AP/MRR"
+    help = "TGN through graphfeed (durable appends, temporal sampling) vs in process, or (--pyg) vs PyG: AP/MRR"
     harness.register(sub, "tgn", __doc__, help, add_arguments, _defaults_then_run)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--dataset", action="append", choices=("collegemsg", "lastfm"), help="repeat; default collegemsg and lastfm"
+        "--dataset",
+        action="append",
+        choices=DATASETS,
+        help="repeat; default collegemsg and lastfm (with --pyg: and pubmed)",
     )
     p.add_argument(
-        "--events", type=int, action="append", help="events per dataset (0: all); default all CollegeMsg, 60000 LastFM"
+        "--events",
+        type=int,
+        action="append",
+        help="events per dataset (0: all); default all CollegeMsg, 60000 LastFM, all PubMed",
     )
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--seeds", type=int, nargs="+", help="job seeds, one run each (default: --seed)")
     p.add_argument("--graph-stores", type=int, default=2)
+    p.add_argument("--pyg", action="store_true", help="compare with PyG's TGN example (needs torch_geometric)")
+    p.add_argument("--fanout", type=int, default=10, help="--pyg: neighbours per root (0: memory only)")
+    p.add_argument("--jobs", type=int, default=1, help="--pyg: trainings at a time (processes)")
 
 
 def _defaults_then_run(args: argparse.Namespace) -> int:
-    args.dataset = args.dataset or ["collegemsg", "lastfm"]
-    args.events = args.events or [0, 60_000][: len(args.dataset)]
+    args.dataset = args.dataset or ["collegemsg", "lastfm", *(["pubmed"] if args.pyg else [])]
+    args.seeds = args.seeds or [args.seed]
+    defaults = {"collegemsg": 0, "lastfm": 60_000, "pubmed": 0}
+    args.events = args.events or [defaults[d] for d in args.dataset]
     if len(args.events) != len(args.dataset):
         raise SystemExit("graphfeed bench tgn: give one --events per --dataset")
     return run(args)

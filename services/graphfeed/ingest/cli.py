@@ -44,8 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the ``ingest`` subcommand (handler: :func:`run`)."""
     p = subparsers.add_parser(
         "ingest",
-        help="load a graph (cora, imdb, collegemsg, lastfm, lastfm-hetero, numpy dir, CSV, synthetic) and write it "
-        "as partitions",
+        help="load a graph (cora, imdb, collegemsg, lastfm, pubmed, lastfm-hetero, numpy dir, CSV, synthetic) and "
+        "write it as partitions",
         description="Load a graph, partition it (METIS or random) and write one directory per partition\n"
         "for the graph-stores. Prints one line per partition and the totals.",
         epilog="examples:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    graphfeed")),
@@ -60,7 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "nodes/ and edges/ is a typed graph (see the README)",
     )
     src.add_argument(
-        "--undirected", action="store_true", help="numpy/csv/collegemsg/lastfm: also add the reverse of every edge"
+        "--undirected",
+        action="store_true",
+        help="numpy/csv/collegemsg/lastfm/pubmed: also add the reverse of every edge",
     )
     src.add_argument(
         "--add-reverse",
@@ -215,7 +217,7 @@ def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         )
     if kind == "cora":
         return {"split_seed": args.split_seed}
-    if kind in ("collegemsg", "lastfm"):  # chronological 70/15/15 event split, in the manifest's extra
+    if kind in ("collegemsg", "lastfm", "pubmed"):  # chronological 70/15/15 event split, in the manifest's extra
         return {"undirected": args.undirected}
     if kind == "imdb":
         return {"split_seed": args.split_seed, "add_reverse": args.add_reverse}

@@ -32,7 +32,7 @@ from graphfeed.ingest.graph import (
 from graphfeed.ingest.hetero_sources import load_imdb, load_lastfm_hetero
 from graphfeed.ingest.synthetic import generate, generate_preset
 from graphfeed.ingest.synthetic_hetero import HETERO_PRESETS, generate_mag
-from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, package_dir
+from graphfeed.ingest.temporal_sources import load_collegemsg, load_lastfm, load_pubmed, package_dir
 from graphfeed.ingest.typed_layouts import is_typed_layout, load_numpy_typed
 
 CORA_NUM_CLASSES = 7
@@ -249,6 +249,7 @@ SOURCES: dict[str, Callable[..., GraphData]] = {
     "synthetic": load_synthetic,
     "collegemsg": load_collegemsg,
     "lastfm": load_lastfm,
+    "pubmed": load_pubmed,
     "imdb": load_imdb,
     "lastfm-hetero": load_lastfm_hetero,
 }

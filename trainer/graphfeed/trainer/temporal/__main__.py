@@ -1,8 +1,10 @@
-"""``python -m graphfeed.trainer.temporal``: TGN link prediction on CollegeMsg or LastFM, in-process.
+"""``python -m graphfeed.trainer.temporal``: TGN link prediction on a temporal graph, in-process.
 
 Examples::
 
     python -m graphfeed.trainer.temporal --dataset collegemsg --epochs 1
+    python -m graphfeed.trainer.temporal --dataset /data/calls --split 0.8,0.1,0.1 --seed 3
+    python -m graphfeed.trainer.temporal --dataset calls.csv --columns src,dst,ts
     python -m graphfeed.trainer.temporal --dataset lastfm --epochs 3 --checkpoint /tmp/tgn.pt --json out.json
 """
 
@@ -15,9 +17,9 @@ import sys
 import time
 
 from graphfeed.common.config import add_settings_argument, add_settings_arguments, settings_from_args
-from graphfeed.common.errors import GraphfeedError
+from graphfeed.common.errors import GraphfeedError, InvalidArgument
 from graphfeed.trainer.temporal.config import TGNSettings
-from graphfeed.trainer.temporal.events import load_events
+from graphfeed.trainer.temporal.events import load_events, parse_split
 
 
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
@@ -56,9 +58,10 @@ def run_settings(settings: TGNSettings) -> int:
     if settings.mmap_threshold_kib:
         return_freed_memory_to_the_os(settings.mmap_threshold_kib * 1024)
     try:
-        events = load_events(settings.dataset)
+        split = parse_split(settings.split) if settings.split else None
+        events = load_events(settings.dataset, split, settings.columns)
         if settings.events:
-            events = events.head(settings.events)
+            events = events.head(settings.events, *([split] if split else []))
         cfg = settings.tgn_config()
         print(
             f"{events.name}: {events.num_events:,} events, {events.num_nodes:,} nodes, "
@@ -67,6 +70,8 @@ def run_settings(settings: TGNSettings) -> int:
         )
         t0 = time.perf_counter()
         source = None
+        if settings.graph_stores and cfg.visibility != "same-batch":
+            raise InvalidArgument("--graph-stores answers --visibility same-batch only (a store selects by time)")
         if settings.graph_stores:
             from graphfeed.graph_store.partitions import RemotePartitionSet  # noqa: PLC0415 - --graph-stores only
             from graphfeed.graph_store.temporal.client import TemporalClient, TemporalStoreView  # noqa: PLC0415 - --graph-stores only
@@ -81,7 +86,7 @@ def run_settings(settings: TGNSettings) -> int:
         print(f"graphfeed.trainer.temporal: error: {e}", file=sys.stderr)
         return 2
     print(
-        f"final test AP {result.test_ap:.4f} MRR {result.test_mrr:.4f} "
+        f"test AP {result.test_ap:.4f} MRR {result.test_mrr:.4f} of the kept epoch {result.kept_epoch} "
         f"({seconds:.1f}s, {torch.get_num_threads()} threads)",
         flush=True,
     )
@@ -94,6 +99,9 @@ def run_settings(settings: TGNSettings) -> int:
             "config": {k: str(v) for k, v in dataclasses.asdict(cfg).items()},
             "test_ap": result.test_ap,
             "test_mrr": result.test_mrr,
+            "kept_epoch": result.kept_epoch,
+            "best_epoch": result.best_epoch,
+            "stopped_early": result.stopped_early,
             "seconds": seconds,
             "threads": torch.get_num_threads(),
             "epochs": [dataclasses.asdict(e) for e in result.epochs],

@@ -15,8 +15,14 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from graphfeed.common.config import field_from
+from graphfeed.common.errors import InvalidArgument
 
-__all__ = ["TGNConfig", "TGNSettings"]
+__all__ = ["VISIBILITIES", "TGNConfig", "TGNSettings"]
+
+VISIBILITIES = ("same-batch", "previous-batches")
+"""What an event's neighbour lookup may see: every event strictly before its time, earlier events
+of its own batch included (the TGN paper's code), or the events of earlier batches only (PyG's
+``LastNeighborLoader``, which also sees earlier batches' events at the event's own time)."""
 
 
 def _doc(description: str) -> dict[str, str]:
@@ -30,12 +36,34 @@ class TGNConfig:
     seed: int = field(default=0, metadata=_doc("Job seed: initial weights and every negative."))
     epochs: int = field(default=1, metadata=_doc("Passes over the stream."))
     batch_size: int = field(default=200, metadata=_doc("Events per batch."))
-    fanout: int = field(default=10, metadata=_doc("Most recent neighbours attended to."))
+    fanout: int = field(default=10, metadata=_doc("Most recent neighbours attended to (0: memory only)."))
+    visibility: str = field(
+        default="same-batch",
+        metadata=_doc(
+            "Neighbours an event may see: same-batch (every event strictly before its time, the TGN paper's "
+            "code; a function of the data alone, so graph-stores can answer it) or previous-batches (earlier "
+            "batches only, as PyG's LastNeighborLoader; depends on the batch size; in-process source only)."
+        ),
+    )
     memory_dim: int = field(default=100, metadata=_doc("Width of the memory."))
     time_dim: int = field(default=100, metadata=_doc("Width of the time encoding."))
     embed_dim: int = field(default=100, metadata=_doc("Width of the embedding."))
     heads: int = field(default=2, metadata=_doc("Attention heads."))
     lr: float = field(default=1e-4, metadata=_doc("Adam learning rate."))
+    dropout: float = field(
+        default=0.1, metadata=_doc("Dropout on the attention weights in training (PyG's TGN example: 0.1).")
+    )
+    patience: int | None = field(
+        default=None,
+        metadata=_doc("Stop after this many epochs without a better validation AP (default: run every epoch)."),
+    )
+    keep_best: bool = field(
+        default=True,
+        metadata=_doc(
+            "At the end, restore the weights and memory of the epoch with the best validation AP "
+            "(false: keep the last epoch's)."
+        ),
+    )
     mrr_negatives: int = field(
         default=19,
         metadata=_doc("Val/test negatives per event: MRR ranks the positive among 1 + this many; AP uses the first."),
@@ -47,6 +75,12 @@ class TGNConfig:
         default=None, metadata=_doc("Tests: SIGKILL this process after that many batches of this run.")
     )
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.dropout < 1 or (self.patience is not None and self.patience < 1):
+            raise InvalidArgument(f"dropout {self.dropout} must be in [0, 1), patience {self.patience} >= 1")
+        if self.visibility not in VISIBILITIES:
+            raise InvalidArgument(f"visibility {self.visibility!r}: choose from {VISIBILITIES}")
+
 
 class TGNSettings(BaseSettings):
     """The TGN command: a dataset, the model (defaults: :class:`TGNConfig`'s) and where its
@@ -54,12 +88,28 @@ class TGNSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GRAPHFEED_TRAIN_TEMPORAL_", extra="forbid")
 
-    dataset: str = Field(default="collegemsg", description="Event stream: collegemsg or lastfm.")
-    events: int | None = Field(default=None, description="Use only the first N events (re-split 70/15/15).")
+    dataset: str = Field(
+        default="collegemsg",
+        description="Event stream: collegemsg, lastfm, pubmed, the root directory of a graph written by "
+        "`graphfeed ingest` with edge timestamps, or an edge-list CSV with a time column.",
+    )
+    columns: str | None = Field(
+        default=None, description="A CSV dataset's columns, as `graphfeed ingest --columns` (e.g. src,dst,ts)."
+    )
+    split: str | None = Field(
+        default=None,
+        description="Chronological train,val,test fractions of the events (default: the dataset's own split, "
+        "else 0.7,0.15,0.15).",
+    )
+    events: int | None = Field(default=None, description="Use only the first N events (re-split chronologically).")
     epochs: int = field_from(TGNConfig, "epochs")
     batch_size: int = field_from(TGNConfig, "batch_size")
     fanout: int = field_from(TGNConfig, "fanout")
+    visibility: str = field_from(TGNConfig, "visibility")
     lr: float = field_from(TGNConfig, "lr")
+    dropout: float = field_from(TGNConfig, "dropout")
+    patience: int | None = field_from(TGNConfig, "patience")
+    keep_best: bool = field_from(TGNConfig, "keep_best")
     dim: int = field_from(
         TGNConfig, "memory_dim", description="Width of the memory, time encoding and embedding (all three)."
     )
@@ -93,7 +143,11 @@ class TGNSettings(BaseSettings):
             epochs=self.epochs,
             batch_size=self.batch_size,
             fanout=self.fanout,
+            visibility=self.visibility,
             lr=self.lr,
+            dropout=self.dropout,
+            patience=self.patience,
+            keep_best=self.keep_best,
             memory_dim=self.dim,
             time_dim=self.dim,
             embed_dim=self.dim,

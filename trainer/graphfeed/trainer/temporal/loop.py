@@ -10,7 +10,12 @@ holds the whole stream (a graph-store in epoch 2) answers exactly as one that is
 Every random draw comes from ``graphfeed.common.seeds.rng(seed, "neg", epoch, step)``; a
 checkpoint (model, optimizer, memory, stream position, metric accumulators) is written
 atomically every ``checkpoint_every`` batches, and a restarted job replays the source's appends
-up to the checkpoint and continues to the same final weights bit for bit.
+up to the checkpoint and continues to the same final weights bit for bit. Dropout draws from
+torch's generator seeded by ``derive_seed(seed, "dropout", epoch, step)`` for that batch only.
+
+After every epoch the validation AP picks the best epoch so far; its weights and its memory at
+the end of its stream are kept (in the checkpoint too) and restored when training ends
+(``keep_best``), and ``patience`` epochs without a better one stop training.
 """
 
 from __future__ import annotations
@@ -77,16 +82,23 @@ class EpochResult:
 
 @dataclass
 class TGNResult:
+    """Per-epoch and per-chunk metrics; ``best_epoch`` (1-based) has the best validation AP, and
+    ``kept_epoch`` is the epoch whose weights the trainer holds at the end."""
+
     epochs: list[EpochResult] = field(default_factory=list)
     chunks: list[ChunkLine] = field(default_factory=list)
+    best_epoch: int = 0
+    kept_epoch: int = 0
+    stopped_early: bool = False
 
     @property
     def test_ap(self) -> float:
-        return self.epochs[-1].metrics["test"][0]
+        """Test AP of the kept epoch's pass over the stream."""
+        return self.epochs[self.kept_epoch - 1].metrics["test"][0]
 
     @property
     def test_mrr(self) -> float:
-        return self.epochs[-1].metrics["test"][1]
+        return self.epochs[self.kept_epoch - 1].metrics["test"][1]
 
 
 def batch_bounds(events: TemporalEvents, batch_size: int) -> list[tuple[int, int, str]]:
@@ -138,7 +150,7 @@ class TGNTrainer:
     ) -> None:
         self.events, self.cfg, self.report = events, cfg, report
         self.source = source if source is not None else InProcessNeighbors(events.num_nodes, events.edge_feat_dim)
-        dims = TGNDims(cfg.memory_dim, cfg.time_dim, cfg.embed_dim, events.edge_feat_dim, cfg.heads)
+        dims = TGNDims(cfg.memory_dim, cfg.time_dim, cfg.embed_dim, events.edge_feat_dim, cfg.heads, cfg.dropout)
         with torch.random.fork_rng():  # the job seed fixes the initial weights, global RNG untouched
             torch.manual_seed(derive_seed(cfg.seed, "init") & (2**63 - 1))
             self.model = TGN(dims)
@@ -147,6 +159,7 @@ class TGNTrainer:
         self.bounds = batch_bounds(events, cfg.batch_size)
         self.epoch, self.step, self.position = 0, 0, 0
         self.result = TGNResult()
+        self._best: dict | None = None  # epoch, val AP, weights, memory of the best epoch so far
         self._epoch_seconds = 0.0
         self._new_epoch_scores()
         self._batches_run = 0
@@ -155,7 +168,7 @@ class TGNTrainer:
 
     def run(self) -> TGNResult:
         """Trains the remaining epochs; returns the per-chunk and per-epoch metrics."""
-        while self.epoch < self.cfg.epochs:
+        while self.epoch < self.cfg.epochs and not self.result.stopped_early:
             t0 = time.perf_counter() - self._epoch_seconds
             while self.step < len(self.bounds):
                 self._batch(*self.bounds[self.step])
@@ -165,11 +178,39 @@ class TGNTrainer:
             done = EpochResult(self.epoch + 1, {p: s.summary() for p, s in self._phase.items()}, self._epoch_seconds)
             self.result.epochs.append(done)
             self.report(str(done))
+            self._track_best(done)
             self.epoch, self.step = self.epoch + 1, 0
-            self.memory.reset()
+            if self.epoch == self.cfg.epochs or self.result.stopped_early:
+                self._finish()  # the memory stays as at the end of the kept epoch's stream
+            else:
+                self.memory.reset()
             self._new_epoch_scores()
             self._checkpoint()
         return self.result
+
+    def _track_best(self, done: EpochResult) -> None:
+        """Keeps the weights and end-of-stream memory of the best validation AP so far."""
+        val_ap = done.metrics["val"][0]
+        if self._best is None or val_ap > self._best["val_ap"]:
+            self._best = {
+                "epoch": done.epoch,
+                "val_ap": val_ap,
+                "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+                "memory": self.memory.state_dict(),
+            }
+            self.result.best_epoch = done.epoch
+        elif self.cfg.patience is not None and done.epoch - self._best["epoch"] >= self.cfg.patience:
+            self.result.stopped_early = True
+            self.report(f"no better validation AP for {self.cfg.patience} epoch(s): stopping after epoch {done.epoch}")
+
+    def _finish(self) -> None:
+        """The kept weights and memory: the best epoch's (``keep_best``) or the last one's."""
+        self.result.kept_epoch = len(self.result.epochs)
+        if self.cfg.keep_best and self._best is not None:
+            self.model.load_state_dict(self._best["model"])
+            self.memory.load_state_dict(self._best["memory"])
+            self.result.kept_epoch = self._best["epoch"]
+            self.report(f"kept epoch {self.result.kept_epoch} (best validation AP {self._best['val_ap']:.4f})")
 
     def _new_epoch_scores(self) -> None:
         self._phase = {p: Scores() for p in PHASES}
@@ -202,8 +243,9 @@ class TGNTrainer:
         k = 1 if train else self.cfg.mrr_negatives  # extra negatives cost a root each: only where MRR is reported
         neg = rng(self.cfg.seed, "neg", self.epoch, self.step).integers(lo, hi + 1, size=(len(src), k))
         self.model.train(train)
-        with torch.set_grad_enabled(train):
-            pos, negs, loss, nodes, mem = self._forward(src, dst, t, neg)
+        with torch.set_grad_enabled(train), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(self.cfg.seed, "dropout", self.epoch, self.step) & (2**63 - 1))
+            pos, negs, loss, nodes, mem = self._forward(src, dst, t, neg, first)
             if train:
                 self.optimizer.zero_grad()
                 loss.backward()
@@ -222,13 +264,14 @@ class TGNTrainer:
         self.position = stop
 
     def _forward(
-        self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray
+        self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray, first: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor]:
-        """Logits of the positives [B] and negatives [B, K], the loss, and the memory read."""
+        """Logits of the positives [B] and negatives [B, K], the loss, and the memory read, of
+        the batch of events starting at stream position ``first``."""
         b, k = neg.shape
         roots = np.concatenate([src, dst, neg[:, 0], neg[:, 1:].ravel()])
         times = np.concatenate([t, t, t, np.repeat(t, k - 1)])
-        smp = self.source.sample(roots, times, self.cfg.fanout)
+        smp = self._sample(roots, times, first)
         nodes = np.unique(np.concatenate([roots, smp.nbr]))
         mem = self.memory.read(self.model, nodes)
         z = self._embed(mem, nodes, smp, roots, times, 0, 3 * b)  # these carry the loss's gradient
@@ -242,6 +285,13 @@ class TGNTrainer:
         loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos))
         loss = loss + F.binary_cross_entropy_with_logits(neg0, torch.zeros_like(neg0))
         return pos, torch.cat([neg0.detach().unsqueeze(1), extra], dim=1), loss, nodes, mem
+
+    def _sample(self, roots: np.ndarray, times: np.ndarray, first: int | None) -> TemporalSample:
+        """The neighbours the visibility setting allows (previous-batches: the events before
+        ``first``, at any time up to the root's own, as PyG's LastNeighborLoader)."""
+        if self.cfg.visibility == "previous-batches" and first is not None:
+            return self.source.sample(roots, times + 1, self.cfg.fanout, before_event=first)
+        return self.source.sample(roots, times, self.cfg.fanout)
 
     def _embed(
         self,
@@ -279,6 +329,7 @@ class TGNTrainer:
             "chunk": self._chunk,
             "chunk_first": self._chunk_first,
             "epoch_seconds": self._epoch_seconds,
+            "best": self._best,
         }
         save_checkpoint(self.cfg.checkpoint, state)
 
@@ -288,7 +339,7 @@ class TGNTrainer:
         self.memory.load_state_dict(state["memory"])
         self.epoch, self.step, self.result = state["epoch"], state["step"], state["result"]
         self._phase, self._chunk, self._chunk_first = state["phase"], state["chunk"], state["chunk_first"]
-        self._epoch_seconds = state["epoch_seconds"]
+        self._epoch_seconds, self._best = state["epoch_seconds"], state["best"]
         for first, stop, _ in self.bounds:  # the source sees the same appends, in the same batches
             if stop <= state["position"]:
                 self._append(first, stop)

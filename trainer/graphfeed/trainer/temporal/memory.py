@@ -4,6 +4,14 @@ As in PyG's ``TGNMemory`` (with its ``LastAggregator``), an event's messages are
 event has been trained on and applied the next time either endpoint's memory is read, so the
 memory used to predict an event never includes that event. A node keeps only its latest
 pending message.
+
+A read passes every node through the GRU, as PyG's ``TGNMemory(n_id)`` does: a node with a
+pending message gets ``GRU(message, memory)``, one without gets ``GRU(0, memory)`` (so a node
+never seen reads as a learned initial state, not as zeros, and every read memory is a GRU
+output that carries gradient). Only applied messages change the stored state: a node read
+without one keeps its memory, so how often a node is read (as a negative, a neighbour) leaves
+no trace. Without this, graphfeed's memory-only test AP on CollegeMsg was 0.686 (PyG 0.792);
+with it 0.844 (seed 0, one epoch).
 """
 
 from __future__ import annotations
@@ -38,23 +46,21 @@ class NodeMemory:
         self.pend_feat = np.zeros((n, self.edge_dim), dtype=np.float32)
 
     def read(self, model: TGN, nodes: np.ndarray) -> torch.Tensor:
-        """Memory of ``nodes`` (sorted unique) with their pending messages applied (differentiable
-        through the GRU); the stored state is unchanged until :meth:`commit`."""
+        """Memory of ``nodes`` (sorted unique), each passed through the GRU with its pending
+        message or a zero one (differentiable); the stored state is unchanged until :meth:`commit`."""
         self._grow(int(nodes.max(initial=-1)) + 1)
         rows = self.mem[torch.from_numpy(nodes)]
-        pend = np.flatnonzero(self.has_pending[nodes])
-        if not len(pend):
-            return rows
-        p = nodes[pend]
-        dt = torch.from_numpy((self.pend_t[p] - self.last_update[p]).astype(np.float32))
-        other = self.mem[torch.from_numpy(self.pend_other[p])]
-        new = model.update_memory(self.mem[torch.from_numpy(p)], other, dt, torch.from_numpy(self.pend_feat[p]))
-        return rows.index_put((torch.from_numpy(pend),), new)
+        has = self.has_pending[nodes]
+        dt = torch.from_numpy(np.where(has, self.pend_t[nodes] - self.last_update[nodes], 0).astype(np.float32))
+        other = self.mem[torch.from_numpy(self.pend_other[nodes])]
+        return model.update_memory(rows, other, dt, torch.from_numpy(self.pend_feat[nodes]), torch.from_numpy(has))
 
     def commit(self, nodes: np.ndarray, rows: torch.Tensor) -> None:
-        """Stores ``rows`` (from :meth:`read` of the same ``nodes``) and clears their messages."""
-        p = nodes[self.has_pending[nodes]]
-        self.mem[torch.from_numpy(nodes)] = rows.detach()
+        """Stores the rows of ``nodes`` (``rows`` from :meth:`read` of the same nodes) that applied
+        a pending message, and clears those messages; the other nodes keep their memory."""
+        has = self.has_pending[nodes]
+        p = nodes[has]
+        self.mem[torch.from_numpy(p)] = rows.detach()[torch.from_numpy(has)]
         self.last_update[p] = self.pend_t[p]
         self.has_pending[p] = False
 

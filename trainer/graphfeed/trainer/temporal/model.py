@@ -2,7 +2,8 @@
 
 The module holds only weights; the per-node memory lives in :class:`graphfeed.trainer.temporal.
 memory.NodeMemory`, owned by the training loop (so it can be checkpointed and reset per epoch).
-No dropout: a forward pass draws no random numbers, which keeps resume exact.
+Dropout (on the attention weights, as PyG's TransformerConv) draws from torch's global generator;
+the loop seeds it per training step, which keeps resume exact.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class TGNDims:
     embed: int = 100
     edge: int = 0  # D of the edge features
     heads: int = 2
+    dropout: float = 0.0  # on the attention weights, in training
 
 
 class TimeEncoder(nn.Module):
@@ -52,7 +54,9 @@ class TemporalAttention(nn.Module):
         super().__init__()
         q_dim = dims.memory + dims.time
         kv_dim = dims.memory + dims.edge + dims.time
-        self.attn = nn.MultiheadAttention(q_dim, dims.heads, kdim=kv_dim, vdim=kv_dim, batch_first=True)
+        self.attn = nn.MultiheadAttention(
+            q_dim, dims.heads, dropout=dims.dropout, kdim=kv_dim, vdim=kv_dim, batch_first=True
+        )
         self.merge = nn.Sequential(
             nn.Linear(q_dim + dims.memory, dims.embed), nn.ReLU(), nn.Linear(dims.embed, dims.embed)
         )
@@ -100,10 +104,12 @@ class TGN(nn.Module):
         self.link = LinkPredictor(dims.embed)
 
     def update_memory(
-        self, mem: torch.Tensor, other: torch.Tensor, dt: torch.Tensor, efeat: torch.Tensor
+        self, mem: torch.Tensor, other: torch.Tensor, dt: torch.Tensor, efeat: torch.Tensor, has: torch.Tensor
     ) -> torch.Tensor:
-        """New memory of nodes with a pending message (``mem`` their memory, ``other`` the peer's)."""
-        return self.gru(torch.cat([mem, other, self.time_enc(dt), efeat], dim=1), mem)
+        """New memory of nodes (``mem`` their memory, ``other`` the peer's of their pending
+        message); a node without one (``has`` False) takes a GRU step with a zero message."""
+        msg = torch.cat([mem, other, self.time_enc(dt), efeat], dim=1)
+        return self.gru(msg * has.unsqueeze(1).to(msg.dtype), mem)
 
     def embed(
         self,

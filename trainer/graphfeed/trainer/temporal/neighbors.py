@@ -8,6 +8,10 @@ temporal sampling RPC (strategy "recent"). Both answer a pure function of the ev
 so far: the in-edges of each root with time strictly before the root's time, ascending time,
 equal times in arrival order, where each event ``(u, v)`` arrives as ``u -> v`` then ``v -> u``
 (all forward copies of a call first, then all reverses).
+
+``before_event`` narrows a sample to the events of earlier appends (PyG's ``LastNeighborLoader``
+view, "previous-batches" visibility): only the in-process source can answer it, since it needs
+each edge's position in the stream.
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ class NeighborSource(Protocol):
         """Makes events visible to later samples, in both directions."""
         ...
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int) -> TemporalSample:
-        """The ``fanout`` most recent in-neighbours of each node strictly before its time."""
+    def sample(
+        self, nodes: np.ndarray, times: np.ndarray, fanout: int, before_event: int | None = None
+    ) -> TemporalSample:
+        """The ``fanout`` most recent in-neighbours of each node strictly before its time (and,
+        with ``before_event``, from the first ``before_event`` events appended only)."""
         ...
 
 
@@ -56,6 +63,7 @@ class InProcessNeighbors:
         self._nbr = np.zeros(0, dtype=np.int64)  # log order, with spare capacity
         self._efeat = np.zeros((0, edge_feat_dim), dtype=np.float32)
         self._size = 0
+        self._time = np.iinfo(np.int64).min  # latest time appended: appends must not go back
 
     @property
     def num_edges(self) -> int:
@@ -70,6 +78,9 @@ class InProcessNeighbors:
                 f"append: src/dst/t must have one entry per event and ids >= 0, got {len(src)}/{len(dst)}/{len(t)}"
             )
         feat = self._check_feat(efeat, len(src))
+        if len(t) and t.min() < self._time:
+            raise InvalidArgument("append: a call's events must not be older than an earlier call's (before_event)")
+        self._time = int(t.max(initial=self._time))
         if self._undirected:
             src, dst, t, feat = (
                 np.concatenate([src, dst]),
@@ -89,8 +100,12 @@ class InProcessNeighbors:
         counts = np.bincount(rows, minlength=len(self._indptr) - 1)
         self._indptr[1:] += np.cumsum(counts)
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int) -> TemporalSample:
-        """Most recent ``fanout`` (-1: all) in-neighbours of each node with time < its time."""
+    def sample(
+        self, nodes: np.ndarray, times: np.ndarray, fanout: int, before_event: int | None = None
+    ) -> TemporalSample:
+        """Most recent ``fanout`` (-1: all) in-neighbours of each node with time < its time and,
+        with ``before_event`` (a boundary between two appends), from the events of the appends before
+        it only (no append is older than an earlier one, so those are a prefix of every row)."""
         nodes, times = np.asarray(nodes, dtype=np.int64), np.asarray(times, dtype=np.int64)
         if len(nodes) != len(times) or fanout < -1 or (nodes < 0).any():
             raise InvalidArgument(
@@ -102,6 +117,9 @@ class InProcessNeighbors:
         start = np.where(known, self._indptr[rows], 0)
         stop = np.where(known, self._indptr[rows + 1], 0)
         end = self._bisect(start, stop, times, strict=True)  # start + n_i
+        if before_event is not None:
+            edges = before_event * (2 if self._undirected else 1)  # log positions of those events
+            end = np.minimum(end, self._bisect_pos(start, stop, edges))
         count = end - start if fanout < 0 else np.minimum(end - start, fanout)
         offsets = np.zeros(len(nodes) + 1, dtype=np.int64)
         np.cumsum(count, out=offsets[1:])
@@ -121,6 +139,18 @@ class InProcessNeighbors:
             mid = (lo + hi) // 2
             at = self._ts[np.where(open_, mid, 0)] if len(self._ts) else np.zeros_like(mid)
             right = open_ & ((at < t) if strict else (at <= t))
+            lo = np.where(right, mid + 1, lo)
+            hi = np.where(open_ & ~right, mid, hi)
+
+    def _bisect_pos(self, lo: np.ndarray, hi: np.ndarray, edges: int) -> np.ndarray:
+        """Per row, the first index position in ``[lo, hi)`` whose edge's log position is >= edges."""
+        lo, hi = lo.copy(), hi.copy()
+        while True:
+            open_ = lo < hi
+            if not open_.any():
+                return lo
+            mid = (lo + hi) // 2
+            right = open_ & (self._pos[np.where(open_, mid, 0)] < edges) if len(self._pos) else open_ & False
             lo = np.where(right, mid + 1, lo)
             hi = np.where(open_ & ~right, mid, hi)
 

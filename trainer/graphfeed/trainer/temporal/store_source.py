@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from graphfeed.common.errors import InvalidArgument
 from graphfeed.trainer.temporal.neighbors import TemporalSample
 
 
@@ -55,7 +56,14 @@ class StoreNeighbors:
         )
         self.position += len(src)
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int) -> TemporalSample:
-        """The store's "recent" temporal sample."""
+    def sample(
+        self, nodes: np.ndarray, times: np.ndarray, fanout: int, before_event: int | None = None
+    ) -> TemporalSample:
+        """The store's "recent" temporal sample (strictly before each time: "same-batch" only)."""
+        if before_event is not None:
+            raise InvalidArgument(
+                "visibility previous-batches needs the in-process neighbour source: a graph-store "
+                "sample selects by time only; use --visibility same-batch with --graph-stores"
+            )
         s = self.graph.sample(nodes, times, fanout, strategy="recent")
         return TemporalSample(offsets=s.offsets, nbr=s.nbr, ts=s.ts, eid=s.eid, efeat=s.efeat)

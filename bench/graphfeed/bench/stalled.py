@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from graphfeed.bench import harness
+from graphfeed.bench.disk_stores import reset_peak_rss, status_bytes
 
 KIB = 1024
 MIB = 1 << 20
@@ -41,29 +42,18 @@ SAMPLED_EDGE_BYTES = 24  # what one sampled edge of a block holds (LoaderSetting
 
 def status_kib(pid: int | str, field: str) -> int:
     """``field`` (``VmRSS``, ``VmHWM``) of ``/proc/<pid>/status``, in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise ValueError(f"/proc/{pid}/status has no {field}")
-
-
-def reset_peak(pid: int | str) -> bool:
-    """Resets ``VmHWM`` to the current ``VmRSS`` (Linux 4.0+); False where not allowed."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
+    return status_bytes(pid, field) // KIB
 
 
 class RssWatch:
     """Samples ``VmRSS`` of ``pid`` every ``every_s`` while running; ``peak_kib`` is the highest
-    sample, or ``VmHWM`` when :func:`reset_peak` worked at start (nothing between samples is lost)."""
+    sample, or ``VmHWM`` when :func:`~graphfeed.bench.disk_stores.reset_peak_rss` worked at
+    start (then nothing between samples is lost)."""
 
     def __init__(self, pid: int | str, every_s: float = 0.01) -> None:
         self.pid, self.every_s = pid, every_s
         self.start_kib = status_kib(pid, "VmRSS")
-        self.hwm = reset_peak(pid)
+        self.hwm = reset_peak_rss(pid)
         self.sampled_kib = self.start_kib
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="rss-watch")

@@ -3,17 +3,24 @@ used to hold a loader stream (a thread, buffered minibatches, a slot) for as lon
 connection stayed open, and enough of them refused every trainer. Now a stream whose client
 takes nothing for ``stream_stall_timeout_s`` is ended, opening more connections does not
 pass the per-client limit (anonymous clients count per host), and a trainer refused for
-capacity waits and retries: its epoch is exact."""
+capacity waits and retries: its epoch is exact. The process's memory grows by no more than
+what the streams it admits may hold by construction (``graphfeed.bench.stalled``): a bound
+from the loader's settings and the graph's size, times the admitted streams, not the clients.
+``graphfeed bench stalled`` runs the same with real processes and measures the loader alone."""
 
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 import time
 from pathlib import Path
 
 import grpc
 import pytest
 
+from graphfeed.bench.harness import split_gids
+from graphfeed.bench.stalled import KIB, RssWatch, loader_defaults, minibatch_bound_bytes, stream_bound_bytes
 from graphfeed.loader.v1 import loader_pb2 as pb
 from graphfeed.loader.v1 import loader_pb2_grpc as pb_grpc
 from graphfeed.trainer.dataloader import RemoteDataLoader
@@ -22,9 +29,23 @@ from tests.integration.inprocess import InProcessCluster
 
 pytestmark = pytest.mark.integration
 
-STALLED = 20
+STALLED = 100
 PER_CLIENT = 3
 STALL_S = 3.0
+SLACK = 128 << 20  # threads, channels and allocator slack of the process, beyond what streams hold
+
+
+def _memory_bound(root: Path, stalled: int) -> int:
+    """Growth this process may show while ``stalled`` streams and the trainer's are open:
+    loader, graph-stores, sampler and clients all live here. Per stream: what the loader holds
+    (:func:`stream_bound_bytes`), the graph-stores' reply to its gather with its serialized copy
+    (2 minibatches) and, on the client side, at most its whole epoch (a stalled connection's
+    receive buffers can take a whole epoch: some stalled streams end OK)."""
+    feat, blocks = minibatch_bound_bytes(root, 2)
+    max_inflight, lookahead, _ = loader_defaults()
+    epoch = math.ceil(len(split_gids(root, "train")) / 64)  # minibatches of every job here
+    per_stream = stream_bound_bytes(feat, blocks, max_inflight, lookahead) + (2 + epoch) * (feat + blocks)
+    return (stalled + 1) * per_stream + SLACK
 
 
 def _epoch(address: str) -> list[str]:
@@ -50,6 +71,7 @@ def test_stalled_readers_are_ended_and_a_trainer_still_gets_its_epoch(cora_root:
     channels, calls = [], []
     try:
         alone = _epoch(address)
+        watch = RssWatch(os.getpid())
         for i in range(STALLED):  # one connection each: a new connection is not a new client
             ch = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
             # large minibatches (the whole graph's features each): no epoch fits in the connection's buffers
@@ -74,6 +96,9 @@ def test_stalled_readers_are_ended_and_a_trainer_still_gets_its_epoch(cora_root:
         # client's own receive buffers (gRPC grows a fast connection's window): then it finished.
         assert set(ends) <= {grpc.StatusCode.CANCELLED, grpc.StatusCode.OK}
         assert grpc.StatusCode.CANCELLED in ends, ends
+        growth = (watch.stop() - watch.start_kib) * KIB  # the stalled streams' and the trainer's
+        bound = _memory_bound(cora_root, len(admitted))
+        assert growth <= bound, f"grew {growth / 2**20:.0f} MiB, bound {bound / 2**20:.0f} MiB"
     finally:
         for call in calls:
             call.cancel()

@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "embeddings": "graphfeed.bench.embeddings",
     "linkpred": "graphfeed.bench.linkpred",
     "inference": "graphfeed.bench.inference",
+    "stalled": "graphfeed.bench.stalled",
 }
 
 

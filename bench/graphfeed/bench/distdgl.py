@@ -40,7 +40,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -58,7 +57,6 @@ NUM_MACHINES = 2  # one partition per machine, one server per machine
 # Mounted over /dev/shm inside each emulated machine; `exec "$@"` keeps the server's pid the
 # one the launcher holds (for CPU accounting and for stopping it).
 _PRIVATE_SHM = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"'
-_PR_SET_PDEATHSIG = 1
 
 
 # --- partitions ------------------------------------------------------------------------------
@@ -202,13 +200,13 @@ def _tool(name: str) -> str:
     return path
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: a launcher that dies takes its servers along (a server whose
-    trainer vanished would otherwise wait for it forever). The kernel watches the thread that
-    started the child, so start the system from one that outlives it (the main thread)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _dying_with_parent(cmd: list[str]) -> list[str]:
+    """``cmd`` run through ``setpriv --pdeathsig KILL``: a launcher that dies takes its servers
+    along (a server whose trainer vanished would otherwise wait for it forever). The kernel
+    watches the thread that started the child, so start the system from one that outlives it
+    (the main thread). Not ``preexec_fn``: Python code between fork and exec in a process with
+    threads (gRPC's, in a test session) can hang or fail there, and the server never starts."""
+    return [_tool("setpriv"), "--pdeathsig", "KILL", "--", *cmd]
 
 
 def _wire_bytes(pids: dict[str, int]) -> dict[str, int]:
@@ -458,12 +456,7 @@ class DistDGLSystem:
         with open(log_path, "wb") as out:  # the child keeps its own descriptor
             pipe = subprocess.PIPE if pipes else subprocess.DEVNULL
             popen = subprocess.Popen(
-                cmd,
-                stdin=pipe,
-                stdout=subprocess.PIPE if pipes else out,
-                stderr=out,
-                env=env,
-                preexec_fn=_die_with_parent,
+                _dying_with_parent(cmd), stdin=pipe, stdout=subprocess.PIPE if pipes else out, stderr=out, env=env
             )
         self.procs[name] = _Proc(name, popen, log_path)
         return popen

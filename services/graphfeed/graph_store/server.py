@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 
+from graphfeed.common.errors import ResourceExhausted
 from graphfeed.common.malloc import tune_malloc
 from graphfeed.common.rpc import RunningServer
 from graphfeed.common.service import run_service, start_service_server
@@ -26,6 +29,33 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GraphStoreService"].full_name
 def dir_bytes(path: Path) -> int:
     """Total size of the regular files under ``path`` (0 if it does not exist)."""
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+WARM_SEEDS = 1024  # owned nodes sampled once at start: enough for one of them to have an in-edge
+
+
+def warm_kernels(store: GraphStore) -> None:
+    """Compiles the sampling kernels (or loads them from numba's cache) before the server
+    listens, for the arrays a SampleNeighbors call passes (answers in new int64 arrays and in
+    int32 ones). On a fresh image the first compile takes seconds of CPU, which a busy machine
+    stretches past a caller's deadline (the sampler's, then the loader's): the first minibatch
+    stream failed DEADLINE_EXCEEDED. Here it only delays readiness."""
+    n = min(store.stop - store.start, WARM_SEEDS, store.max_ids_per_request)
+    if n <= 0:
+        return
+    began = time.monotonic()
+    seeds = np.arange(store.start, store.start + n, dtype=np.int64)
+    for dtype in (np.int64, np.int32):
+
+        def alloc(offsets: np.ndarray, dtype: type = dtype) -> tuple[np.ndarray, np.ndarray]:
+            return np.empty(int(offsets[-1]), dtype), np.empty(int(offsets[-1]), dtype)
+
+        try:
+            store.sample_neighbors(seeds, 1, False, 0, alloc)
+        except ResourceExhausted as exc:  # a store limited below this: the first call compiles
+            log.info("graph-store partition %d: sampling kernels not warmed (%s)", store.partition_id, exc)
+            return
+    log.info("graph-store partition %d: sampling kernels ready in %.1fs", store.partition_id, time.monotonic() - began)
 
 
 def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = None) -> tuple[RunningServer, GraphStore]:
@@ -52,6 +82,11 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
         io_threads=settings.io_threads,
         **settings.temporal_limits(),
     )
+    try:
+        warm_kernels(store)
+    except BaseException:
+        store.close()
+        raise
     metrics = GraphStoreMetrics.create(registry)
     registry.register(RowTierCollector(store.row_stats))
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))

@@ -47,12 +47,15 @@ kubectl get crd pytorchjobs.kubeflow.org >/dev/null 2>&1 && kinds="$kinds,pytorc
 if kubectl get namespace "$ns" >/dev/null 2>&1; then
   kubectl get "$kinds" -n "$ns" -l app.kubernetes.io/part-of=graphfeed -o name | sort >"$rendered.live"
   # `-o name` spells the group differently per command (job.batch/x both ways, but services are "service/x").
+  # Only kinds the overlay renders: k8s/monitoring (no workloads) must not delete the workloads.
+  sed 's|/.*||' "$rendered.names" | sort -u >"$rendered.kinds"
   for obj in $(comm -13 "$rendered.names" "$rendered.live"); do
+    grep -qx "${obj%%/*}" "$rendered.kinds" || continue
     log "deleting $obj: not in $overlay"
     kubectl delete -n "$ns" "$obj" --wait=false
   done
 fi
-rm -f "$rendered.names" "$rendered.live"
+rm -f "$rendered.names" "$rendered.live" "$rendered.kinds"
 
 refused() { # the objects of the last apply's errors, as kind/name
   grep -oE '(Job|StatefulSet|PersistentVolumeClaim|PyTorchJob)(\.[a-z.]+)? "[a-z0-9-]+" is invalid' "$1" |
@@ -66,7 +69,17 @@ mounting() { # the workloads whose pods mount claim $1
 
 out="$(mktemp)"
 ingest_created=0
+# Nothing to do when the server already holds exactly these manifests (`kubectl diff`: a
+# server-side dry run): say so, rather than kubectl's "configured" for the PodDisruptionBudgets,
+# whose selector kubectl always sends (patch strategy "replace") though nothing changes.
+if kubectl diff -f "$rendered" >/dev/null 2>&1; then
+  echo "no change: the cluster already matches $overlay"
+  skip_apply=1
+else
+  skip_apply=0
+fi
 for attempt in 1 2; do
+  [ "$skip_apply" = 1 ] && break
   if kubectl apply -f "$rendered" >"$out" 2>&1; then
     cat "$out"
     grep -qE '^job.batch/ingest created' "$out" && ingest_created=1

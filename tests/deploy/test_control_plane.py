@@ -231,6 +231,12 @@ def test_applying_unchanged_manifests_again_changes_nothing(
     changed = [line for line in again if not line.endswith(" unchanged") and not line.startswith("poddisruptionbudget")]
     assert not changed, f"a second apply of the same manifests changed: {changed}"
     assert spec_versions(cp, "gf-twice") == before
+    res = apply_script(cp, root / "overlays/gpu-packed")
+    assert res.stdout.strip() == "no change: the cluster already matches " + str(root / "overlays/gpu-packed")
+    # k8s/monitoring renders no workload: applying it must not delete the workloads.
+    apply_script(cp, root / "monitoring")
+    after = spec_versions(cp, "gf-twice")
+    assert {k: after.get(k) for k in before} == before
     diff = cp.kubectl("diff", "-f", "-", input_text=text, check=False)
     assert diff.returncode == 0, f"kubectl diff after apply:\n{diff.stdout[-3000:]}"
 
@@ -321,6 +327,20 @@ VALUE_STEPS: list[tuple[str, dict[str, object]]] = [
             },
             "samplerReplicas": {"min": 2, "max": 4},
             "startupChecks": 360,
+            "cpuNodeAffinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"},
+                                    {"key": "example.com/gpu-pool", "operator": "DoesNotExist"},
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
             "gpuTolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                 {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},

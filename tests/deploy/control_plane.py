@@ -28,6 +28,7 @@ import yaml
 
 from tests.deploy.k8s_objects import free_port
 from tests.deploy.tools import REPO, tool
+from tests.pki import issue, make_ca, openssl
 
 T = TypeVar("T")
 
@@ -63,65 +64,12 @@ def _binaries(cache: Path) -> dict[str, Path]:
     return {b: out / b for b in BINARIES}
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.fail("openssl is not installed (Debian package openssl)", pytrace=False)
-    subprocess.run([openssl, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 def _pki(d: Path) -> None:
     """A CA, the apiserver's serving certificate for 127.0.0.1, and the service-account key pair."""
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=graphfeed-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        cwd=d,
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=kube-apiserver",
-        "-keyout",
-        "apiserver.key",
-        "-out",
-        "apiserver.csr",
-        cwd=d,
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        "apiserver.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "apiserver.crt",
-        cwd=d,
-    )
-    _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
-    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+    make_ca(d, "ca.crt")
+    issue(d, "apiserver", "ca.crt", cn="kube-apiserver", loopback=True, cert="apiserver.crt")
+    openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
+    openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
 
 
 def _kubeconfig(path: Path, server: str, ca: Path, token: str) -> None:

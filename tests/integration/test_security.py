@@ -4,8 +4,6 @@ health stays public for probes."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -33,13 +31,10 @@ from graphfeed.graph_store.servicer import GraphStoreServicer
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
+from tests.pki import issue, make_ca
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token-for-trainers"  # noqa: S105 - a test token
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run([shutil.which("openssl") or "openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
 @dataclass
@@ -54,57 +49,10 @@ class Pki:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA; a server certificate for 127.0.0.1/localhost; client certificates for "trainer"
     (allowed) and "intruder" (signed by the same CA, not allowed); a token file."""
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make the test certificates (apt-get install openssl)")
     d = tmp_path_factory.mktemp("pki")
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=graphfeed-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        cwd=d,
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, ext in (("server", ["-extfile", "san.ext"]), ("trainer", []), ("intruder", [])):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            cwd=d,
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            f"{name}.pem",
-            *ext,
-            cwd=d,
-        )
+    make_ca(d, "ca.pem")
+    for name in ("server", "trainer", "intruder"):
+        issue(d, name, "ca.pem", loopback=name == "server")
     (d / "tokens").write_text(f"# accepted bearer tokens\n{TOKEN}\n")
     return Pki(d)
 

@@ -16,6 +16,7 @@ each edge's position in the stream.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -131,28 +132,11 @@ class InProcessNeighbors:
 
     def _bisect(self, lo: np.ndarray, hi: np.ndarray, t: np.ndarray, strict: bool) -> np.ndarray:
         """Per query, the first index position in ``[lo, hi)`` whose time is >= t (strict) or > t."""
-        lo, hi = lo.copy(), hi.copy()
-        while True:
-            open_ = lo < hi
-            if not open_.any():
-                return lo
-            mid = (lo + hi) // 2
-            at = self._ts[np.where(open_, mid, 0)] if len(self._ts) else np.zeros_like(mid)
-            right = open_ & ((at < t) if strict else (at <= t))
-            lo = np.where(right, mid + 1, lo)
-            hi = np.where(open_ & ~right, mid, hi)
+        return _first_not(self._ts, lo, hi, (lambda k: k < t) if strict else (lambda k: k <= t))
 
     def _bisect_pos(self, lo: np.ndarray, hi: np.ndarray, edges: int) -> np.ndarray:
         """Per row, the first index position in ``[lo, hi)`` whose edge's log position is >= edges."""
-        lo, hi = lo.copy(), hi.copy()
-        while True:
-            open_ = lo < hi
-            if not open_.any():
-                return lo
-            mid = (lo + hi) // 2
-            right = open_ & (self._pos[np.where(open_, mid, 0)] < edges) if len(self._pos) else open_ & False
-            lo = np.where(right, mid + 1, lo)
-            hi = np.where(open_ & ~right, mid, hi)
+        return _first_not(self._pos, lo, hi, lambda k: k < edges)
 
     def _check_feat(self, efeat: np.ndarray | None, n: int) -> np.ndarray:
         if self._dim == 0:
@@ -181,3 +165,20 @@ class InProcessNeighbors:
         self._efeat[pos] = feat
         self._size = need
         return pos
+
+
+def _first_not(
+    keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, before: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """Per row, the first position in ``[lo, hi)`` whose key is not ``before`` (true on a prefix of
+    each sorted range): a binary search of every row at once."""
+    lo, hi = lo.copy(), hi.copy()
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = (lo + hi) // 2
+        at = keys[np.where(open_, mid, 0)] if len(keys) else np.zeros_like(mid)
+        right = open_ & before(at)
+        lo = np.where(right, mid + 1, lo)
+        hi = np.where(open_ & ~right, mid, hi)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphfeed.common.rows import scatter_rows, take_rows
+from graphfeed.common.rows import place_rows, scatter_rows, take_rows
 
 
 @pytest.mark.parametrize(
@@ -29,6 +29,28 @@ def test_take_and_scatter_equal_numpy(dtype: type, row_shape: tuple[int, ...]) -
     scatter_rows(table, rows, out, positions)
     expected = np.zeros_like(out)
     expected[positions] = table[rows]
+    assert out.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "row_shape"), [(np.float32, (128,)), (np.float16, (7,)), (np.int64, ()), (np.float64, (2, 3))]
+)
+@pytest.mark.parametrize("layout", ["runs", "sorted", "random", "one run"])
+def test_place_rows_equals_numpy(dtype: type, row_shape: tuple[int, ...], layout: str) -> None:
+    rng = np.random.default_rng(1)
+    n = 400
+    positions = {
+        "runs": np.flatnonzero(np.repeat(rng.integers(0, 2, 40), 10)),  # runs of 10 and gaps
+        "sorted": np.sort(rng.permutation(n)[:250]),
+        "random": rng.permutation(n)[:250],
+        "one run": np.arange(37, 37 + 250),
+    }[layout]
+    rows = (rng.random((len(positions), *row_shape)) * 100).astype(dtype)
+    rows.flags.writeable = False  # as received: a view of a gRPC message's bytes
+    out: np.ndarray = np.zeros((n + 40, *row_shape), dtype=dtype)
+    place_rows(rows, out, positions)
+    expected = np.zeros_like(out)
+    expected[positions] = rows
     assert out.tobytes() == expected.tobytes()
 
 

@@ -56,6 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--system", choices=("gf_sampler", "gf_e2e"), default="gf_e2e", help="what to drive (default gf_e2e)"
     )
     p.add_argument("--top", type=int, default=12, help="functions listed per process (default 12)")
+    p.add_argument(
+        "--transport",
+        choices=tuple(systems.LAYOUTS),
+        default="shm",
+        help="process layout, as for `graphfeed bench throughput` (default shm)",
+    )
 
 
 def _frames(stack: str) -> list[str]:
@@ -85,17 +91,22 @@ def run(args: argparse.Namespace) -> int:
     if not Path(spy).exists():
         print("py-spy not found: pip install py-spy", file=sys.stderr)
         return 2
-    out = args.out or Path("bench/results") / f"profile-{args.preset}-{args.system}"  # a folder
+    out = args.out or Path("bench/results") / f"profile-{args.preset}-{args.system}-{args.transport}"  # a folder
     out.mkdir(parents=True, exist_ok=True)
     root = harness.ensure_dataset(args)
-    cluster = systems.Cluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"])
+    cluster = systems.Cluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"], args.transport)
     spies = []
     try:
         assert cluster.sampler is not None
         if args.system == "gf_sampler":
             train = harness.load_global(root)[2].numpy()
             drive = systems.sampler_system(
-                cluster.sampler.address, train, list(args.fanouts), args.batch_size, 4, systems.SHM
+                cluster.sampler.address,
+                train,
+                list(args.fanouts),
+                args.batch_size,
+                4,
+                systems.LAYOUTS[args.transport][0],
             )
         else:
             drive = systems.loader_system(cluster.remote(fanouts=list(args.fanouts), batch_size=args.batch_size))
@@ -130,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         cluster.stop()
     lines = [
         (
-            f"`graphfeed bench profile --preset {args.preset} --system {args.system} --steps {args.steps}`: "
+            f"`graphfeed bench profile --preset {args.preset} --system {args.system} --transport {args.transport} "
+            f"--steps {args.steps}`: "
             f"{args.steps / seconds:.2f} minibatches/s while profiled (200 Hz)"
         ),
         "",

@@ -18,6 +18,7 @@ from graphfeed.common import bulk, codec
 from graphfeed.common.bulk import Received
 from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, InvalidArgument, from_rpc_error
 from graphfeed.common.futures import settle, then
+from graphfeed.common.rows import place_rows
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.schema import DEFAULT_NTYPE, types_from_proto
 from graphfeed.common.transport import ClientTransport
@@ -257,7 +258,7 @@ class GraphStoreClient:
                     f"graph-store {self.address}: {name} chunk at {start} of {rows.shape} {rows.dtype} "
                     f"does not fit {len(ids)} rows of {out.shape[1:]} {out.dtype}"
                 )
-            out[positions[start : start + n]] = rows
+            place_rows(rows, out, positions[start : start + n])
             got, nbytes = got + n, nbytes + rows.nbytes
         if got != len(ids):
             raise DataLoss(f"graph-store {self.address} sent {got} rows of {name} for {len(ids)} ids")

@@ -45,7 +45,7 @@ def test_place_rows_equals_numpy(dtype: type, row_shape: tuple[int, ...], layout
         "random": rng.permutation(n)[:250],
         "one run": np.arange(37, 37 + 250),
     }[layout]
-    rows = (rng.random((len(positions), *row_shape)) * 100).astype(dtype)
+    rows: np.ndarray = (rng.random((len(positions), *row_shape)) * 100).astype(dtype)
     rows.flags.writeable = False  # as received: a view of a gRPC message's bytes
     out: np.ndarray = np.zeros((n + 40, *row_shape), dtype=dtype)
     place_rows(rows, out, positions)

@@ -11,6 +11,7 @@ Examples::
     graphfeed ingest --source numpy --path typed_dir --add-reverse --out /data/typed   # typed_dir: nodes/, edges/
     graphfeed ingest --source cora --edge-split _E --out /data/cora-links   # link prediction, 85/5/10
     graphfeed ingest --source lastfm-hetero --add-reverse --edge-split listens_to --out /data/lastfm-links
+    graphfeed ingest --source csv --path edges.csv --edge-split _E --edge-split-files val=val.csv,test=test.csv --out /d
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from graphfeed.common.errors import GraphfeedError, InvalidArgument
+from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound
 from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
 from graphfeed.ingest.csv_lines import HEADER_CHOICES, NODE_ID_CHOICES
-from graphfeed.ingest.edge_split import parse_fractions, split_edges
+from graphfeed.ingest.edge_split import parse_fractions, split_edges, split_edges_given
+from graphfeed.ingest.edge_split_files import parse_split_files, read_given_edges
 from graphfeed.ingest.graph import GraphData
 from graphfeed.ingest.outdir import check_out, staged_out
 from graphfeed.ingest.partition import METHODS, write_partitioned
@@ -102,8 +104,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     links.add_argument(
         "--edge-fractions",
-        default="0.85,0.05,0.1",
+        default=None,
         help="train,val,test fractions of --edge-split (default 0.85,0.05,0.1; seeded by --split-seed)",
+    )
+    links.add_argument(
+        "--edge-split-files",
+        metavar="SPLIT=PATH,...",
+        help="the split from files instead of fractions: val=V.csv,test=T.csv[,train=R.csv], one src,dst edge of "
+        "--edge-split per line, nodes as the input names them; without train= every other edge trains",
     )
     syn = p.add_argument_group("synthetic graph (a preset, or all four sizes; sizes override a preset)")
     presets = ", ".join([f"{k} ({_describe(v)})" for k, v in PRESETS.items()])
@@ -143,12 +151,15 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``graphfeed ingest``; returns the exit status (2 on a user error)."""
     try:
         check_options(args)  # before reading the input
-        fractions = parse_fractions(args.edge_fractions)
+        fractions = parse_fractions(args.edge_fractions or "0.85,0.05,0.1")
         check_out(args.out, args.force)  # nothing is created until the input loaded
         kwargs = source_kwargs(args)
         t0 = time.perf_counter()
         g = load_source(args.source, **kwargs)
-        if args.edge_split:
+        if args.edge_split_files:
+            files = parse_split_files(args.edge_split_files)
+            g = split_edges_given(g, args.edge_split, read_given_edges(g, args.edge_split, files))
+        elif args.edge_split:
             g = split_edges(g, args.edge_split, fractions, args.split_seed)
         t_load = time.perf_counter() - t0
         print(
@@ -174,6 +185,13 @@ def check_options(args: argparse.Namespace) -> None:
         raise InvalidArgument(f"--num-partitions must be >= 1, got {args.num_partitions}")
     if args.feat_dim is not None and args.feat_dim < 0:
         raise InvalidArgument(f"--feat-dim must be >= 0, got {args.feat_dim}")
+    if (args.edge_fractions or args.edge_split_files) and not args.edge_split:
+        raise InvalidArgument("--edge-fractions and --edge-split-files need --edge-split RELATION")
+    if args.edge_fractions and args.edge_split_files:
+        raise InvalidArgument("give --edge-fractions or --edge-split-files, not both: the files are the split")
+    for f in parse_split_files(args.edge_split_files).values() if args.edge_split_files else ():
+        if not f.is_file():
+            raise NotFound(f"--edge-split-files: {f} does not exist or is not a file")
 
 
 def source_kwargs(args: argparse.Namespace) -> dict[str, Any]:

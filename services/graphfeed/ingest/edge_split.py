@@ -31,7 +31,7 @@ from graphfeed.common.partition import EDGE_SPLITS
 from graphfeed.common.schema import GraphSchema, etype_name
 from graphfeed.ingest.graph import GraphData
 
-__all__ = ["COLUMNS", "parse_fractions", "reverse_etype", "split_edges"]
+__all__ = ["COLUMNS", "GivenEdges", "parse_fractions", "reverse_etype", "split_edges", "split_edges_given"]
 
 COLUMNS = ("src", "dst", "etype", "eid", "rev_eid")
 """The columns of an edge-split table, in order."""
@@ -86,6 +86,59 @@ def _lookup(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(found, order[at], -1)
 
 
+@dataclasses.dataclass(frozen=True)
+class GivenEdges:
+    """One split's edges as a user's file lists them: endpoints ``u``, ``v`` (gids) of the
+    file's data lines ``lines``, and the ids as written (``u_text``, ``v_text``) for messages."""
+
+    file: str
+    u: np.ndarray
+    v: np.ndarray
+    lines: np.ndarray
+    u_text: list[str]
+    v_text: list[str]
+
+    def at(self, i: int) -> str:
+        return f"{self.file}: line {self.lines[i]}: edge ({self.u_text[i]}, {self.v_text[i]})"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Relation:
+    """The edge type being split, its reverse twins' type, and its edges."""
+
+    r: int
+    rev: int | None
+    lo: int
+    src: np.ndarray
+    dst: np.ndarray
+    n: np.int64
+
+    @property
+    def symmetric(self) -> bool:
+        return self.rev == self.r
+
+    def keys(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """One key per pair; a relation that is its own reverse has one per unordered pair."""
+        u, v = np.asarray(u, np.int64), np.asarray(v, np.int64)
+        return np.minimum(u, v) * self.n + np.maximum(u, v) if self.symmetric else u * self.n + v
+
+    def candidates(self) -> np.ndarray:
+        """Positions (within the type) of each distinct pair's first edge, self-loops left out
+        when the relation is its own reverse."""
+        keep = self.src != self.dst if self.symmetric else np.ones(len(self.src), dtype=bool)
+        return np.flatnonzero(keep)[_first(self.keys(self.src, self.dst)[keep])]
+
+
+def _relation(g: GraphData, relation: str) -> _Relation:
+    if g.edge_ts is not None:
+        raise InvalidArgument(f"{g.name}: edge splits are for static graphs; a temporal graph trains TGN on time order")
+    r = _schema(g).etype_id(relation)
+    starts = g.etype_starts()
+    lo, hi = int(starts[r]), int(starts[r + 1])
+    src, dst = np.asarray(g.src[lo:hi], np.int64), np.asarray(g.dst[lo:hi], np.int64)
+    return _Relation(r, reverse_etype(g, r), lo, src, dst, np.int64(g.num_nodes))
+
+
 def split_edges(
     g: GraphData, relation: str, fractions: Sequence[float] = (0.85, 0.05, 0.1), seed: int = 0
 ) -> GraphData:
@@ -108,30 +161,78 @@ def split_edges(
             candidate edge, or a graph with edge timestamps (temporal link prediction is TGN's).
     """
     fractions = parse_fractions(fractions)
-    if g.edge_ts is not None:
-        raise InvalidArgument(f"{g.name}: edge splits are for static graphs; a temporal graph trains TGN on time order")
-    r = _schema(g).etype_id(relation)
-    rev = reverse_etype(g, r)
-    n = np.int64(g.num_nodes)
-    starts = g.etype_starts()
-    lo, hi = int(starts[r]), int(starts[r + 1])
-    src, dst = np.asarray(g.src[lo:hi], np.int64), np.asarray(g.dst[lo:hi], np.int64)
-    if rev == r:  # its own reverse: one candidate per unordered pair, no self-loops
-        keep = src != dst
-        cand = np.flatnonzero(keep)[_first(np.minimum(src, dst)[keep] * n + np.maximum(src, dst)[keep])]
-    else:
-        cand = _first(src * n + dst)
+    rel = _relation(g, relation)
+    cand = rel.candidates()
     if len(cand) == 0:
-        raise InvalidArgument(f"{g.name}: edge type {etype_name(g.etypes[r])} has no edge to split")
+        raise InvalidArgument(f"{g.name}: edge type {etype_name(g.etypes[rel.r])} has no edge to split")
     perm = cand[np.random.default_rng(seed).permutation(len(cand))]
     n_train = max(1, round(fractions[0] * len(perm)))
     n_val = min(len(perm) - n_train, round(fractions[1] * len(perm)))
-    parts = dict(zip(EDGE_SPLITS, (perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :])))
+    held = {"val": perm[n_train : n_train + n_val], "test": perm[n_train + n_val :]}
+    pairs = {name: (rel.src[ids], rel.dst[ids]) for name, ids in held.items()}
+    return _split(g, rel, perm[:n_train], pairs, {"fractions": list(fractions), "seed": int(seed)})
 
-    held = np.concatenate([parts["val"], parts["test"]])
-    hu, hv = src[held], dst[held]
+
+def split_edges_given(g: GraphData, relation: str, given: dict[str, GivenEdges]) -> GraphData:
+    """:func:`split_edges` with the user's own split: ``given["val" | "test" | "train"]`` (any of
+    them; a file's rows keep its order). Held-out edges need not be in the graph (OGB's graphs
+    hold the train edges only); those that are leave it, twins too. Without ``"train"``, every
+    other candidate edge of the relation trains; a given train edge must be one of the graph's.
+
+    Raises:
+        InvalidArgument: an unknown split name, an edge listed twice or in two splits, a train
+            edge the graph does not have, or no train edge left; each names its file and line.
+    """
+    unknown = sorted(set(given) - set(EDGE_SPLITS))
+    if unknown:
+        raise InvalidArgument(f"edge split names are {list(EDGE_SPLITS)}, got {unknown}")
+    rel = _relation(g, relation)
+    seen: dict[int, tuple[str, int]] = {}
+    for name in EDGE_SPLITS:
+        if name not in given:
+            continue
+        e = given[name]
+        for i, key in enumerate(rel.keys(e.u, e.v).tolist()):
+            if key in seen:
+                other, j = seen[key]
+                raise InvalidArgument(f"{e.at(i)} is also on line {given[other].lines[j]} of {given[other].file}")
+            seen[key] = (name, i)
+    cand = rel.candidates()
+    cand_keys = rel.keys(rel.src[cand], rel.dst[cand])
+    if "train" in given:
+        e = given["train"]
+        at = _lookup(cand_keys, rel.keys(e.u, e.v))
+        if (at < 0).any():
+            i = int(np.flatnonzero(at < 0)[0])
+            raise InvalidArgument(
+                f"{e.at(i)} is not an edge of {etype_name(g.etypes[rel.r])} in the graph"
+                + (" (a self-loop is never a candidate)" if e.u[i] == e.v[i] and rel.symmetric else "")
+                + ": a train edge passes messages, so the graph must have it"
+            )
+        train = cand[at]
+    else:
+        held_keys = np.asarray([k for k, (name, _) in seen.items() if name != "train"], dtype=np.int64)
+        train = cand[~np.isin(cand_keys, held_keys)]
+    if len(train) == 0:
+        raise InvalidArgument(f"{g.name}: no train edge of {etype_name(g.etypes[rel.r])} is left")
+    pairs = {name: (given[name].u, given[name].v) if name in given else (_NONE, _NONE) for name in ("val", "test")}
+    return _split(g, rel, train, pairs, {"files": {name: e.file for name, e in given.items()}})
+
+
+_NONE = np.empty(0, dtype=np.int64)
+
+
+def _split(
+    g: GraphData, rel: _Relation, train: np.ndarray, held: dict[str, tuple[np.ndarray, np.ndarray]], meta: dict
+) -> GraphData:
+    """``g`` with ``train`` (positions within the relation) and the ``held`` pairs as its edge
+    splits, every edge of a held pair (parallel copies and reverse twins) removed."""
+    hu = np.concatenate([np.asarray(u, np.int64) for u, _ in held.values()])
+    hv = np.concatenate([np.asarray(v, np.int64) for _, v in held.values()])
+    n, r, rev, lo = rel.n, rel.r, rel.rev, rel.lo
+    starts = g.etype_starts()
     drop = np.zeros(g.num_edges, dtype=bool)
-    drop[lo:hi] = np.isin(src * n + dst, hu * n + hv)  # every parallel copy of a held-out pair
+    drop[lo : lo + len(rel.src)] = np.isin(rel.src * n + rel.dst, hu * n + hv)  # every parallel copy of a held-out pair
     if rev is not None:
         rlo, rhi = int(starts[rev]), int(starts[rev + 1])
         drop[rlo:rhi] |= np.isin(np.asarray(g.src[rlo:rhi], np.int64) * n + g.dst[rlo:rhi], hv * n + hu)
@@ -149,31 +250,32 @@ def split_edges(
             "edge_split": {
                 "relation": etype_name(g.etypes[r]),
                 "reverse": None if rev is None else etype_name(g.etypes[rev]),
-                "fractions": list(fractions),
-                "seed": int(seed),
+                **meta,
                 "held_out_edges_removed": int(drop.sum()),
             },
         },
     )
-    out.edge_splits = {name: _rows(g, r, rev, lo, ids, new_pos, kept, name == "train") for name, ids in parts.items()}
+    out.edge_splits = {"train": _train_rows(g, rel, train, new_pos, kept)}
+    for name, (u, v) in held.items():
+        rows = np.full((len(u), 5), -1, dtype=np.int64)
+        rows[:, 0], rows[:, 1], rows[:, 2] = u, v, r
+        out.edge_splits[name] = rows
     return out
 
 
-def _rows(
-    g: GraphData, r: int, rev: int | None, lo: int, ids: np.ndarray, new_pos: np.ndarray, kept: np.ndarray, train: bool
-) -> np.ndarray:
-    """The split table of the candidate edges ``ids`` (positions within type ``r``)."""
-    n = np.int64(g.num_nodes)
-    u, v = np.asarray(g.src[lo + ids], np.int64), np.asarray(g.dst[lo + ids], np.int64)
+def _train_rows(g: GraphData, rel: _Relation, ids: np.ndarray, new_pos: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The train table of the candidate edges ``ids`` (positions within the relation): each
+    edge's id in the new graph and its reverse twin's (-1 where none is left)."""
+    n, r, rev, lo = rel.n, rel.r, rel.rev, rel.lo
+    u, v = rel.src[ids], rel.dst[ids]
     rows = np.full((len(ids), 5), -1, dtype=np.int64)
     rows[:, 0], rows[:, 1], rows[:, 2] = u, v, r
-    if train:
-        rows[:, 3] = new_pos[lo + ids]
-        if rev is not None:
-            starts = g.etype_starts()
-            rlo, rhi = int(starts[rev]), int(starts[rev + 1])
-            rkeys = np.asarray(g.src[rlo:rhi], np.int64) * n + g.dst[rlo:rhi]
-            rkeys[~kept[rlo:rhi]] = -1  # dropped edges are nobody's twin
-            at = _lookup(rkeys, v * n + u)
-            rows[:, 4] = np.where(at >= 0, new_pos[rlo + np.maximum(at, 0)], -1)
+    rows[:, 3] = new_pos[lo + ids]
+    if rev is not None:
+        starts = g.etype_starts()
+        rlo, rhi = int(starts[rev]), int(starts[rev + 1])
+        rkeys = np.asarray(g.src[rlo:rhi], np.int64) * n + g.dst[rlo:rhi]
+        rkeys[~kept[rlo:rhi]] = -1  # dropped edges are nobody's twin
+        at = _lookup(rkeys, v * n + u)
+        rows[:, 4] = np.where(at >= 0, new_pos[rlo + np.maximum(at, 0)], -1)
     return rows

@@ -394,7 +394,7 @@ def run(args: argparse.Namespace) -> int:
         resident="degree",
         resident_bytes=cache_bytes,
     )
-    plan = plan_epoch(parts, job, 0)  # compiles the sampling kernels: no system, packing included, pays for it
+    plan = plan_epoch(parts, job, 0).plan  # compiles the sampling kernels: no system, packing included, pays for it
     MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
     manifest, pack_s = pack_ahead(parts, job, packs, opts, max(1, args.pack_epochs))
     results = [measure("in memory", lambda: run_loader(parts, job, cache_policy="none"), row_bytes, root)]

@@ -91,8 +91,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     parts = LocalPartitionSet([GraphStore.open(args.root / part_dir_name(p), memory_budget=1) for p in range(n)])
     spec = json.loads(args.job)
     job = JobSpec(**{**spec, "fanouts": tuple(spec["fanouts"])})
-    plan = plan_epoch(parts, job, 0)
-    first = MultiHopSampler(parts).sample(plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
+    planned = plan_epoch(parts, job, 0)
+    first = MultiHopSampler(parts).sample(planned.plan.seeds(0), list(job.fanouts), job.replace, job.job_seed, 0, 0)
     # the kernels are compiled: from here on, what the process uses is charged to the cgroup
     (args.cgroup / "cgroup.procs").write_text(f"{os.getpid()}\n")  # no limit yet
     for topology in sorted(args.root.glob("part-*/*.npy")):  # every page sampling may read
@@ -105,7 +105,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     # page cache); the limit is that peak + the budget
     buf = np.ones((int(1.5 * len(first.input_nodes)), *spec_.row_shape), dtype=spec_.dtype)
     del first
-    for step, _ in sample_steps(MultiHopSampler(parts), job, plan, window=2):
+    for step, _ in sample_steps(MultiHopSampler(parts), job, planned, window=2):
         if step == 2:
             break
     without = int((args.cgroup / "memory.max_usage_in_bytes").read_text())
@@ -113,7 +113,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     (args.cgroup / "memory.limit_in_bytes").write_text(f"{limit}\n")
     (args.cgroup / "memory.max_usage_in_bytes").write_text("0\n")
     steps, rows, before, t0 = 0.0, 0, read_bytes(), time.perf_counter()
-    for _, ids in sample_steps(MultiHopSampler(parts), job, plan, window=2):
+    for _, ids in sample_steps(MultiHopSampler(parts), job, planned, window=2):
         if len(ids) > len(buf):
             buf = np.empty((len(ids), *spec_.row_shape), dtype=spec_.dtype)
         done = _take(feat, ids, buf, t0 + args.max_seconds)  # "raise" would buffer a copy of out

@@ -8,7 +8,6 @@ and by reading :meth:`Loader.cache_stats` / :meth:`Loader.queue_depth`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -22,7 +21,6 @@ import numpy as np
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
-from graphfeed.common.partition import EDGE_SPLITS
 from graphfeed.common.placement import HostPlacement, Placement
 from graphfeed.common.schema import DEFAULT_NTYPE
 from graphfeed.graph_store.types import NodeDataInfo, PartitionSet
@@ -30,7 +28,7 @@ from graphfeed.loader.cache.base import CacheOptions, TierStats
 from graphfeed.loader.cache.options import check_policy
 from graphfeed.loader.cache.policies import make_cache
 from graphfeed.loader.cache.shared import CacheGroup, SharedCache
-from graphfeed.loader.edges import EdgeSeeds, edge_split_rows, positive_keys
+from graphfeed.loader.edges import EdgeSeeds, edge_seeds, edge_split_rows
 from graphfeed.loader.gather import Gatherer
 from graphfeed.loader.job import JobInfo, JobSpec
 from graphfeed.loader.minibatch import ReadyMinibatch
@@ -153,18 +151,17 @@ class Loader:
 
     def _edge_seeds(self, job: JobSpec) -> EdgeSeeds:
         """The job's edge split (fetched once per name) with its negative and exclusion rules."""
-        schema = self.partitions.info.types
         with self._lock:
-            if job.split not in self._edge_rows:
-                self._edge_rows[job.split] = edge_split_rows(self.partitions, job.split)
-            if job.negatives_avoid_positives and self._positives is None:
-                known = []
-                for name in EDGE_SPLITS:
-                    with contextlib.suppress(NotFound):
-                        known.append(self._edge_rows.get(name, edge_split_rows(self.partitions, name)))
-                self._positives = positive_keys(np.concatenate(known), self.partitions.info.num_nodes)
-            rows, positives = self._edge_rows[job.split], self._positives
-        return EdgeSeeds(rows, schema, job, positives if job.negatives_avoid_positives else None)
+            seeds = edge_seeds(self.partitions, job, self._edge_split, self._positives)
+            if seeds.positives is not None:
+                self._positives = seeds.positives
+        return seeds
+
+    def _edge_split(self, name: str) -> np.ndarray:
+        """Edge split ``name``'s rows, fetched once (called under ``_lock``)."""
+        if name not in self._edge_rows:
+            self._edge_rows[name] = edge_split_rows(self.partitions, name)
+        return self._edge_rows[name]
 
     def _tables(self, name: str) -> list[str]:
         return self.partitions.info.tables(name)

@@ -17,14 +17,15 @@ the same shuffle, padding and rank striding). Each step then:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from graphfeed.common.blocks import SampledBlocks
 from graphfeed.common.errors import InvalidArgument, NotFound
-from graphfeed.common.partition import EDGE_SPLIT_PREFIX
+from graphfeed.common.partition import EDGE_SPLIT_PREFIX, EDGE_SPLITS
 from graphfeed.common.schema import GraphSchema, etype_name
 from graphfeed.common.seeds import rng
 from graphfeed.graph_store.types import PartitionSet
@@ -32,7 +33,7 @@ from graphfeed.loader.job import JobSpec
 from graphfeed.loader.plan import EpochPlan
 from graphfeed.sampler.types import BlockSampler
 
-__all__ = ["EdgePairs", "EdgeSeeds", "EdgeStep", "edge_split_rows", "positive_keys", "sample_step"]
+__all__ = ["EdgePairs", "EdgeSeeds", "EdgeStep", "edge_seeds", "edge_split_rows", "positive_keys", "sample_step"]
 
 _REDRAWS = 16  # rounds of redrawing negatives that hit a known positive (each round redraws only those)
 
@@ -185,6 +186,31 @@ def sample_step(
     es = edges.step(plan.seeds(step), plan.epoch, step)
     sb = sampler.sample(es.seeds, fanouts, job.replace, job.job_seed, plan.epoch, step, exclude=es.exclude)
     return sb, es.pairs
+
+
+def edge_seeds(
+    partitions: PartitionSet,
+    job: JobSpec,
+    rows_of: Callable[[str], np.ndarray] | None = None,
+    positives: np.ndarray | None = None,
+) -> EdgeSeeds:
+    """The :class:`EdgeSeeds` of edge job ``job``: what the loader's stream and ``graphfeed pack``
+    both draw from. ``rows_of(name)`` gives an edge split's rows (default
+    :func:`edge_split_rows`; a loader passes its cache); ``positives``, when the job avoids
+    known positives, the keys already computed (default: from every split's rows).
+
+    Raises:
+        NotFound: the job's edge split does not exist. InvalidArgument: see :class:`EdgeSeeds`.
+    """
+    rows_of = rows_of or (lambda name: edge_split_rows(partitions, name))
+    rows = rows_of(job.split)
+    if job.negatives_avoid_positives and positives is None:
+        known = []
+        for name in EDGE_SPLITS:
+            with contextlib.suppress(NotFound):
+                known.append(rows if name == job.split else rows_of(name))
+        positives = positive_keys(np.concatenate(known), partitions.info.num_nodes)
+    return EdgeSeeds(rows, partitions.info.types, job, positives if job.negatives_avoid_positives else None)
 
 
 def positive_keys(rows: np.ndarray, num_nodes: int) -> np.ndarray:

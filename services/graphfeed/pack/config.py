@@ -30,6 +30,11 @@ PACK_JOB_FIELDS = (
     "rank",
     "world_size",
     "feature_name",
+    "seed_edges",
+    "num_negatives",
+    "negative_sampler",
+    "negatives_avoid_positives",
+    "exclude",
 )
 """The JobSpec fields a pack depends on (:class:`~graphfeed.loader.packs.format.PackedJob`), each a setting."""
 
@@ -66,6 +71,11 @@ class PackSettings(BaseSettings):
     rank: int = field_from(JobSpec, "rank")
     world_size: int = field_from(JobSpec, "world_size")
     feature_name: str = field_from(JobSpec, "feature_name")
+    seed_edges: bool = field_from(JobSpec, "seed_edges")
+    num_negatives: int = field_from(JobSpec, "num_negatives")
+    negative_sampler: str = field_from(JobSpec, "negative_sampler")
+    negatives_avoid_positives: bool = field_from(JobSpec, "negatives_avoid_positives")
+    exclude: str = field_from(JobSpec, "exclude")
     max_blow_up: float = field_from(
         PackOptions,
         "max_blow_up",

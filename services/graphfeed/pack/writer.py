@@ -123,10 +123,12 @@ def pack_epoch(
     spec = info.node_data[job.feature_name]
     row_bytes = np.dtype(spec.dtype).itemsize * int(np.prod(spec.row_shape, dtype=np.int64))
     table_rows = info.types.num_nodes(spec.ntype)
-    plan = plan_epoch(partitions, job, epoch)
+    planned = plan_epoch(partitions, job, epoch)
+    plan = planned.plan
     times = {"sample_seconds": 0.0, "fetch_seconds": 0.0, "write_seconds": 0.0}
     fanouts = job.sampler_fanouts(info.types)
-    steps_ids = sample_steps(sampler or MultiHopSampler(partitions), job, plan, opts.sample_workers, fanouts=fanouts)
+    sampler = sampler or MultiHopSampler(partitions)
+    steps_ids = sample_steps(sampler, job, planned, opts.sample_workers, fanouts=fanouts)
     mine = _of_table(info, job.feature_name)
     sampled = _timed((mine(ids) for _, ids in steps_ids), times)
     if opts.resident == "reuse" and opts.resident_bytes >= row_bytes:

@@ -85,10 +85,13 @@ class PackedJob:
     world_size: int
     feature_name: str
     etype_fanouts: tuple[tuple[int, str, int], ...] = ()
+    # an edge job's draw: (num_negatives, negative_sampler, negatives_avoid_positives, exclude); () a node job
+    edges: tuple[int | str | bool, ...] = ()
 
     @classmethod
     def of(cls, job: JobSpec) -> PackedJob:
         """The fields of ``job`` that packing depends on (not its id, labels or wire dtype)."""
+        edges = (job.num_negatives, job.negative_sampler, job.negatives_avoid_positives, job.exclude)
         return cls(
             job.job_seed,
             job.split,
@@ -101,13 +104,22 @@ class PackedJob:
             job.world_size,
             job.feature_name,
             tuple(tuple(e) for e in job.etype_fanouts),  # type: ignore[misc]
+            edges if job.seed_edges else (),
         )
+
+    def fields(self) -> dict:
+        """The fields as JSON values; ``edges`` only for an edge job, so a node job's key (and
+        packs written before edge jobs were packed) stays what it was."""
+        d = asdict(self)
+        if not self.edges:
+            del d["edges"]
+        return d
 
 
 def job_key(job: JobSpec, epoch: int) -> str:
     """The directory name of ``job``'s packs for ``epoch`` under a pack root: a digest of
     :class:`PackedJob` (so a loader finds the packs of a job without being told where)."""
-    text = json.dumps(asdict(PackedJob.of(job)), sort_keys=True)
+    text = json.dumps(PackedJob.of(job).fields(), sort_keys=True)
     return f"{hashlib.blake2b(text.encode(), digest_size=8).hexdigest()}-e{epoch}"
 
 
@@ -206,7 +218,10 @@ class PackManifest:
         d["graph"] = GraphIdentity(**{**g, "node_offsets": tuple(g["node_offsets"])})
         job = d["job"]
         etype_fanouts = tuple((int(a), str(b), int(c)) for a, b, c in job.get("etype_fanouts", ()))
-        d["job"] = PackedJob(**{**job, "fanouts": tuple(job["fanouts"]), "etype_fanouts": etype_fanouts})
+        edges = tuple(job.get("edges", ()))
+        d["job"] = PackedJob(
+            **{**job, "fanouts": tuple(job["fanouts"]), "etype_fanouts": etype_fanouts, "edges": edges}
+        )
         d["row_shape"] = tuple(d["row_shape"])
         d["packs"] = tuple(PackFile(**{**p, "steps": tuple(StepRange(**s) for s in p["steps"])}) for p in d["packs"])
         return cls(**d)

@@ -175,11 +175,19 @@ def fuzz_method(
 
 
 def fuzz_service(
-    address: str, service: ServiceDescriptor, n: int, seed: int = 0, valid: dict[str, list[bytes]] | None = None
+    address: str,
+    service: ServiceDescriptor,
+    n: int,
+    seed: int = 0,
+    valid: dict[str, list[bytes]] | None = None,
+    timeout_s: float = 10.0,
 ) -> list[FuzzReport]:
-    """Every method of ``service`` at ``address``, ``n`` requests each."""
+    """Every method of ``service`` at ``address``, ``n`` requests each; a call not answered
+    within ``timeout_s`` counts as a hang."""
     with grpc.insecure_channel(address) as channel:
-        return [fuzz_method(channel, service, m, n, seed, (valid or {}).get(m.name)) for m in service.methods]
+        return [
+            fuzz_method(channel, service, m, n, seed, (valid or {}).get(m.name), timeout_s) for m in service.methods
+        ]
 
 
 def _services() -> dict[str, ServiceDescriptor]:

@@ -27,6 +27,7 @@ import numpy as np
 from graphfeed.common.errors import GraphfeedError, InvalidArgument, NotFound
 from graphfeed.common.partition import GraphManifest, PartitionReader, part_dir_name
 from graphfeed.ingest.csv_lines import HEADER_CHOICES, NODE_ID_CHOICES
+from graphfeed.ingest.edge_split import DEFAULT_FRACTIONS as DEFAULT_EDGE_FRACTIONS
 from graphfeed.ingest.edge_split import parse_fractions, split_edges, split_edges_given
 from graphfeed.ingest.edge_split_files import parse_split_files, read_given_edges
 from graphfeed.ingest.graph import GraphData
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``graphfeed ingest``; returns the exit status (2 on a user error)."""
     try:
         check_options(args)  # before reading the input
-        fractions = parse_fractions(args.edge_fractions or "0.85,0.05,0.1")
+        fractions = parse_fractions(args.edge_fractions) if args.edge_fractions else DEFAULT_EDGE_FRACTIONS
         check_out(args.out, args.force)  # nothing is created until the input loaded
         kwargs = source_kwargs(args)
         t0 = time.perf_counter()

@@ -31,10 +31,22 @@ from graphfeed.common.partition import EDGE_SPLITS
 from graphfeed.common.schema import GraphSchema, etype_name
 from graphfeed.ingest.graph import GraphData
 
-__all__ = ["COLUMNS", "GivenEdges", "parse_fractions", "reverse_etype", "split_edges", "split_edges_given"]
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_FRACTIONS",
+    "GivenEdges",
+    "etype_of",
+    "parse_fractions",
+    "reverse_etype",
+    "split_edges",
+    "split_edges_given",
+]
 
 COLUMNS = ("src", "dst", "etype", "eid", "rev_eid")
 """The columns of an edge-split table, in order."""
+
+DEFAULT_FRACTIONS = (0.85, 0.05, 0.1)
+"""Train / val / test shares of a split drawn by :func:`split_edges` (``--edge-fractions``)."""
 
 
 def parse_fractions(text: str | Sequence[float]) -> tuple[float, float, float]:
@@ -56,8 +68,13 @@ def parse_fractions(text: str | Sequence[float]) -> tuple[float, float, float]:
     return values
 
 
-def _schema(g: GraphData) -> GraphSchema:
-    return GraphSchema(g.ntypes, g.etypes, g.ntype_starts()[None, :], g.etype_starts())
+def etype_of(g: GraphData, relation: str) -> int:
+    """The edge type ``relation`` names (``"src:rel:dst"``, or a relation only one type has).
+
+    Raises:
+        InvalidArgument: an unknown or ambiguous relation.
+    """
+    return GraphSchema(g.ntypes, g.etypes, g.ntype_starts()[None, :], g.etype_starts()).etype_id(relation)
 
 
 def reverse_etype(g: GraphData, r: int) -> int | None:
@@ -132,7 +149,7 @@ class _Relation:
 def _relation(g: GraphData, relation: str) -> _Relation:
     if g.edge_ts is not None:
         raise InvalidArgument(f"{g.name}: edge splits are for static graphs; a temporal graph trains TGN on time order")
-    r = _schema(g).etype_id(relation)
+    r = etype_of(g, relation)
     starts = g.etype_starts()
     lo, hi = int(starts[r]), int(starts[r + 1])
     src, dst = np.asarray(g.src[lo:hi], np.int64), np.asarray(g.dst[lo:hi], np.int64)
@@ -140,7 +157,7 @@ def _relation(g: GraphData, relation: str) -> _Relation:
 
 
 def split_edges(
-    g: GraphData, relation: str, fractions: Sequence[float] = (0.85, 0.05, 0.1), seed: int = 0
+    g: GraphData, relation: str, fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
 ) -> GraphData:
     """``g`` with ``edge_splits`` of ``relation`` and the held-out edges (and twins) removed.
 

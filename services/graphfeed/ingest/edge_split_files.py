@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
-from graphfeed.common.schema import GraphSchema, etype_name
+from graphfeed.common.schema import etype_name
 from graphfeed.ingest.csv_lines import parse_ints, read_rows
-from graphfeed.ingest.edge_split import GivenEdges
+from graphfeed.ingest.edge_split import GivenEdges, etype_of
 from graphfeed.ingest.graph import GraphData
 
 __all__ = ["parse_split_files", "read_given_edges"]
@@ -61,10 +61,11 @@ def read_given_edges(g: GraphData, relation: str, files: dict[str, Path]) -> dic
         InvalidArgument: a line without two fields, an id that is no node of the right type,
             or an unknown relation.
     """
-    r = GraphSchema(g.ntypes, g.etypes, g.ntype_starts()[None, :], g.etype_starts()).etype_id(relation)
+    r = etype_of(g, relation)
     s_type, _, d_type = g.etypes[r]
+    index = {t: _NodeIndex(g, t) for t in {s_type, d_type}}  # built once, for every file
     what = etype_name(g.etypes[r])
-    return {name: _read(f, _NodeIndex(g, s_type), _NodeIndex(g, d_type), what) for name, f in files.items()}
+    return {name: _read(f, index[s_type], index[d_type], what) for name, f in files.items()}
 
 
 def _read(f: Path, src_index: _NodeIndex, dst_index: _NodeIndex, relation: str) -> GivenEdges:

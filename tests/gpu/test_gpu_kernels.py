@@ -50,17 +50,18 @@ def _mapped(arr: np.ndarray):  # noqa: ANN202
 @pytest.mark.parametrize(
     ("dtype", "width"), [(np.float32, 128), (np.float16, 128), (np.float32, 3), (np.float16, 7), (np.float32, 1000)]
 )
-@pytest.mark.parametrize("where", ["device", "pinned"])
+@pytest.mark.parametrize("where", ["device", "pinned", "pinned-sorted"])
 def test_gather_is_bit_identical(cp, K, dtype: type[np.generic], width: int, where: str) -> None:  # noqa: ANN001, N803
     table = np.random.default_rng(1).standard_normal((5000, width)).astype(dtype)
     table[7, 0] = np.nan
     ids = np.random.default_rng(2).integers(0, len(table), 20_000)
-    pinned = _mapped(table) if where == "pinned" else None
+    pinned = _mapped(table) if where != "device" else None
     src = pinned.device if pinned is not None else cp.asarray(table)
-    got = cp.asnumpy(K.gather_rows(src, ids))
+    sort = where == "pinned-sorted" or None  # None: the default (20k rows: as given)
+    got = cp.asnumpy(K.gather_rows(src, ids, sorted_reads=sort))
     assert got.tobytes() == reference.gather_rows(table, ids).tobytes()
     if width % 4 == 0:  # a view 1 element in: rows no longer 16-byte aligned -> narrower loads
-        got = cp.asnumpy(K.gather_rows(src[1:], ids[ids < len(table) - 1]))
+        got = cp.asnumpy(K.gather_rows(src[1:], ids[ids < len(table) - 1], sorted_reads=sort))
         assert got.tobytes() == table[1:][ids[ids < len(table) - 1]].tobytes()
 
 
@@ -83,9 +84,18 @@ def test_cache_gather_is_bit_identical(cp, K, host: str) -> None:  # noqa: ANN00
     ids = rng.integers(0, n, 50_000)
     want_out, want_where = reference.cache_gather(ids, *args)
     dev_args = [cp.asarray(args[0]), cp.asarray(args[1])] + [_mapped(a).device for a in args[2:]]
-    out, where = K.cache_gather(ids, *dev_args)
-    assert cp.asnumpy(out).tobytes() == want_out.tobytes()
-    assert np.array_equal(cp.asnumpy(where), want_where)
+    for sort in (False, True):
+        out, where = K.cache_gather(ids, *dev_args, sorted_reads=sort)
+        assert cp.asnumpy(out).tobytes() == want_out.tobytes()
+        assert np.array_equal(cp.asnumpy(where), want_where)
+
+
+def test_pinned_tables_count_as_host_memory_and_device_arrays_do_not(cp) -> None:  # noqa: ANN001
+    from graphfeed.gpu_kernels.backend import cuda_backend
+
+    be = cuda_backend()
+    pinned = _mapped(np.zeros((4, 4), dtype=np.float32))
+    assert be.is_host_memory(pinned.device) and not be.is_host_memory(cp.zeros((4, 4), dtype=cp.float32))
 
 
 @pytest.mark.parametrize("replace", [False, True])

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from graphfeed.gpu_kernels import kernels, reference
+from graphfeed.gpu_kernels import backend, kernels, reference
 from graphfeed.gpu_kernels.emulator import EmulatorBackend, compiler
 from graphfeed.graph_store.sampling import sample_csr as cpu_sample_csr
 
-KERNEL_DIR = kernels.KERNEL_DIR
+KERNEL_DIR = backend.KERNEL_DIR
 CU_FILES = sorted(KERNEL_DIR.glob("*.cu"))
 
 # A CSR with every sampling path: degrees 0, 1, k-1, k, k+1, small and large (> 64) rows.
@@ -202,17 +202,44 @@ def test_emulated_gather_is_bit_identical(
         table[...] = base[offset:]
     assert kernels._unit(kernels._row_bytes(table), [emu.ptr(table)]) == unit
     ids = np.random.default_rng(2).integers(0, len(table), 300)
-    got = kernels.gather_rows(table, ids, backend=emu)
-    assert got.tobytes() == reference.gather_rows(table, ids).tobytes()
+    for sorted_reads in (None, False, True):
+        got = kernels.gather_rows(table, ids, sorted_reads=sorted_reads, backend=emu)
+        assert got.tobytes() == reference.gather_rows(table, ids).tobytes()
     assert kernels.gather_rows(table, ids[:0], backend=emu).shape == (0, width)
+
+
+@needs_cxx
+def test_large_batches_from_host_memory_are_read_in_id_order(
+    emu: EmulatorBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default read order: argsort(ids) from SORTED_READS_MIN rows on (every emulated array
+    counts as host memory; the table-size threshold is lowered); rows land where the ids ask."""
+    assert kernels._read_order(emu, np.arange(kernels.SORTED_READS_MIN), [np.zeros(8)], None) == 0  # small table
+    monkeypatch.setattr(kernels, "SORTED_READS_MIN_BYTES", 0)
+    ids = np.random.default_rng(5).integers(0, 1000, kernels.SORTED_READS_MIN)
+    order = kernels._read_order(emu, ids, [ids], None)
+    assert np.array_equal(ids[order], np.sort(ids))
+    assert kernels._read_order(emu, ids[:-1], [ids], None) == 0  # below the threshold: as given
+    assert kernels._read_order(emu, ids, [], None) == 0  # nothing read from host memory
+    table = np.arange(1000 * 4, dtype=np.float32).reshape(1000, 4)
+    assert kernels.gather_rows(table, ids, backend=emu).tobytes() == table[ids].tobytes()
+    gpu_slot = np.full(1000, -1, dtype=np.int32)  # a third on the "GPU": the rest go in id order
+    gpu_slot[::3] = np.arange(len(gpu_slot[::3]))
+    host_slot = np.where(np.arange(1000) % 5 == 0, -1, np.arange(1000)).astype(np.int32)  # some misses
+    args = (gpu_slot, table[::3].copy(), table, host_slot)
+    out, where = kernels.cache_gather(ids, *args, backend=emu)
+    want_out, want_where = reference.cache_gather(ids, *args)
+    assert out.tobytes() == want_out.tobytes() and np.array_equal(where, want_where)
+    assert set(np.unique(where)) == {-1, 0, 1}
 
 
 @needs_cxx
 def test_emulated_cache_gather_is_bit_identical(emu: EmulatorBackend) -> None:
     table, gpu_slot, gpu_rows, host_slot, host_rows = _cache_setup()
     ids = np.random.default_rng(3).integers(0, 10, 500)
-    for args in [(gpu_slot, gpu_rows), (gpu_slot, gpu_rows, host_rows, host_slot), (gpu_slot, gpu_rows, table)]:
-        out, where = kernels.cache_gather(ids, *args, backend=emu)
+    cases = [(gpu_slot, gpu_rows), (gpu_slot, gpu_rows, host_rows, host_slot), (gpu_slot, gpu_rows, table)]
+    for args, sorted_reads in itertools.product(cases, (None, True)):
+        out, where = kernels.cache_gather(ids, *args, sorted_reads=sorted_reads, backend=emu)
         want_out, want_where = reference.cache_gather(ids, *args)
         assert out.tobytes() == want_out.tobytes() and np.array_equal(where, want_where)
     with pytest.raises(ValueError):
@@ -228,6 +255,15 @@ def test_emulated_sampling_is_bit_identical(emu: EmulatorBackend, fanout: int, r
         want = reference.sample_csr(INDPTR, INDICES, EIDS, ROWS, fanout, replace, seed)
         for g, w in zip(got, want):
             assert g.dtype == np.int64 and np.array_equal(g, w)
+
+
+@needs_cxx
+@pytest.mark.parametrize("bad", [-1, len(_DEG)])
+def test_emulated_sampling_refuses_rows_outside_the_graph(emu: EmulatorBackend, bad: int) -> None:
+    """Refused after the one device sync (the count kernel reads no row outside the CSR)."""
+    rows = np.append(ROWS, bad)
+    with pytest.raises(ValueError, match=rf"rows must be in \[0, {len(_DEG)}\), got \[{min(bad, 0)}, "):
+        kernels.sample_csr(INDPTR, INDICES, EIDS, rows, 3, False, 0, backend=emu)
 
 
 # -- compilation for the H100/H200 (sm_90) ----------------------------------------------------
@@ -270,7 +306,7 @@ def test_kernels_compile_with_nvrtc_as_cupy_does(cu: Path) -> None:
     assert lib is not None
     prog = ctypes.c_void_p()
     assert (
-        lib.nvrtcCreateProgram(ctypes.byref(prog), kernels._module_source(cu).encode(), cu.name.encode(), 0, None, None)
+        lib.nvrtcCreateProgram(ctypes.byref(prog), backend._module_source(cu).encode(), cu.name.encode(), 0, None, None)
         == 0
     )
     opts = [b"-std=c++17", b"--gpu-architecture=compute_90"]

@@ -11,16 +11,19 @@
 // nodes). host_rows/host_slot may be pinned, mapped host memory (the loader's host tier) or a
 // full feature table in pinned memory (host_slot == NULL: row = id). Misses are reported in
 // `where`; the host compacts their positions and fetches them from the graph-stores.
+// `order` (may be NULL) is the order in which warps take the ids, as in gather.cu.
 #include "common.cuh"
 
 template <typename V>
-__device__ __forceinline__ void gf_cache_gather(const long long* __restrict__ ids, long long n, long long units,
+__device__ __forceinline__ void gf_cache_gather(const long long* __restrict__ ids, const long long* __restrict__ order,
+                                                long long n, long long units,
                                                 const int* __restrict__ gpu_slot, const V* __restrict__ gpu_rows,
                                                 const int* __restrict__ host_slot, const V* __restrict__ host_rows,
                                                 V* __restrict__ out, signed char* __restrict__ where) {
   const int lane = gf_lane();
   const long long step = gf_num_warps();
-  for (long long r = gf_warp_id(); r < n; r += step) {
+  for (long long i = gf_warp_id(); i < n; i += step) {
+    const long long r = order != 0 ? order[i] : i;
     const long long id = ids[r];
     const int s = gpu_slot[id];
     const V* src = 0;
@@ -45,11 +48,12 @@ __device__ __forceinline__ void gf_cache_gather(const long long* __restrict__ id
 }
 
 #define GF_CACHE_GATHER(NAME, V)                                                                  \
-  extern "C" __global__ void NAME(const long long* __restrict__ ids, long long n, long long units, \
+  extern "C" __global__ void NAME(const long long* __restrict__ ids, const long long* __restrict__ order, \
+                                  long long n, long long units,                                   \
                                   const int* __restrict__ gpu_slot, const V* __restrict__ gpu_rows, \
                                   const int* __restrict__ host_slot, const V* __restrict__ host_rows, \
                                   V* __restrict__ out, signed char* __restrict__ where) {          \
-    gf_cache_gather<V>(ids, n, units, gpu_slot, gpu_rows, host_slot, host_rows, out, where);      \
+    gf_cache_gather<V>(ids, order, n, units, gpu_slot, gpu_rows, host_slot, host_rows, out, where);      \
   }
 
 GF_CACHE_GATHER(cache_gather_u16, uint4)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from graphfeed.gpu_kernels.kernels import KERNEL_DIR, Backend
+from graphfeed.gpu_kernels.backend import KERNEL_DIR, Backend
 
 _SCALARS = {
     np.dtype(np.int64): ctypes.c_longlong,
@@ -102,6 +102,9 @@ class EmulatorBackend(Backend):
 
     def ptr(self, arr: Any) -> int:
         return int(arr.ctypes.data)
+
+    def is_host_memory(self, arr: Any) -> bool:
+        return True  # NumPy arrays: the default paths are those of pinned host memory on a GPU
 
     def to_host(self, arr: Any) -> np.ndarray:
         return np.asarray(arr)

@@ -36,7 +36,7 @@ from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.limits import FETCH_IDS_PER_CALL
 from graphfeed.gpu_kernels import kernels
 from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason
-from graphfeed.gpu_kernels.kernels import Backend, cuda_backend
+from graphfeed.gpu_kernels.backend import Backend, cuda_backend
 from graphfeed.graph_store.fanout import fetch_rows
 from graphfeed.graph_store.types import PartitionSet
 from graphfeed.loader.cache.base import (

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, for a lent GPU machine that has torch, CuPy and NumPy but not
+# the project's other dependencies (docs/GPU.md says how to carry them as wheels in .whl/).
+#   scripts/gpu_check.sh OUT_DIR [TEST_S] [BENCH_S]
+# Writes OUT_DIR/{tests.log,bench.log} and the bench's gpu.json/gpu_bench.{json,md} under
+# OUT_DIR/gpu; each step has its own time limit so one slow step still leaves the others' output.
+set -uo pipefail
+out="${1:?OUT_DIR}"; test_s="${2:-180}"; bench_s="${3:-240}"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+mkdir -p "$out/gpu"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gf-site .whl/*.whl \
+    && export PYTHONPATH=/tmp/gf-site
+fi
+export PYTHONPATH="services:trainer:gpu_kernels:bench:.${PYTHONPATH:+:$PYTHONPATH}"
+{ nvidia-smi -L; python3 -V; python3 -c "import numpy, cupy, torch; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'torch', torch.__version__)"; } 2>&1 | tee "$out/tests.log"
+start=$(date +%s)
+timeout "$test_s" python3 -m pytest -q --noconftest -p no:cacheprovider -rs --durations=10 tests/gpu 2>&1 | tee -a "$out/tests.log"
+echo "tests rc=$? in $(( $(date +%s) - start )) s" | tee -a "$out/tests.log"
+start=$(date +%s)
+timeout "$bench_s" python3 bench/gpu.py --part gpu --out "$out/gpu" 2>&1 | tee "$out/bench.log"
+echo "bench rc=$? in $(( $(date +%s) - start )) s" | tee -a "$out/bench.log"

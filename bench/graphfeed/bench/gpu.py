@@ -14,7 +14,8 @@ Parts (``--part``, default ``auto`` = every part this machine can run, then ``me
   same CSR (built from integer hashes, so both machines build the identical graph); temporal
   sampling by the NumPy reference and, when it is there and verified against the reference,
   the graph-store's compiled sampler (``graphfeed.graph_store.temporal.sampling``).
-* ``merge``: joins ``gpu.json`` and ``cpu.json`` found in ``--out`` into ``gpu_bench.json`` and
+* ``merge``: joins ``gpu.json`` and ``cpu.json`` (with their repeats ``gpu2.json``, ... from
+  ``--runs``: means of the runs) found in ``--out`` into ``gpu_bench.json`` and
   ``gpu_bench.md`` (ratios vs the issue's targets).
 * ``test``: runs tests/gpu with pytest (no conftest: the bare GPU image lacks the project's deps).
 
@@ -181,12 +182,15 @@ def _transfer_rows(cp: Any, kernels: Any, table: Any, ids_all: np.ndarray, batch
     t_copy = _median_s(
         lambda: cp.cuda.runtime.memcpyAsync(out.data.ptr, contiguous.data.ptr, nbytes, 4, 0), repeat, sync
     )
-    t_zc = _median_s(lambda: kernels.gather_rows(table.device, ids_d, out=out, check_ids=False), repeat, sync)
+    gather = partial(kernels.gather_rows, table.device, ids_d, out=out, check_ids=False)
+    t_zc = _median_s(gather, repeat, sync)  # the default: ids sorted first from SORTED_READS_MIN rows on
+    t_given = _median_s(partial(gather, sorted_reads=False), repeat, sync)  # reads in the ids' own order
     row: dict[str, Any] = {
         "batch_rows": batch,
         "bytes": nbytes,
         "pinned_copy_gbps": nbytes / t_copy / 1e9,
         "zero_copy_gbps": nbytes / t_zc / 1e9,
+        "zero_copy_as_given_gbps": nbytes / t_given / 1e9,
     }
     torch = _torch_cuda()
     if torch is not None:
@@ -225,10 +229,18 @@ def _cache_rows(
         hits = int(batch * hit_rate)
         ids = np.concatenate([rng.choice(cached, hits), rng.choice(uncached, batch - hits)])
         ids_d = cp.asarray(rng.permutation(ids))
-        t = _median_s(
-            partial(kernels.cache_gather, ids_d, slot_d, gpu_rows, table.device, check_ids=False), repeat, sync
+        run = partial(kernels.cache_gather, ids_d, slot_d, gpu_rows, table.device, check_ids=False)
+        t, t_given = _median_s(run, repeat, sync), _median_s(partial(run, sorted_reads=False), repeat, sync)
+        nbytes = batch * ROW_DIM * 4
+        rows.append(
+            {
+                "table_rows": n,
+                "batch_rows": batch,
+                "hit_rate": hit_rate,
+                "gbps": nbytes / t / 1e9,
+                "as_given_gbps": nbytes / t_given / 1e9,
+            }
         )
-        rows.append({"table_rows": n, "batch_rows": batch, "hit_rate": hit_rate, "gbps": batch * ROW_DIM * 4 / t / 1e9})
     return rows
 
 
@@ -445,13 +457,39 @@ def _merge_temporal(gpu_rows: list[dict[str, Any]], cpu_rows: list[dict[str, Any
     return merged + [dict(r) for r in cpu_rows if key(r) not in gpu_keys]
 
 
+def _mean_of_runs(runs: list[Any]) -> Any:
+    """The runs of one part (same sizes, same structure) as one: floats averaged, the rest (sizes,
+    counts, names) taken from the first run."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {k: _mean_of_runs([r[k] for r in runs]) for k in first}
+    if isinstance(first, list):
+        return [_mean_of_runs(list(items)) for items in zip(*runs)]
+    if isinstance(first, float):
+        return float(np.mean(runs))
+    return first
+
+
+def _run_files(out_dir: Path, name: str) -> list[Path]:
+    """``<name>.json`` and the repeats ``<name>2.json``, ``<name>3.json``, ... in ``out_dir``."""
+    return [p for p in sorted(out_dir.glob(f"{name}*.json")) if p.stem == name or p.stem[len(name) :].isdigit()]
+
+
+def _forget_runs(out_dir: Path, name: str) -> None:
+    """Removes an earlier measurement's runs of a part, so that the merge averages only new ones."""
+    for p in _run_files(out_dir, name):
+        p.unlink()
+
+
 def merge(out_dir: Path) -> dict[str, Any]:
-    """Joins the parts found in ``out_dir`` and adds the ratios the issue sets targets for."""
-    parts = {
-        name: json.loads((out_dir / f"{name}.json").read_text())
-        for name in ("gpu", "cpu")
-        if (out_dir / f"{name}.json").exists()
-    }
+    """Joins the parts found in ``out_dir`` (each the mean of its runs) and adds the ratios the
+    issue sets targets for."""
+    parts = {}
+    for name in ("gpu", "cpu"):
+        runs = [json.loads(p.read_text()) for p in _run_files(out_dir, name)]
+        if runs:
+            parts[name] = _mean_of_runs(runs)
+            parts[name]["meta"]["runs"] = len(runs)
     gpu, cpu = parts.get("gpu", {}), parts.get("cpu", {})
     transfer = [dict(r) for r in gpu.get("transfer", [])]
     for r in transfer:
@@ -512,12 +550,13 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
         f"Command: `{command}`",
         "",
         (
-            f"GPU part: {g.get('device', 'not run')} (CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, "
+            f"GPU part: {g.get('device', 'not run')}, mean of {g.get('runs', '—')} runs "
+            f"(CuPy {g.get('cupy', '—')}, torch {g.get('torch', '—')}, "
             f"{g.get('cpus', '—')} CPUs; "
             f"kernels verified against the NumPy references first: {g.get('verified', '—')})"
         ),
         (
-            f"CPU part: {c.get('cpus', 'not run')} CPUs, DGL {c.get('dgl', '—')}, "
+            f"CPU part: {c.get('cpus', 'not run')} CPUs, mean of {c.get('runs', '—')} runs, DGL {c.get('dgl', '—')}, "
             f"torch threads {c.get('torch_threads', '—')}; "
             f"graph-store temporal sampler: {c.get('graph_store_temporal', '—')}"
         ),
@@ -529,6 +568,7 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
             "batch rows",
             "pinned copy (limit)",
             "zero-copy gather",
+            "zero-copy, reads in the ids' order",
             "CPU gather + .cuda()",
             "CPU gather to pinned + copy",
             "zero-copy / pinned (target >= 0.8)",
@@ -540,6 +580,7 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
                 _fmt(r["batch_rows"]),
                 _fmt(r["pinned_copy_gbps"]),
                 _fmt(r["zero_copy_gbps"]),
+                _fmt(r.get("zero_copy_as_given_gbps")),
                 _fmt(r.get("cpu_gather_copy_gbps")),
                 _fmt(r.get("cpu_gather_pinned_copy_gbps")),
                 _fmt(r["zero_copy_vs_pinned_copy"], 2),
@@ -548,13 +589,19 @@ def to_markdown(res: dict[str, Any], command: str) -> str:
             for r in res["transfer"]
         ],
     )
-    by: dict[tuple[int, int], dict[float, float]] = {}
+    by: dict[tuple[int, int], dict[float, dict[str, Any]]] = {}
     for r in res["cache"]:
-        by.setdefault((r["table_rows"], r["batch_rows"]), {})[r["hit_rate"]] = r["gbps"]
+        by.setdefault((r["table_rows"], r["batch_rows"]), {})[r["hit_rate"]] = r
+    hits = (0.0, 0.5, 0.9)
     lines += _table(
-        "GPU cache gather (a 20 % cache on the GPU, misses zero-copy from the pinned table), GB/s",
+        "GPU cache gather (a 20 % cache on the GPU, misses zero-copy from the pinned table), GB/s: "
+        "default (large batches read in id order) / reads in the ids' order",
         ["table rows", "batch rows", "hit 0 %", "hit 50 %", "hit 90 %"],
-        [[_fmt(n), _fmt(b), _fmt(h.get(0.0)), _fmt(h.get(0.5)), _fmt(h.get(0.9))] for (n, b), h in by.items()],
+        [
+            [_fmt(n), _fmt(b)]
+            + [f"{_fmt(h.get(x, {}).get('gbps'))} / {_fmt(h.get(x, {}).get('as_given_gbps'))}" for x in hits]
+            for (n, b), h in by.items()
+        ],
     )
     mega = lambda r, k: None if r.get(k) is None else r[k] / 1e6  # noqa: E731
     lines += _table(
@@ -630,16 +677,21 @@ def run(args: argparse.Namespace) -> int:
 
         return int(pytest.main(["-q", "--noconftest", "-p", "no:cacheprovider", "-rs", str(REPO / "tests" / "gpu")]))
     ran = []
+    suffixes = [""] + [str(i) for i in range(2, args.runs + 1)]  # gpu.json, gpu2.json, ...
     if part in ("gpu", "auto"):
         if gpu_available():
-            (out / "gpu.json").write_text(json.dumps(run_gpu(sizes), indent=2))
+            _forget_runs(out, "gpu")
+            for suffix in suffixes:
+                (out / f"gpu{suffix}.json").write_text(json.dumps(run_gpu(sizes), indent=2))
             ran.append("gpu")
         elif part == "gpu":
             print(f"no usable GPU: {unavailable_reason()}", file=sys.stderr)
             return 2
     if part in ("cpu", "auto"):
         if _dgl_available():
-            (out / "cpu.json").write_text(json.dumps(run_cpu(sizes), indent=2))
+            _forget_runs(out, "cpu")
+            for suffix in suffixes:
+                (out / f"cpu{suffix}.json").write_text(json.dumps(run_cpu(sizes), indent=2))
             ran.append("cpu")
         elif part == "cpu":
             print("the cpu part needs DGL (the project's venv has it)", file=sys.stderr)
@@ -662,6 +714,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="auto (default): every part this machine can run, then merge",
     )
     p.add_argument("--quick", action="store_true", help="1M-row table, 10k/100k batches, 200k-node graph: a smoke run")
+    p.add_argument("--runs", type=int, default=3, help="runs of each part (default 3); the report gives their means")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

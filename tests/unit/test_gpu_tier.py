@@ -74,6 +74,29 @@ def tiered(emu: EmulatorBackend, parts: LocalPartitionSet) -> Iterator[GpuTiered
     yield c
 
 
+def test_device_lookups_read_in_id_order_only_while_gpu_hits_are_few(
+    tiered: GpuTieredCache, feat: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a lookup that the GPU tier mostly served, the next one reads host rows as given
+    (sorting them costs more than it saves); after one it mostly missed, the kernels decide."""
+    asked: list[bool | None] = []
+    gather = tier_mod.kernels.cache_gather
+
+    def spy(*args: Any, sorted_reads: bool | None = None, **kw: Any) -> Any:
+        asked.append(sorted_reads)
+        return gather(*args, sorted_reads=sorted_reads, **kw)
+
+    monkeypatch.setattr(tier_mod.kernels, "cache_gather", spy)
+    on_gpu = np.flatnonzero(tiered.gpu.contains(np.arange(N)))
+    off_gpu = np.setdiff1d(np.arange(N), on_gpu)
+    for ids in (on_gpu, on_gpu, off_gpu, off_gpu):
+        out, miss = tiered.lookup_device(ids)
+        want = feat[ids].copy()
+        want[miss] = 0
+        assert np.array_equal(out, want)  # the same rows either way
+    assert asked == [None, False, False, None]
+
+
 def test_warm_up_puts_the_highest_degree_nodes_on_the_gpu(
     tiered: GpuTieredCache, arith_root: Path, feat: np.ndarray
 ) -> None:

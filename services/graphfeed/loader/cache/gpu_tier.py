@@ -126,6 +126,12 @@ class GpuTier(SlotTier):
         return len(slots)
 
 
+# From this share of GPU hits (in the previous device lookup) on, the host-tier rows are read in
+# the ids' order: sorting them first cost more than it saved (H100, 100k ids, 10M-row pinned
+# table: 183 GB/s sorted vs 322 as given at 90 % GPU hits; 44 vs 32 at 50 %).
+SORTED_READS_BELOW_GPU_HITS = 0.75
+
+
 class GpuTieredCache(DeviceCachePolicy):
     """A static GPU tier in front of ``inner``, a policy with a host tier.
 
@@ -157,6 +163,7 @@ class GpuTieredCache(DeviceCachePolicy):
         self._host_rows: Any
         self._host_slot_of: Any
         self._host_rows, self._host_slot_of = self._pin_host_tier() if pin_host else (None, None)
+        self._gpu_share = 0.0  # of the previous device lookup's ids
 
     def _pin_host_tier(self) -> tuple[Any, Any]:
         """Moves the host tier's slab and slot table to mapped memory (contents copied; the tier
@@ -245,11 +252,19 @@ class GpuTieredCache(DeviceCachePolicy):
         """
         ids = np.asarray(ids, dtype=np.int64)
         xp, n = self.backend.xp, len(ids)
+        sort = None if self._gpu_share < SORTED_READS_BELOW_GPU_HITS else False  # None: the kernels' default
         out, where = kernels.cache_gather(
-            ids, self.gpu.slot_of, self.gpu.rows, self._host_rows, self._host_slot_of, backend=self.backend
+            ids,
+            self.gpu.slot_of,
+            self.gpu.rows,
+            self._host_rows,
+            self._host_slot_of,
+            sorted_reads=sort,
+            backend=self.backend,
         )
         where = self.backend.to_host(where)
         n_gpu = int(np.count_nonzero(where == 0))
+        self._gpu_share = n_gpu / n if n else self._gpu_share
         self.gpu.hits += n_gpu
         self.gpu.misses += n - n_gpu
         if self.host_pinned:

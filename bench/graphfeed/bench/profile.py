@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from graphfeed.bench import harness, systems
+from graphfeed.bench import edge_systems, harness, systems
 
 # Frames that mean "this thread is waiting", not working; their samples are dropped.
 _IDLE = (
@@ -57,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--top", type=int, default=12, help="functions listed per process (default 12)")
     p.add_argument(
+        "--edges",
+        default="",
+        metavar="RELATION",
+        help="gf_e2e of edge minibatches of this relation, as `graphfeed bench throughput --edges` runs them",
+    )
+    p.add_argument("--num-negatives", type=int, default=1, help="with --edges: negatives per positive (default 1)")
+    p.add_argument(
         "--transport",
         choices=tuple(systems.LAYOUTS),
         default="shm",
@@ -91,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if not Path(spy).exists():
         print("py-spy not found: pip install py-spy", file=sys.stderr)
         return 2
-    out = args.out or Path("bench/results") / f"profile-{args.preset}-{args.system}-{args.transport}"  # a folder
+    edges = f"-edges-{args.edges.replace(':', '.')}" if args.edges else ""
+    out = args.out or Path("bench/results") / f"profile-{args.preset}{edges}-{args.system}-{args.transport}"  # a folder
     out.mkdir(parents=True, exist_ok=True)
     root = harness.ensure_dataset(args)
     cluster = systems.Cluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"], args.transport)
@@ -109,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
                 systems.LAYOUTS[args.transport][0],
             )
         else:
-            drive = systems.loader_system(cluster.remote(fanouts=list(args.fanouts), batch_size=args.batch_size))
+            edge_job = edge_systems.job(args.num_negatives) if args.edges else {}
+            drive = systems.loader_system(
+                cluster.remote(fanouts=list(args.fanouts), batch_size=args.batch_size, **edge_job)
+            )
         drive(2)  # warm-up outside the profile
         procs = {s.name: s.proc.pid for s in cluster.services}
         procs["client"] = __import__("os").getpid()
@@ -141,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
         cluster.stop()
     lines = [
         (
-            f"`graphfeed bench profile --preset {args.preset} --system {args.system} --transport {args.transport} "
+            f"`graphfeed bench profile --preset {args.preset}{' --edges ' + args.edges if args.edges else ''} "
+            f"--system {args.system} --transport {args.transport} "
             f"--steps {args.steps}`: "
             f"{args.steps / seconds:.2f} minibatches/s while profiled (200 Hz)"
         ),

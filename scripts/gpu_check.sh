@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks in one command, for a lent GPU machine that has torch, CuPy and NumPy but not
-# the project's other dependencies (docs/GPU.md says how to carry them as wheels in .whl/).
+# the project's other dependencies. Those travel as wheels in .whl/ (git-ignored: add /.whl/ to
+# .git/info/exclude), fetched here for the machine's Python (3.12) at requirements.lock's versions:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl grpcio==1.85.1 protobuf==6.33.6 grpcio-health-checking==1.81.1 grpcio-reflection==1.81.1 \
+#     pydantic==2.14.3 pydantic_core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 rocksdict==0.3.29
+# Without them the loader's on-device test is skipped and the rest runs.
 #   scripts/gpu_check.sh OUT_DIR [TEST_S] [BENCH_S]
 # Writes OUT_DIR/{tests.log,bench.log} and the bench's gpu.json/gpu_bench.{json,md} under
 # OUT_DIR/gpu; each step has its own time limit so one slow step still leaves the others' output.

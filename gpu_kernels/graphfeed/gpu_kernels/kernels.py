@@ -50,9 +50,14 @@ def _check_ids(be: Backend, ids: Any, num_rows: int | None, what: str = "ids") -
     ids = ids.astype(be.xp.int64, copy=False)
     if ids.size and num_rows is not None:
         lo, hi = (int(v) for v in be.to_host(be.xp.stack([ids.min(), ids.max()])))  # one device sync
-        if lo < 0 or hi >= num_rows:
-            raise ValueError(f"{what} must be in [0, {num_rows}), got [{lo}, {hi}]")
+        _check_range(what, lo, hi, num_rows)
     return ids
+
+
+def _check_range(what: str, lo: int, hi: int, num_rows: int) -> None:
+    """Refuses ids whose smallest is ``lo`` and largest ``hi`` unless all lie in ``[0, num_rows)``."""
+    if lo < 0 or hi >= num_rows:
+        raise ValueError(f"{what} must be in [0, {num_rows}), got [{lo}, {hi}]")
 
 
 def _read_order(be: Backend, ids: Any, sources: list[Any], sorted_reads: bool | None) -> Any:
@@ -151,14 +156,15 @@ def cache_gather(
     where = xp.empty(n, dtype=xp.int8)
     if n == 0:
         return out, where
+    row_bytes = _row_bytes(gpu_rows)
     pointers = [be.ptr(out)] + [be.ptr(a) for a in (gpu_rows, host) if a is not None]
-    u = _unit(_row_bytes(gpu_rows), pointers)
+    u = _unit(row_bytes, pointers)
     null = np.uint64(0)
     args = (
         ids,
         _read_order(be, ids, [] if host is None else [host], sorted_reads),
         np.int64(n),
-        np.int64(_row_bytes(gpu_rows) // u),
+        np.int64(row_bytes // u),
         gpu_slot_of,
         gpu_rows if gpu_rows.size else null,
         null if host_slot_of is None else host_slot_of,
@@ -201,8 +207,7 @@ def sample_csr(
     xp.cumsum(counts, out=offsets[1:])
     stats = xp.stack([offsets[-1], deg.max(), rows.min(), rows.max()])
     total, max_deg, lo, hi = (int(v) for v in be.to_host(stats))  # the one device sync
-    if lo < 0 or hi >= num_rows:
-        raise ValueError(f"rows must be in [0, {num_rows}), got [{lo}, {hi}]")
+    _check_range("rows", lo, hi, num_rows)
     if max_deg >= 2**31:
         raise ValueError("degrees must be < 2**31")
     src, eids = xp.empty(total, dtype=xp.int64), xp.empty(total, dtype=xp.int64)
@@ -250,8 +255,8 @@ def _temporal_inputs(be: Backend, csr: tuple[Any, ...], rows: Any, times: Any) -
     values = [int(v) for v in be.to_host(stats)]
     if values[-1] > sizes[1]:
         raise ValueError(f"nbr, ts and eid must have one length >= indptr[-1] = {values[-1]}, got {sizes[1]}")
-    if sizes[4] and (values[0] < 0 or values[1] >= sizes[0] - 1):
-        raise ValueError(f"rows must be in [0, {sizes[0] - 1}), got [{values[0]}, {values[1]}]")
+    if sizes[4]:
+        _check_range("rows", values[0], values[1], sizes[0] - 1)
     return arrays
 
 

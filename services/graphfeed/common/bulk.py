@@ -31,8 +31,10 @@ import numpy as np
 from google.protobuf.message import DecodeError, Message
 
 from graphfeed.common.buffers import BufferPool
-from graphfeed.common.errors import DataLoss
+from graphfeed.common.errors import DataLoss, GraphfeedError
 from graphfeed.common.limits import STREAM_CHUNK_BYTES
+from graphfeed.common.plane import MIN_BYTES as PLANE_MIN_BYTES
+from graphfeed.common.plane import BulkPlane
 from graphfeed.common.v1 import tensor_pb2
 
 M = TypeVar("M", bound=Message)
@@ -105,12 +107,14 @@ class Received(Generic[M]):
     bulk: Bulk
     continuation: bool = False  # only ``bulk`` was set: the bytes continue the previous message's
     error: str = ""
+    failure: type[GraphfeedError] = DataLoss  # what :attr:`message` raises with ``error``
 
     @property
     def message(self) -> M:
-        """The control fields. Raises DataLoss when the message could not be read."""
+        """The control fields. Raises DataLoss when the message could not be read (Unavailable
+        when its bulk bytes could not be fetched from the bulk plane)."""
         if self.body is None:
-            raise DataLoss(self.error)
+            raise self.failure(self.error)
         return self.body
 
     @property
@@ -158,27 +162,56 @@ def _received(msg: M, bulk: memoryview, continuation: bool) -> Received[M]:
     return Received(msg, memoryview(extra) if extra else bulk, continuation)
 
 
-def deserializer(cls: type[M]) -> Callable[[bytes], Received[M]]:
+Fetch = Callable[[bytes, int, int], np.ndarray]
+"""Reads parked bulk bytes from the sender's bulk plane: ``(ticket, port, nbytes) -> uint8 array``
+(:meth:`graphfeed.common.plane.PlaneClient.fetch`)."""
+
+
+def deserializer(cls: type[M], fetch: Fetch | None = None) -> Callable[[bytes], Received[M]]:
     """A gRPC response deserializer producing :class:`Received` messages of type ``cls``; one
-    that cannot be read carries the reason, raised as DataLoss where it is used."""
+    that cannot be read carries the reason, raised as DataLoss where it is used. A message
+    whose bulk bytes wait on the sender's bulk plane (``bulk_ticket``) gets them from ``fetch``
+    (they cannot arrive without an offer, which only a client with ``fetch`` makes)."""
 
     def read(data: bytes) -> Received[M]:
         try:
-            return parse(cls, data)
-        except DataLoss as exc:
-            return Received(None, memoryview(b""), error=str(exc))
+            rec = parse(cls, data)
+            ticket = getattr(rec.body, "bulk_ticket", None)
+            if ticket is None or not rec.body.HasField("bulk_ticket"):  # type: ignore[union-attr]
+                return rec
+            if fetch is None:
+                raise DataLoss(f"{cls.DESCRIPTOR.name}: bulk bytes on a bulk plane this client did not offer to read")
+            got = fetch(ticket.ticket, ticket.port, int(rec.body.bulk_bytes))  # type: ignore[union-attr]
+            return Received(rec.body, got)
+        except GraphfeedError as exc:
+            return Received(None, memoryview(b""), error=str(exc), failure=type(exc))
 
     return read
 
 
-def unary_unary(channel: grpc.Channel, service: str, method: str, request: type[Message], response: type[M]) -> Any:
-    """A unary multi-callable whose answers are :class:`Received` (``service`` is its full name)."""
-    return channel.unary_unary(f"/{service}/{method}", request.SerializeToString, deserializer(response))
+def unary_unary(
+    channel: grpc.Channel,
+    service: str,
+    method: str,
+    request: type[Message],
+    response: type[M],
+    fetch: Fetch | None = None,
+) -> Any:
+    """A unary multi-callable whose answers are :class:`Received` (``service`` is its full name;
+    ``fetch``: how to read bulk bytes from the server's bulk plane, see :func:`deserializer`)."""
+    return channel.unary_unary(f"/{service}/{method}", request.SerializeToString, deserializer(response, fetch))
 
 
-def unary_stream(channel: grpc.Channel, service: str, method: str, request: type[Message], response: type[M]) -> Any:
+def unary_stream(
+    channel: grpc.Channel,
+    service: str,
+    method: str,
+    request: type[Message],
+    response: type[M],
+    fetch: Fetch | None = None,
+) -> Any:
     """A server-streaming multi-callable whose messages are :class:`Received`."""
-    return channel.unary_stream(f"/{service}/{method}", request.SerializeToString, deserializer(response))
+    return channel.unary_stream(f"/{service}/{method}", request.SerializeToString, deserializer(response, fetch))
 
 
 def assemble(messages: Iterable[Received[M]], pool: BufferPool, what: str) -> Generator[Received[M], None, None]:
@@ -248,6 +281,7 @@ class Outgoing:
 
     message: Message | None
     parts: list[memoryview | bytes]
+    elsewhere: int = 0  # bulk bytes of this message sent through the bulk plane instead (counted as sent)
 
     def serialize(self) -> bytes:
         size = sum(len(p) for p in self.parts)
@@ -314,6 +348,20 @@ class BulkLayout:
         for _ in range(3):  # the length varint's size and the lead depend on each other
             lead = -(1 + len(varint(size + lead))) % ALIGN
         return Outgoing(message, self._lay_out(lead)[0])
+
+    def park(self, message: Message, plane: BulkPlane, client: str = "") -> Outgoing | None:
+        """``message`` with its bulk bytes parked on ``plane`` for ``client`` (``bulk_ticket``
+        set, ``bulk`` empty); None when they are too few to be worth it or the plane holds too much."""
+        parts, total = self._lay_out(0)
+        if total < PLANE_MIN_BYTES:
+            return None
+        ticket = plane.park(parts, total, client)
+        if ticket is None:
+            return None
+        message.bulk_bytes = total  # declared by every bulk-carrying type
+        message.bulk_ticket.ticket = ticket
+        message.bulk_ticket.port = plane.port
+        return Outgoing(message, [], elsewhere=total)
 
     def frames(self, message: Message, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[Outgoing]:
         """``message`` with the first ``chunk_bytes`` of its bulk, then continuation frames of at

@@ -76,6 +76,15 @@ class ServiceSettings(BaseSettings):
         "instead; 0: a quarter of shm_dir's size. Some room (1/16, at most 64 MiB) is always kept free.",
     )
 
+    bulk_port: int = Field(
+        default=0,
+        ge=-1,
+        le=65535,
+        description="Port of the bulk plane (on host): large answers' bytes go over a plain TCP stream (TLS with "
+        "tls_cert) to clients that offer to read them, instead of through gRPC; 0 picks a free one (announced in "
+        "each answer), -1 disables it.",
+    )
+
     @property
     def shm_client_quota_bytes(self) -> int:
         return int(self.shm_client_quota_mb * (1 << 20))

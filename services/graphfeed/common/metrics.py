@@ -51,7 +51,7 @@ class RpcMetrics:
             ),
             response_bytes=Counter(
                 "graphfeed_rpc_response_bytes_total",
-                "Serialized response bytes sent.",
+                "Serialized response bytes sent, with the bulk bytes sent through the bulk plane instead.",
                 labels,
                 registry=registry,
             ),
@@ -76,11 +76,13 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int:
 
 
 def counting_serializer(serialize, counter):  # noqa: ANN001, ANN201 - grpc's untyped (de)serializer callables
-    """``serialize`` (message -> bytes; None: bytes pass through) that adds each length to ``counter``."""
+    """``serialize`` (message -> bytes; None: bytes pass through) that adds each length to ``counter``,
+    with the bulk bytes a message sent through the bulk plane (:attr:`graphfeed.common.bulk.Outgoing.elsewhere`):
+    what the answer cost the network either way."""
 
     def counted(msg):  # noqa: ANN001, ANN202
         raw = serialize(msg) if serialize is not None else msg
-        counter.inc(len(raw))
+        counter.inc(len(raw) + getattr(msg, "elsewhere", 0))  # bulk bytes sent through the bulk plane too
         return raw
 
     return counted

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -19,6 +20,8 @@ from graphfeed.common.bulk import BulkLayout, Outgoing
 from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.placement import Placed, Placement
+from graphfeed.common.plane import MIN_BYTES as PLANE_MIN_BYTES
+from graphfeed.common.plane import BulkPlane, peer_host
 from graphfeed.common.shm import Arena, Backpressure, Segment, SegmentPool, SegmentRegistry, ShmQuota
 from graphfeed.common.shm.placement import ShmPlaced, ShmPlacement
 from graphfeed.common.v1 import tensor_pb2
@@ -49,9 +52,19 @@ class Response:
     """
 
     def __init__(
-        self, transport: ServerTransport, method: str, directory: Path | None, owner: object = None, client: str = ""
+        self,
+        transport: ServerTransport,
+        method: str,
+        directory: Path | None,
+        owner: object = None,
+        client: str = "",
+        plane: BulkPlane | None = None,
+        peer: str = "",
     ) -> None:
         self.directory = directory
+        self.plane = plane  # the server's bulk plane, when this call's client offered to read from it
+        self.tickets: list[bytes] = []  # what this response parked on the plane
+        self._peer = peer  # the caller's host: its share of the plane
         self.paths: list[Path] = []  # the segments this message refers to (a stream's back-pressure watches them)
         self._transport = transport
         self._method = method
@@ -133,20 +146,47 @@ class Response:
 
     def framed(self, message: Message) -> Message | Outgoing:
         """What to send for ``message``: itself when its tensors are inline or in shared memory,
-        else it with the bulk bytes of the arrays encoded since the last frame."""
+        else it with the bulk bytes of the arrays encoded since the last frame, or with a ticket
+        for them on the bulk plane (:mod:`graphfeed.common.plane`) when its client offered that."""
         if not self._layout:
             return message
         layout, self._layout = self._layout, BulkLayout()
-        return layout.frame(message)
+        return self._parked(layout, message) or layout.frame(message)
 
     def frames(self, message: Message, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[Message | Outgoing]:
         """Like :meth:`framed` for a stream: the bulk bytes cut into continuation messages of at
-        most ``chunk_bytes`` each, which the reader joins (:func:`graphfeed.common.bulk.assemble`)."""
+        most ``chunk_bytes`` each, which the reader joins (:func:`graphfeed.common.bulk.assemble`)
+        (one message with a ticket when they go through the bulk plane)."""
         if not self._layout:
             yield message
             return
         layout, self._layout = self._layout, BulkLayout()
+        parked = self._parked(layout, message)
+        if parked is not None:
+            yield parked
+            return
         yield from layout.frames(message, chunk_bytes)
+
+    def plane_empty(self, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray | None:
+        """A writable array (pooled: its pages are mapped already) for an answer that goes
+        through the bulk plane in one message; None without one, or when it is too small to."""
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if self.plane is None or self.directory is not None or nbytes < PLANE_MIN_BYTES:
+            return None
+        return self.plane.buffers.take(nbytes).view(dtype).reshape(tuple(shape))
+
+    def unread(self) -> bool:
+        """Whether a message of this response waits on the bulk plane for its client."""
+        return self.plane is not None and any(self.plane.holds(t) for t in self.tickets)
+
+    def _parked(self, layout: BulkLayout, message: Message) -> Outgoing | None:
+        if self.plane is None:
+            return None
+        parked = layout.park(message, self.plane, self._peer)
+        if parked is not None:
+            self.tickets.append(message.bulk_ticket.ticket)
+            self._transport.count_plane(self._method, parked.elsewhere)
+        return parked
 
     def peer_array(self, segment: str, offset: int, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
         """A writable view of the caller's own segment (a loader's minibatch features that a
@@ -229,6 +269,8 @@ class StreamCall:
 
     def __init__(self, transport: ServerTransport, context: grpc.ServicerContext, method: str) -> None:
         self.directory, self.client = transport.accept(context)
+        self.plane = transport.plane_of(context)
+        self.peer = peer_host(context.peer() or "")
         self.owner = object()  # the registry owner of every segment of this call
         self._transport = transport
         self._context = context
@@ -265,7 +307,8 @@ class StreamCall:
     def response(self, shared: bool = True) -> Response:
         """The tensors of the stream's next message; ``shared`` False sends it inline (its
         producer was refused shared memory for it: see :class:`ShmQuota`)."""
-        return Response(self._transport, self._method, self.directory if shared else None, self.owner, self.client)
+        directory = self.directory if shared else None
+        return Response(self._transport, self._method, directory, self.owner, self.client, self.plane, self.peer)
 
     def __enter__(self) -> StreamCall:
         return self

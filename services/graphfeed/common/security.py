@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -263,6 +264,15 @@ class ClientSecurity:
             TokenFile(token_file) if token_file else None,
         )
 
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The same TLS for a plain socket (the bulk plane, :mod:`graphfeed.common.plane`); None: plaintext."""
+        if self.ca is None and self.cert is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)
+        if self.cert is not None and self.key is not None:
+            context.load_cert_chain(self.cert, self.key)
+        return context
+
     def channel(self, address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:
         """A channel to ``address``: TLS or plaintext as configured, with the token attached."""
         if self.ca is not None or self.cert is not None:
@@ -280,6 +290,11 @@ def configure_clients(security: ClientSecurity) -> None:
     process has one identity)."""
     global _clients
     _clients = security
+
+
+def client_tls() -> ssl.SSLContext | None:
+    """TLS for this process's bulk-plane connections, as :func:`configure_clients` said (None: plaintext)."""
+    return _clients.ssl_context()
 
 
 def channel(address: str, options: list[tuple[str, int | str]] | None = None) -> grpc.Channel:
@@ -311,6 +326,18 @@ class ServerSecurity:
         return cls(
             Path(cert) if cert else None, Path(key) if key else None, Path(client_ca) if client_ca else None, auth
         )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The gRPC port's TLS for a plain socket (the bulk plane); None: plaintext. A bulk-plane
+        reader needs no token: it holds a ticket only an authenticated call received."""
+        if self.cert is None or self.key is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert, self.key)
+        if self.client_ca is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(self.client_ca)
+        return context
 
     def interceptors(self) -> list[grpc.ServerInterceptor]:
         """Goes after the service interceptor (refusals mapped and counted like other errors)."""

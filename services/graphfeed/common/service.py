@@ -15,8 +15,10 @@ import grpc
 
 from graphfeed.common import security
 from graphfeed.common.metrics import RpcMetrics, serve_metrics
+from graphfeed.common.plane import BulkPlane
 from graphfeed.common.readiness import serve_health
 from graphfeed.common.rpc import RunningServer, dial_host, start_server
+from graphfeed.common.transport import ServerTransport
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -56,6 +58,17 @@ def parse_ready_line(line: str) -> dict[str, str] | None:
     return dict(part.split("=", 1) for part in line.split()[1:])
 
 
+def server_transport(settings: ServiceSettings, service: str, registry: CollectorRegistry) -> ServerTransport:
+    """A service's side of the transport from its settings: shared memory in ``shm_dir``, and
+    the bulk plane on ``host``:``bulk_port`` unless that is -1 (see :mod:`graphfeed.common.plane`)."""
+    plane = None
+    if settings.bulk_port != -1:
+        plane = BulkPlane(settings.host, settings.bulk_port, settings.server_security().ssl_context())
+    return ServerTransport(
+        settings.shm_dir, service, registry, client_quota_bytes=settings.shm_client_quota_bytes, plane=plane
+    )
+
+
 def start_service_server(
     settings: ServiceSettings,
     *,
@@ -64,13 +77,15 @@ def start_service_server(
     registry: CollectorRegistry,
     on_error: Callable[[], None] = lambda: None,
     serving: bool = True,
+    transport: ServerTransport | None = None,
 ) -> RunningServer:
     """:func:`start_server` configured from a service's settings, plus its ``/metrics`` port
     and its health port.
 
     ``/metrics`` is served unless ``settings.metrics_port == -1``, health on a server of its
     own unless ``settings.health_port == -1``. ``serving``: the initial health (see
-    :func:`start_server`). If anything fails, the server is stopped, ``on_error`` releases
+    :func:`start_server`). ``transport``: the servicers' (:func:`server_transport`): its bulk
+    plane closes with the server. If anything fails, the server is stopped, ``on_error`` releases
     what the caller opened, and the error propagates.
     """
     try:
@@ -100,8 +115,12 @@ def start_service_server(
             running.stop(0)
             raise
     except BaseException:
+        if transport is not None and transport.plane is not None:
+            transport.plane.close()
         on_error()
         raise
+    if transport is not None and transport.plane is not None:
+        running.on_stop.append(transport.plane.close)  # the gRPC server has drained: nothing parked is read any more
     return running
 
 

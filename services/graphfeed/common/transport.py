@@ -23,7 +23,12 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
+from graphfeed.common.buffers import BufferPool
+from graphfeed.common.bulk import Fetch
+from graphfeed.common.plane import OFFER_KEY as PLANE_OFFER_KEY
+from graphfeed.common.plane import BulkPlane, PlaneClient, peer_host, split_host
 from graphfeed.common.response import Allocator, Response, StreamCall
+from graphfeed.common.security import client_tls
 from graphfeed.common.shm import (
     OfferVerifier,
     PeerSegments,
@@ -47,6 +52,8 @@ class ServerTransport:
             counted). With shared memory the wire carries only references, so this counter is
             the other half of the communication volume next to ``..._response_bytes_total``.
         ttl_s: seconds an unclaimed segment of a finished call survives before it is removed.
+        plane: the server's bulk plane (:mod:`graphfeed.common.plane`): large inline answers to
+            clients that offer to read from it go there (None: always inline). Closed with the transport.
         pool_files: handed-back segment files kept for reuse (see :class:`SegmentPool`).
         client_quota_bytes: unclaimed bytes one client may hold in ``shm_dir`` before its
             responses go inline (0: a quarter of the directory; see :class:`ShmQuota`).
@@ -60,16 +67,25 @@ class ServerTransport:
         ttl_s: float = 300.0,
         pool_files: int = 16,
         client_quota_bytes: int = 0,
+        plane: BulkPlane | None = None,
     ) -> None:
         self.shm_dir = Path(shm_dir) if shm_dir else None
+        self.plane = plane
         self.pool_files = pool_files
         self.service = service
         self.registry = SegmentRegistry(ttl_s)
         self._pools: dict[Path, SegmentPool] = {}
         self._pools_lock = threading.Lock()
         self.peers = PeerSegments()  # callers' own segments this server writes into, mapped once per file
-        self._bytes = self._declined = None
+        self._bytes = self._declined = self._plane_bytes = None
         if metrics is not None:
+            self._plane_bytes = Counter(
+                "graphfeed_rpc_response_plane_bytes_total",
+                "Response bulk bytes sent through the bulk plane (a TCP stream beside gRPC) instead of in the "
+                "gRPC message; graphfeed_rpc_response_bytes_total counts them too.",
+                ("service", "method"),
+                registry=metrics,
+            )
             self._bytes = Counter(
                 "graphfeed_rpc_response_shm_bytes_total",
                 "Response tensor bytes sent through shared memory (not on the wire), by RPC.",
@@ -108,7 +124,21 @@ class ServerTransport:
         directory, client = self.accept(context)
         if directory is not None and self.quota is not None and self.quota.decline(client) is not None:
             directory = None
-        return Response(self, method, directory, client=client)
+        plane = self.plane_of(context)
+        peer = peer_host(context.peer() or "") if plane is not None else ""
+        return Response(self, method, directory, client=client, plane=plane, peer=peer)
+
+    def plane_of(self, context: grpc.ServicerContext) -> BulkPlane | None:
+        """The bulk plane for a call whose client offered to read from it (else None)."""
+        if self.plane is None:
+            return None
+        offered = any(k == PLANE_OFFER_KEY for k, _ in context.invocation_metadata() or ())
+        return self.plane if offered else None
+
+    def count_plane(self, method: str, nbytes: int) -> None:
+        """Adds ``nbytes`` sent through the bulk plane by ``method`` to its counter."""
+        if self._plane_bytes is not None:
+            self._plane_bytes.labels(self.service, method).inc(nbytes)
 
     def declined(self, reason: str) -> None:
         """Counts one response or minibatch sent inline for ``reason`` although shared memory was offered."""
@@ -135,7 +165,10 @@ class ServerTransport:
             self._bytes.labels(self.service, method).inc(nbytes)
 
     def close(self) -> None:
-        """Removes every segment no client has claimed and every pooled file (server shutdown)."""
+        """Removes every segment no client has claimed and every pooled file, and closes the
+        bulk plane (server shutdown)."""
+        if self.plane is not None:
+            self.plane.close()
         self.peers.close()
         self.registry.close()
         with self._pools_lock:
@@ -145,17 +178,42 @@ class ServerTransport:
 
 
 class ClientTransport:
-    """A client's side: the offer sent with each call and the reader for what comes back.
+    """A client's side: the offers sent with each call and the readers for what comes back.
 
     Args:
         shm_dir: the directory offered to servers ("" or None: inline bytes only). A directory
             that does not exist or is not writable silently disables the offer.
+        address: the server's ``host:port``; with it the client also offers to read large
+            answers from the server's bulk plane (:mod:`graphfeed.common.plane`), until the
+            plane turns out unreachable from here.
+        plane: False: never offer the bulk plane.
     """
 
-    def __init__(self, shm_dir: str | Path | None) -> None:
+    def __init__(self, shm_dir: str | Path | None, address: str = "", plane: bool = True) -> None:
         self.offer = shared_offer(Path(shm_dir)) if shm_dir else None
-        self.metadata = self.offer.metadata() if self.offer is not None else None
+        self._shm_metadata = self.offer.metadata() if self.offer is not None else ()
+        self.plane = (
+            PlaneClient(split_host(address), client_tls(), BufferPool(max_buffers=8)) if address and plane else None
+        )
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The offers of one call (None: none)."""
+        offers = tuple(self._shm_metadata)
+        if self.plane is not None and not self.plane.broken:
+            offers += ((PLANE_OFFER_KEY, "1"),)
+        return offers or None
+
+    @property
+    def fetch(self) -> Fetch | None:
+        """How answers' bulk bytes are read from the server's bulk plane (None: not offered)."""
+        return self.plane.fetch if self.plane is not None else None
 
     def reader(self) -> SegmentReader | None:
         """A reader for one response (maps and claims the segments it names)."""
         return SegmentReader(self.offer.directory) if self.offer is not None else None
+
+    def close(self) -> None:
+        """Closes the bulk plane's idle connections."""
+        if self.plane is not None:
+            self.plane.close()

@@ -109,25 +109,36 @@ class GraphStoreClient:
         timeout_s: deadline of each call.
         shm_dir: shared-memory directory offered to the server for bulk answers ("" or None:
             inline bytes only; see :mod:`graphfeed.common.transport`).
+        plane: offer to read large answers from the server's bulk plane (:mod:`graphfeed.common.plane`).
     """
 
-    def __init__(self, address: str, timeout_s: float = 30.0, shm_dir: str | None = None) -> None:
+    def __init__(self, address: str, timeout_s: float = 30.0, shm_dir: str | None = None, plane: bool = True) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._transport = ClientTransport(shm_dir)
+        self._transport = ClientTransport(shm_dir, address, plane)
         self._writes_shared = self._transport.offer is not None  # the server may write rows into our memory
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["GraphStoreService"], IDEMPOTENT_METHODS)
         self._stub = pb_grpc.GraphStoreServiceStub(self._channel)
         # the answers with tensors, read as bulk-framed messages (graphfeed.common.bulk)
         name = pb.DESCRIPTOR.services_by_name["GraphStoreService"].full_name
         self._sample = bulk.unary_unary(
-            self._channel, name, "SampleNeighbors", pb.SampleNeighborsRequest, pb.SampleNeighborsResponse
+            self._channel,
+            name,
+            "SampleNeighbors",
+            pb.SampleNeighborsRequest,
+            pb.SampleNeighborsResponse,
+            self._transport.fetch,
         )
         self._node_data = bulk.unary_stream(
-            self._channel, name, "GetNodeData", pb.GetNodeDataRequest, pb.GetNodeDataResponse
+            self._channel, name, "GetNodeData", pb.GetNodeDataRequest, pb.GetNodeDataResponse, self._transport.fetch
         )
         self._temporal = bulk.unary_unary(
-            self._channel, name, "SampleTemporal", pb.SampleTemporalRequest, pb.SampleTemporalResponse
+            self._channel,
+            name,
+            "SampleTemporal",
+            pb.SampleTemporalRequest,
+            pb.SampleTemporalResponse,
+            self._transport.fetch,
         )
         self.embeddings = EmbeddingCalls(self._channel, address, timeout_s, self._transport)  # issue 25
 
@@ -363,3 +374,4 @@ class GraphStoreClient:
 
     def close(self) -> None:
         self._channel.close()
+        self._transport.close()

@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common.errors import ResourceExhausted
 from graphfeed.common.malloc import tune_malloc
 from graphfeed.common.rpc import RunningServer
-from graphfeed.common.service import run_service, start_service_server
-from graphfeed.common.transport import ServerTransport
+from graphfeed.common.service import run_service, server_transport, start_service_server
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.metrics import EmbeddingMetrics, GraphStoreMetrics, RowTierCollector, TemporalMetrics
 from graphfeed.graph_store.servicer import GraphStoreServicer
@@ -91,14 +90,13 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     registry.register(RowTierCollector(store.row_stats))
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
     metrics.partition_info.labels(str(store.partition_id)).set(1)
-    transport = ServerTransport(
-        settings.shm_dir, "GraphStoreService", registry, client_quota_bytes=settings.shm_client_quota_bytes
-    )
+    transport = server_transport(settings, "GraphStoreService", registry)
     servicer = GraphStoreServicer(
         store, metrics, transport, TemporalMetrics.create(registry), EmbeddingMetrics.create(registry)
     )
     running = start_service_server(
         settings,
+        transport=transport,
         register=lambda server: pb_grpc.add_GraphStoreServiceServicer_to_server(servicer, server),
         service_names=[SERVICE_NAME],
         registry=registry,

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from graphfeed.common import codec
 from graphfeed.common.bulk import Outgoing
 from graphfeed.common.errors import InvalidArgument, ResourceExhausted
-from graphfeed.common.limits import EMBEDDING_WAIT_SLICE_S
+from graphfeed.common.limits import EMBEDDING_WAIT_SLICE_S, STREAM_CHUNK_BYTES
 from graphfeed.common.schema import types_to_proto
 from graphfeed.common.transport import Response, ServerTransport
 from graphfeed.common.v1 import tensor_pb2
@@ -88,15 +88,37 @@ def node_data_chunks(
     store: MeteredGraphStore, name: str, ids: np.ndarray, r: Response
 ) -> Iterator[tuple[int, np.ndarray]]:
     """GetNodeData's ``(start, rows)`` chunks: every row gathered at once into the response's
-    segment when it has one that takes them (one message holds any size there), else the
-    store's chunks of bounded size, also when the segment is refused (the whole answer is never
-    built in one ordinary array). Validates the name and ids at the call."""
+    segment when it has one that takes them (one message holds any size there), or into one
+    pooled array for the bulk plane, else the store's chunks of bounded size, also when the
+    segment is refused (the whole answer is never built in one ordinary array). Validates the
+    name and ids at the call."""
     chunks = store.iter_node_data(name, ids)
     spec = store.info().node_data[name]
-    out = r.shared_empty((len(ids), *spec.row_shape), spec.dtype) if r.shared else None
+    shape = (len(ids), *spec.row_shape)
+    out = r.shared_empty(shape, spec.dtype) if r.shared else r.plane_empty(shape, spec.dtype)
     if out is None:
         return chunks
     return iter([(0, store.get_node_data(name, ids, out=out))])
+
+
+def node_data_messages(
+    store: MeteredGraphStore, name: str, ids: np.ndarray, r: Response
+) -> Iterator[pb.GetNodeDataResponse | Outgoing]:
+    """GetNodeData's answer messages for ``ids`` (see :func:`node_data_chunks`); rows built
+    whole for the bulk plane that it then refuses (it holds too much) go in bounded slices."""
+    for start, rows in node_data_chunks(store, name, ids, r):
+        resp = pb.GetNodeDataResponse(start=start)
+        r.encode(rows, resp.rows)
+        out = r.framed(resp)
+        parked = isinstance(out, Outgoing) and out.elsewhere > 0
+        if r.plane is None or r.shared or parked or rows.nbytes <= STREAM_CHUNK_BYTES:
+            yield out
+            continue
+        step = max(1, STREAM_CHUNK_BYTES // max(1, rows[:1].nbytes))
+        for at in range(0, len(rows), step):
+            resp = pb.GetNodeDataResponse(start=start + at)
+            r.encode(rows[at : at + step], resp.rows)
+            yield r.framed(resp)
 
 
 def scatter_into_target(store: MeteredGraphStore, request: pb.GetNodeDataRequest, ids: np.ndarray, r: Response) -> int:
@@ -227,10 +249,7 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
             if request.HasField("target"):  # rows go into the caller's own segment, none in the message
                 yield pb.GetNodeDataResponse(start=0, rows_written=scatter_into_target(self._store, request, ids, r))
                 return
-            for start, rows in node_data_chunks(self._store, request.name, ids, r):
-                resp = pb.GetNodeDataResponse(start=start)
-                r.encode(rows, resp.rows)
-                yield r.framed(resp)
+            yield from node_data_messages(self._store, request.name, ids, r)
 
     def GetDegrees(self, request: pb.GetDegreesRequest, context: grpc.ServicerContext) -> pb.GetDegreesResponse:
         ids = codec.decode_ids(request.ids, "ids", allow_empty=True)

@@ -10,8 +10,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from graphfeed.common.readiness import GatedServicer, PeerGate, check_serving
 from graphfeed.common.rpc import RunningServer
-from graphfeed.common.service import run_service, start_service_server
-from graphfeed.common.transport import ServerTransport
+from graphfeed.common.service import run_service, server_transport, start_service_server
 from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.peers import connect_partitions, graph_changed
 from graphfeed.loader.config import LoaderSettings, max_streams
@@ -103,9 +102,7 @@ def start(
     """
     registry = CollectorRegistry() if registry is None else registry
     metrics = LoaderMetrics.create(registry)
-    transport = ServerTransport(
-        settings.shm_dir, "LoaderService", registry, client_quota_bytes=settings.shm_client_quota_bytes
-    )
+    transport = server_transport(settings, "LoaderService", registry)
     running: RunningServer | None = None
     gate = PeerGate(
         "loader",
@@ -126,6 +123,7 @@ def start(
     servicer = GatedServicer(gate, lambda loader: LoaderServicer(loader, slots, transport, stalls=stalls))
     running = start_service_server(
         settings,
+        transport=transport,
         register=lambda server: pb_grpc.add_LoaderServiceServicer_to_server(cast(Any, servicer), server),
         service_names=[SERVICE_NAME],
         registry=registry,

@@ -77,8 +77,9 @@ def send_minibatches(
     stream: MinibatchStream, call: StreamCall, max_unclaimed: int, chunk_bytes: int, progress: Progress
 ) -> Iterator[pb.Minibatch | Outgoing]:
     """Each minibatch of ``stream`` as a message of ``call``: its bulk in shared memory unless
-    the stream's placement declined it, then inline in chunks of ``chunk_bytes``. At most
-    ``max_unclaimed`` messages sent through shared memory wait for the client to claim them;
+    the stream's placement declined it, then inline in chunks of ``chunk_bytes`` (or parked on
+    the bulk plane). At most ``max_unclaimed`` messages sent through shared memory or the bulk
+    plane wait for the client to claim them;
     stops when the client has gone. Every wait on the client (a claim, a send: gRPC resumes
     this generator once it has sent the last message) runs on ``progress``'s clock."""
     pressure = call.backpressure(max_unclaimed)
@@ -88,8 +89,9 @@ def send_minibatches(
         with progress.waiting():
             if not pressure.wait():
                 return
-        pressure.sent(r.paths)
-        for frame in r.frames(msg, chunk_bytes):
+        frames = list(r.frames(msg, chunk_bytes))  # views of the arrays; parks them on the bulk plane if offered
+        pressure.sent(r.paths, r.unread if r.tickets else None)
+        for frame in frames:
             with progress.waiting():
                 yield frame
 

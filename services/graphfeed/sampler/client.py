@@ -74,11 +74,11 @@ class SamplerClient:
     def __init__(self, address: str, timeout_s: float = 60.0, shm_dir: str | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._transport = ClientTransport(shm_dir)
+        self._transport = ClientTransport(shm_dir, address)
         self._channel = client_channel(address, pb.DESCRIPTOR.services_by_name["SamplerService"], ["SampleBlocks"])
         name = pb.DESCRIPTOR.services_by_name["SamplerService"].full_name
         self._sample = bulk.unary_unary(
-            self._channel, name, "SampleBlocks", pb.SampleBlocksRequest, pb.SampleBlocksResponse
+            self._channel, name, "SampleBlocks", pb.SampleBlocksRequest, pb.SampleBlocksResponse, self._transport.fetch
         )
 
     def sample(
@@ -113,6 +113,7 @@ class SamplerClient:
 
     def close(self) -> None:
         self._channel.close()
+        self._transport.close()
 
     def __enter__(self) -> SamplerClient:
         return self

@@ -10,8 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from graphfeed.common.readiness import GatedServicer, PeerGate
 from graphfeed.common.rpc import RunningServer
-from graphfeed.common.service import run_service, start_service_server
-from graphfeed.common.transport import ServerTransport
+from graphfeed.common.service import run_service, server_transport, start_service_server
 from graphfeed.graph_store.partitions import RemotePartitionSet
 from graphfeed.graph_store.peers import connect_partitions, graph_changed
 from graphfeed.sampler.config import SamplerSettings
@@ -50,9 +49,7 @@ def start(
     """
     registry = CollectorRegistry() if registry is None else registry
     metrics = SamplerMetrics.create(registry)
-    transport = ServerTransport(
-        settings.shm_dir, "SamplerService", registry, client_quota_bytes=settings.shm_client_quota_bytes
-    )
+    transport = server_transport(settings, "SamplerService", registry)
 
     def connect() -> _Connected:
         remote = connect_partitions(
@@ -85,6 +82,7 @@ def start(
     servicer = GatedServicer(gate, lambda c: SamplerServicer(c.sampler, metrics, transport))
     running = start_service_server(
         settings,
+        transport=transport,
         register=lambda server: pb_grpc.add_SamplerServiceServicer_to_server(cast(Any, servicer), server),
         service_names=[SERVICE_NAME],
         registry=registry,

@@ -239,7 +239,7 @@ class RemoteDataLoader(_StepLoader):
     ) -> None:
         super().__init__(job_spec(split, **job), device)
         self.address = address
-        self._transport = ClientTransport(shm_dir)
+        self._transport = ClientTransport(shm_dir, address)
         self._job_proto = job_to_proto(self.job)
         self.timeout_s = timeout_s
         self.resume_s = resume_s
@@ -247,7 +247,12 @@ class RemoteDataLoader(_StepLoader):
         self._stub = pb_grpc.LoaderServiceStub(self._channel)
         service = pb.DESCRIPTOR.services_by_name["LoaderService"].full_name
         self._stream = bulk.unary_stream(
-            self._channel, service, "StreamMinibatches", pb.StreamMinibatchesRequest, pb.Minibatch
+            self._channel,
+            service,
+            "StreamMinibatches",
+            pb.StreamMinibatchesRequest,
+            pb.Minibatch,
+            self._transport.fetch,
         )
         self._buffers = BufferPool()  # each minibatch's bulk bytes land here (pages reused)
         self.info = wait_for(f"loader at {address}", self._describe, connect_timeout_s, attempt_timeout_s=timeout_s)
@@ -298,6 +303,7 @@ class RemoteDataLoader(_StepLoader):
 
     def close(self) -> None:
         self._channel.close()
+        self._transport.close()
 
 
 class EmbeddedDataLoader(_StepLoader):

@@ -1,5 +1,5 @@
-"""A bound on what one server stream has sent through shared memory and its client has not
-yet claimed."""
+"""A bound on what one server stream has sent through shared memory (or parked on the bulk
+plane) and its client has not yet claimed."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Backpressure:
         self._limit = max(1, limit)
         self._poll_s = poll_s
         self._recheck_s = recheck_s
-        self._sent: list[list[Path]] = []
+        self._sent: list[tuple[list[Path], Callable[[], bool] | None]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards _watch against close() from the call's end
         self._waiting = False  # wait() is using _watch: close() leaves closing it to wait()
@@ -72,19 +72,22 @@ class Backpressure:
 
     def _wait_below_limit(self) -> bool:
         while True:
-            self._sent = [paths for paths in self._sent if any(p.exists() for p in paths)]
+            self._sent = [(paths, unread) for paths, unread in self._sent if _unclaimed(paths, unread)]
             if len(self._sent) < self._limit:
                 return True
             if self._stop.is_set():
                 return False
-            if self._watch is not None:
+            if self._watch is not None and not any(unread for _, unread in self._sent):
                 self._watch.wait(self._recheck_s)
             elif self._stop.wait(self._poll_s):
                 return False
 
-    def sent(self, paths: list[Path]) -> None:
-        """Counts a message that names the segment files ``paths`` (one is enough to keep it counted)."""
-        self._sent.append(paths)
+    def sent(self, paths: list[Path], unread: Callable[[], bool] | None = None) -> None:
+        """Counts a message that names the segment files ``paths`` (one is enough to keep it
+        counted) or whose bytes wait on the bulk plane while ``unread()`` (polled, no inotify)."""
+        self._sent.append((paths, unread))
+        if not paths:
+            return
         with self._lock:
             if self._stop.is_set() or not self._inotify:
                 return
@@ -107,3 +110,7 @@ class Backpressure:
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.close()
+
+
+def _unclaimed(paths: list[Path], unread: Callable[[], bool] | None) -> bool:
+    return any(p.exists() for p in paths) or (unread is not None and unread())

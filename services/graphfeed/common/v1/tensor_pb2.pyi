@@ -58,6 +58,14 @@ class BulkRef(_message.Message):
     offset: int
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
 
+class BulkTicket(_message.Message):
+    __slots__ = ("ticket", "port")
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ticket: bytes
+    port: int
+    def __init__(self, ticket: _Optional[bytes] = ..., port: _Optional[int] = ...) -> None: ...
+
 class ShmRef(_message.Message):
     __slots__ = ("segment", "offset", "recycle")
     SEGMENT_FIELD_NUMBER: _ClassVar[int]

@@ -40,7 +40,7 @@ class EmbeddingCalls:
         self._transport = transport
         name = pb.DESCRIPTOR.services_by_name["GraphStoreService"].full_name
         self._pull = bulk.unary_stream(
-            channel, name, "PullEmbedding", pb.PullEmbeddingRequest, pb.PullEmbeddingResponse
+            channel, name, "PullEmbedding", pb.PullEmbeddingRequest, pb.PullEmbeddingResponse, transport.fetch
         )
 
     def _call(self, method: Callable[..., T], request: object, timeout_s: float | None = None) -> T:

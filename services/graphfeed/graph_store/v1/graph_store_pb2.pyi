@@ -93,18 +93,20 @@ class SampleNeighborsRequest(_message.Message):
     def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., replace: bool = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., etype_fanouts: _Optional[_Iterable[int]] = ..., exclude_dst: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., exclude_eids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class SampleNeighborsResponse(_message.Message):
-    __slots__ = ("offsets", "src", "edge_ids", "bulk_bytes", "bulk")
+    __slots__ = ("offsets", "src", "edge_ids", "bulk_ticket", "bulk_bytes", "bulk")
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     SRC_FIELD_NUMBER: _ClassVar[int]
     EDGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    BULK_TICKET_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     offsets: _tensor_pb2.Tensor
     src: _tensor_pb2.Tensor
     edge_ids: _tensor_pb2.Tensor
+    bulk_ticket: _tensor_pb2.BulkTicket
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_ticket: _Optional[_Union[_tensor_pb2.BulkTicket, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
 
 class GetNodeDataRequest(_message.Message):
     __slots__ = ("name", "ids", "target")
@@ -129,18 +131,20 @@ class NodeDataTarget(_message.Message):
     def __init__(self, segment: _Optional[str] = ..., offset: _Optional[int] = ..., num_rows: _Optional[int] = ..., positions: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class GetNodeDataResponse(_message.Message):
-    __slots__ = ("start", "rows", "rows_written", "bulk_bytes", "bulk")
+    __slots__ = ("start", "rows", "rows_written", "bulk_ticket", "bulk_bytes", "bulk")
     START_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     ROWS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    BULK_TICKET_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     start: int
     rows: _tensor_pb2.Tensor
     rows_written: int
+    bulk_ticket: _tensor_pb2.BulkTicket
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rows_written: _Optional[int] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., rows_written: _Optional[int] = ..., bulk_ticket: _Optional[_Union[_tensor_pb2.BulkTicket, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
 
 class GetDegreesRequest(_message.Message):
     __slots__ = ("ids",)
@@ -211,12 +215,13 @@ class SampleTemporalRequest(_message.Message):
     def __init__(self, nodes: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., times: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., strategy: _Optional[_Union[TemporalStrategy, str]] = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., with_features: bool = ...) -> None: ...
 
 class SampleTemporalResponse(_message.Message):
-    __slots__ = ("offsets", "nbr", "ts", "eid", "edge_feat", "bulk_bytes", "bulk")
+    __slots__ = ("offsets", "nbr", "ts", "eid", "edge_feat", "bulk_ticket", "bulk_bytes", "bulk")
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     NBR_FIELD_NUMBER: _ClassVar[int]
     TS_FIELD_NUMBER: _ClassVar[int]
     EID_FIELD_NUMBER: _ClassVar[int]
     EDGE_FEAT_FIELD_NUMBER: _ClassVar[int]
+    BULK_TICKET_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     offsets: _tensor_pb2.Tensor
@@ -224,9 +229,10 @@ class SampleTemporalResponse(_message.Message):
     ts: _tensor_pb2.Tensor
     eid: _tensor_pb2.Tensor
     edge_feat: _tensor_pb2.Tensor
+    bulk_ticket: _tensor_pb2.BulkTicket
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., nbr: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., ts: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., eid: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_feat: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, offsets: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., nbr: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., ts: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., eid: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_feat: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_ticket: _Optional[_Union[_tensor_pb2.BulkTicket, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
 
 class GetTemporalInfoRequest(_message.Message):
     __slots__ = ()
@@ -319,16 +325,18 @@ class PullEmbeddingRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., ids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., after: _Optional[_Union[StepKey, _Mapping]] = ...) -> None: ...
 
 class PullEmbeddingResponse(_message.Message):
-    __slots__ = ("start", "rows", "bulk_bytes", "bulk")
+    __slots__ = ("start", "rows", "bulk_ticket", "bulk_bytes", "bulk")
     START_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    BULK_TICKET_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     start: int
     rows: _tensor_pb2.Tensor
+    bulk_ticket: _tensor_pb2.BulkTicket
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, start: _Optional[int] = ..., rows: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., bulk_ticket: _Optional[_Union[_tensor_pb2.BulkTicket, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
 
 class PushEmbeddingGradRequest(_message.Message):
     __slots__ = ("name", "job", "step", "rank", "world_size", "ids", "grads")

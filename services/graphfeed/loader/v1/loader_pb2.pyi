@@ -140,7 +140,7 @@ class MinibatchStats(_message.Message):
     def __init__(self, cache_hits: _Optional[int] = ..., cache_misses: _Optional[int] = ..., remote_feature_bytes: _Optional[int] = ..., sample_seconds: _Optional[float] = ..., gather_seconds: _Optional[float] = ...) -> None: ...
 
 class Minibatch(_message.Message):
-    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats", "typed_features", "typed_labels", "pairs", "bulk_bytes", "bulk")
+    __slots__ = ("step_key", "steps_per_epoch", "blocks", "input_features", "labels", "stats", "typed_features", "typed_labels", "pairs", "bulk_ticket", "bulk_bytes", "bulk")
     STEP_KEY_FIELD_NUMBER: _ClassVar[int]
     STEPS_PER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class Minibatch(_message.Message):
     TYPED_FEATURES_FIELD_NUMBER: _ClassVar[int]
     TYPED_LABELS_FIELD_NUMBER: _ClassVar[int]
     PAIRS_FIELD_NUMBER: _ClassVar[int]
+    BULK_TICKET_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     step_key: _tensor_pb2.StepKey
@@ -161,6 +162,7 @@ class Minibatch(_message.Message):
     typed_features: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TypedTensor]
     typed_labels: _containers.RepeatedCompositeFieldContainer[_tensor_pb2.TypedTensor]
     pairs: EdgePairs
+    bulk_ticket: _tensor_pb2.BulkTicket
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ..., typed_features: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., typed_labels: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., pairs: _Optional[_Union[EdgePairs, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., steps_per_epoch: _Optional[int] = ..., blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., input_features: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., labels: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., stats: _Optional[_Union[MinibatchStats, _Mapping]] = ..., typed_features: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., typed_labels: _Optional[_Iterable[_Union[_tensor_pb2.TypedTensor, _Mapping]]] = ..., pairs: _Optional[_Union[EdgePairs, _Mapping]] = ..., bulk_ticket: _Optional[_Union[_tensor_pb2.BulkTicket, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from graphfeed.common.v1 import tensor_pb2 as graphfeed_dot_common_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"graphfeed/sampler/v1/sampler.proto\x12\x14graphfeed.sampler.v1\x1a graphfeed/common/v1/tensor.proto\"\x8f\x02\n\x13SampleBlocksRequest\x12*\n\x05seeds\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x0f\n\x07\x66\x61nouts\x18\x02 \x03(\x05\x12\x0f\n\x07replace\x18\x03 \x01(\x08\x12.\n\x08step_key\x18\x04 \x01(\x0b\x32\x1c.graphfeed.common.v1.StepKey\x12\x15\n\retype_fanouts\x18\x05 \x03(\x05\x12\x30\n\x0b\x65xclude_dst\x18\x06 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x31\n\x0c\x65xclude_eids\x18\x07 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"l\n\x14SampleBlocksResponse\x12\x32\n\x06\x62locks\x18\x01 \x01(\x0b\x32\".graphfeed.common.v1.SampledBlocks\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\x32w\n\x0eSamplerService\x12\x65\n\x0cSampleBlocks\x12).graphfeed.sampler.v1.SampleBlocksRequest\x1a*.graphfeed.sampler.v1.SampleBlocksResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"graphfeed/sampler/v1/sampler.proto\x12\x14graphfeed.sampler.v1\x1a graphfeed/common/v1/tensor.proto\"\x8f\x02\n\x13SampleBlocksRequest\x12*\n\x05seeds\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x0f\n\x07\x66\x61nouts\x18\x02 \x03(\x05\x12\x0f\n\x07replace\x18\x03 \x01(\x08\x12.\n\x08step_key\x18\x04 \x01(\x0b\x32\x1c.graphfeed.common.v1.StepKey\x12\x15\n\retype_fanouts\x18\x05 \x03(\x05\x12\x30\n\x0b\x65xclude_dst\x18\x06 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x31\n\x0c\x65xclude_eids\x18\x07 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\xa2\x01\n\x14SampleBlocksResponse\x12\x32\n\x06\x62locks\x18\x01 \x01(\x0b\x32\".graphfeed.common.v1.SampledBlocks\x12\x34\n\x0b\x62ulk_ticket\x18\r \x01(\x0b\x32\x1f.graphfeed.common.v1.BulkTicket\x12\x12\n\nbulk_bytes\x18\x0e \x01(\x04\x12\x0c\n\x04\x62ulk\x18\x0f \x01(\x0c\x32w\n\x0eSamplerService\x12\x65\n\x0cSampleBlocks\x12).graphfeed.sampler.v1.SampleBlocksRequest\x1a*.graphfeed.sampler.v1.SampleBlocksResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLEBLOCKSREQUEST']._serialized_start=95
   _globals['_SAMPLEBLOCKSREQUEST']._serialized_end=366
-  _globals['_SAMPLEBLOCKSRESPONSE']._serialized_start=368
-  _globals['_SAMPLEBLOCKSRESPONSE']._serialized_end=476
-  _globals['_SAMPLERSERVICE']._serialized_start=478
-  _globals['_SAMPLERSERVICE']._serialized_end=597
+  _globals['_SAMPLEBLOCKSRESPONSE']._serialized_start=369
+  _globals['_SAMPLEBLOCKSRESPONSE']._serialized_end=531
+  _globals['_SAMPLERSERVICE']._serialized_start=533
+  _globals['_SAMPLERSERVICE']._serialized_end=652
 # @@protoc_insertion_point(module_scope)

@@ -26,11 +26,13 @@ class SampleBlocksRequest(_message.Message):
     def __init__(self, seeds: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanouts: _Optional[_Iterable[int]] = ..., replace: bool = ..., step_key: _Optional[_Union[_tensor_pb2.StepKey, _Mapping]] = ..., etype_fanouts: _Optional[_Iterable[int]] = ..., exclude_dst: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., exclude_eids: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class SampleBlocksResponse(_message.Message):
-    __slots__ = ("blocks", "bulk_bytes", "bulk")
+    __slots__ = ("blocks", "bulk_ticket", "bulk_bytes", "bulk")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    BULK_TICKET_FIELD_NUMBER: _ClassVar[int]
     BULK_BYTES_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
     blocks: _tensor_pb2.SampledBlocks
+    bulk_ticket: _tensor_pb2.BulkTicket
     bulk_bytes: int
     bulk: bytes
-    def __init__(self, blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, blocks: _Optional[_Union[_tensor_pb2.SampledBlocks, _Mapping]] = ..., bulk_ticket: _Optional[_Union[_tensor_pb2.BulkTicket, _Mapping]] = ..., bulk_bytes: _Optional[int] = ..., bulk: _Optional[bytes] = ...) -> None: ...

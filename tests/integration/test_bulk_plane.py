@@ -1,0 +1,223 @@
+"""The bulk plane (graphfeed.common.plane) with a real graph-store server: large answers' bytes
+arrive over it exactly as they would inline, counted as sent; TLS when the gRPC port is TLS;
+a client that cannot reach the plane gets UNAVAILABLE once and inline answers after; tickets
+are single-use and expire; a plane that holds too much sends inline."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from graphfeed.common import security
+from graphfeed.common.errors import Unavailable
+from graphfeed.common.partition import part_dir_name
+from graphfeed.common.plane import BulkPlane, PlaneClient
+from graphfeed.common.rpc import RunningServer
+from graphfeed.graph_store.client import GraphStoreClient
+from graphfeed.graph_store.config import GraphStoreSettings
+from graphfeed.graph_store.server import serve
+from graphfeed.graph_store.store import GraphStore
+from graphfeed.graph_store.types import RowsInto
+from tests.pki import issue, make_ca
+
+pytestmark = pytest.mark.integration
+
+
+def _metric(port: int, name: str, method: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and f'method="{method}"' in line
+    )
+
+
+@pytest.fixture(scope="module")
+def store_server(cora_root: Path) -> Iterator[tuple[RunningServer, GraphStore]]:
+    settings = GraphStoreSettings(part_dir=cora_root / part_dir_name(0), port=0, metrics_port=0, shm_dir="")
+    running, store = serve(settings, registry=CollectorRegistry())
+    yield running, store
+    running.stop(0)
+    store.close()
+
+
+def _all_ids(store: GraphStore) -> np.ndarray:
+    info = store.info()
+    return np.arange(int(info.node_offsets[info.partition_id]), int(info.node_offsets[info.partition_id + 1]))
+
+
+def test_rows_over_the_plane_equal_the_inline_rows(store_server: tuple[RunningServer, GraphStore]) -> None:
+    running, store = store_server
+    ids = np.random.default_rng(0).permutation(_all_ids(store))
+    expected = store.get_node_data("feat", ids)
+    assert expected.nbytes > 1 << 20, "the answer must be large enough to go over the plane"
+    port = running.metrics_port or 0
+    sent0 = _metric(port, "graphfeed_rpc_response_bytes_total", "GetNodeData")
+    plane0 = _metric(port, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData")
+    with closing(GraphStoreClient(running.address, shm_dir="")) as client:
+        got = client.get_node_data("feat", ids)
+        out = np.zeros((len(ids) + 5, *expected.shape[1:]), expected.dtype)
+        positions = np.arange(len(ids))[::-1] + 5
+        assert client.read_node_data("feat", ids, RowsInto(out, positions)) == expected.nbytes
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(out[positions], expected)
+    plane = _metric(port, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData") - plane0
+    sent = _metric(port, "graphfeed_rpc_response_bytes_total", "GetNodeData") - sent0
+    assert plane == 2 * expected.nbytes, "both answers' rows went through the plane"
+    assert 2 * expected.nbytes <= sent < 2 * expected.nbytes + 10_000, "and are counted as sent (bytes per hop)"
+
+    with closing(GraphStoreClient(running.address, shm_dir="", plane=False)) as inline:
+        np.testing.assert_array_equal(inline.get_node_data("feat", ids), expected)
+    assert _metric(port, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData") - plane0 == plane
+
+
+def test_sampling_answers_over_the_plane_equal_in_process(store_server: tuple[RunningServer, GraphStore]) -> None:
+    running, store = store_server
+    seeds = np.repeat(_all_ids(store), 20)  # large enough an answer to be parked
+    expected = store.sample_neighbors(seeds, 10, True, 7)
+    with closing(GraphStoreClient(running.address, shm_dir="")) as client:
+        got = client.sample_neighbors(seeds, 10, True, 7)
+    for field in ("offsets", "src", "edge_ids"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(expected, field))
+    assert _metric(running.metrics_port or 0, "graphfeed_rpc_response_plane_bytes_total", "SampleNeighbors") > 0
+
+
+def test_an_unreachable_plane_fails_one_call_and_later_calls_go_inline(cora_root: Path) -> None:
+    store = GraphStore.open(cora_root / part_dir_name(0))
+    settings = GraphStoreSettings(part_dir=cora_root / part_dir_name(0), port=0, metrics_port=-1, shm_dir="")
+    running, served = serve(settings, registry=CollectorRegistry())
+    try:
+        ids = _all_ids(store)
+        with closing(GraphStoreClient(running.address, shm_dir="")) as client:
+            client.get_node_data("feat", ids[:10])  # small: inline, the plane is not touched
+            plane = client._transport.plane
+            assert plane is not None
+            running_plane = served_plane(running)
+            # It still parks answers and nobody can connect: a firewall, or a NetworkPolicy without the port.
+            running_plane._listener.shutdown(socket.SHUT_RDWR)
+            running_plane._listener.close()
+            with pytest.raises(Unavailable, match="bulk plane"):
+                client.get_node_data("feat", ids)
+            assert plane.broken and client._transport.metadata is None, "no offer while it is unreachable"
+            np.testing.assert_array_equal(client.get_node_data("feat", ids), store.get_node_data("feat", ids))
+    finally:
+        running.stop(0)
+        served.close()
+        store.close()
+
+
+def served_plane(running: RunningServer) -> BulkPlane:
+    """The plane a served graph-store answers through (its stop hook closes it)."""
+    closers = [hook for hook in running.on_stop if getattr(hook, "__self__", None).__class__ is BulkPlane]
+    assert len(closers) == 1
+    return closers[0].__self__  # type: ignore[attr-defined]
+
+
+def test_tickets_are_single_use_expire_and_the_plane_is_bounded() -> None:
+    plane = BulkPlane("127.0.0.1", 0, ttl_s=0.3, max_parked_bytes=1 << 20)
+    client = PlaneClient("127.0.0.1")
+    try:
+        data = np.arange(1 << 16, dtype=np.int64)  # 512 KiB
+        ticket = plane.park([data.data.cast("B")], data.nbytes)
+        assert ticket is not None and plane.parked_bytes == data.nbytes
+        assert plane.park([b"x" * 600_000], 600_000) is None, "more than max_parked_bytes: inline instead"
+        np.testing.assert_array_equal(client.fetch(ticket, plane.port, data.nbytes).view(np.int64), data)
+        assert plane.parked_bytes == 0
+        with pytest.raises(Unavailable, match="expired"):
+            client.fetch(ticket, plane.port, data.nbytes)  # used once
+        late = plane.park([b"y" * 1000], 1000)
+        assert late is not None
+        time.sleep(0.5)
+        with pytest.raises(Unavailable, match="expired"):
+            client.fetch(late, plane.port, 1000)
+        assert not client.broken, "an expired ticket says nothing about the plane"
+        fresh = plane.park([b"z" * 3, b"w" * 5], 8)  # the connection that answered -1 still serves
+        assert fresh is not None and bytes(client.fetch(fresh, plane.port, 8)) == b"zzzwwwww"
+        for conn in list(plane._connections):  # the server side of the pooled connection goes away
+            conn.shutdown(socket.SHUT_RDWR)
+        again = plane.park([b"v" * 10], 10)
+        assert again is not None and bytes(client.fetch(again, plane.port, 10)) == b"v" * 10, "a fresh connection"
+    finally:
+        client.close()
+        plane.close()
+
+
+def test_concurrent_readers_each_get_their_own_bytes() -> None:
+    plane = BulkPlane("127.0.0.1", 0)
+    client = PlaneClient("127.0.0.1")
+    errors: list[BaseException] = []
+
+    def read(k: int) -> None:
+        try:
+            for i in range(20):
+                data = np.full(300_000 + k * 1000 + i, k * 100 + i, dtype=np.uint32)
+                ticket = plane.park([data.data], data.nbytes)
+                assert ticket is not None
+                got = client.fetch(ticket, plane.port, data.nbytes).view(np.uint32)
+                assert (got == k * 100 + i).all() and len(got) == len(data)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(6)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+    finally:
+        client.close()
+        plane.close()
+
+
+def test_the_plane_is_tls_when_the_grpc_port_is(tmp_path: Path, cora_root: Path) -> None:
+    """A graph-store with TLS on its gRPC port serves its plane with the same certificate; a
+    client that trusts the CA reads over it; a plaintext reader gets nothing."""
+    make_ca(tmp_path, "ca.pem")
+    issue(tmp_path, "server", "ca.pem", loopback=True)
+    settings = GraphStoreSettings(
+        part_dir=cora_root / part_dir_name(0),
+        port=0,
+        metrics_port=0,
+        shm_dir="",
+        tls_cert=str(tmp_path / "server.pem"),
+        tls_key=str(tmp_path / "server.key"),
+    )
+    running, store = serve(settings, registry=CollectorRegistry())
+    security.configure_clients(security.ClientSecurity.of(ca=str(tmp_path / "ca.pem")))
+    try:
+        ids = _all_ids(store)
+        with closing(GraphStoreClient(running.address, shm_dir="")) as client:
+            np.testing.assert_array_equal(client.get_node_data("feat", ids), store.get_node_data("feat", ids))
+            assert client._transport.plane is not None and not client._transport.plane.broken
+        assert _metric(running.metrics_port or 0, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData") > 0
+        plane = served_plane(running)
+        ticket = plane.park([b"secret" * 100_000], 600_000)
+        assert ticket is not None
+        with pytest.raises(Unavailable):
+            PlaneClient("127.0.0.1").fetch(ticket, plane.port, 600_000)  # plaintext against TLS
+    finally:
+        security.configure_clients(security.ClientSecurity())
+        running.stop(0)
+        store.close()
+
+
+def test_one_client_cannot_take_the_whole_plane() -> None:
+    plane = BulkPlane("127.0.0.1", 0, max_parked_bytes=3000, max_client_bytes=2000)
+    try:
+        assert plane.park([b"a" * 1500], 1500, "10.0.0.1") is not None
+        assert plane.park([b"b" * 1000], 1000, "10.0.0.1") is None, "over its own share: inline"
+        assert plane.park([b"c" * 1000], 1000, "10.0.0.2") is not None, "another client still gets the plane"
+        assert plane.park([b"d" * 1000], 1000, "10.0.0.3") is None, "over the plane's bound: inline"
+        assert plane.parked_bytes == 2500
+    finally:
+        plane.close()

@@ -5,7 +5,9 @@ are single-use and expire; a plane that holds too much sends inline."""
 
 from __future__ import annotations
 
+import os
 import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -13,20 +15,24 @@ from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from graphfeed.common import security
+from graphfeed.common import bulk, codec, security
 from graphfeed.common.errors import Unavailable
+from graphfeed.common.metrics import RpcMetrics
 from graphfeed.common.partition import part_dir_name
 from graphfeed.common.plane import BulkPlane, PlaneClient
-from graphfeed.common.rpc import RunningServer
+from graphfeed.common.rpc import RunningServer, channel_options, start_server
+from graphfeed.common.transport import ClientTransport, ServerTransport
 from graphfeed.graph_store.client import GraphStoreClient
 from graphfeed.graph_store.config import GraphStoreSettings
 from graphfeed.graph_store.server import serve
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.types import RowsInto
+from graphfeed.loader.v1 import loader_pb2 as lpb
 from tests.pki import issue, make_ca
 
 pytestmark = pytest.mark.integration
@@ -220,4 +226,72 @@ def test_one_client_cannot_take_the_whole_plane() -> None:
         assert plane.park([b"d" * 1000], 1000, "10.0.0.3") is None, "over the plane's bound: inline"
         assert plane.parked_bytes == 2500
     finally:
+        plane.close()
+
+
+def test_garbage_on_the_plane_gets_nothing_and_the_plane_keeps_serving() -> None:
+    plane = BulkPlane("127.0.0.1", 0)
+    try:
+        secret = plane.park([b"s" * 4096], 4096)
+        assert secret is not None
+        with socket.create_connection(("127.0.0.1", plane.port), timeout=10) as raw:
+            for _ in range(3):  # guessed tickets: -1 each time, on the same connection
+                raw.sendall(os.urandom(16))
+                assert struct.unpack("<q", raw.recv(8, socket.MSG_WAITALL))[0] == -1
+            raw.sendall(b"half")  # and a client that goes away mid-ticket
+        assert plane.holds(secret), "nothing a guesser did touched the parked answer"
+        assert bytes(PlaneClient("127.0.0.1").fetch(secret, plane.port, 4096)) == b"s" * 4096
+    finally:
+        plane.close()
+
+
+def test_a_stream_parks_at_most_its_unclaimed_bound_and_a_cancel_drops_what_is_parked() -> None:
+    """A server stream over the plane, as the loader's minibatch stream sends: a client that
+    reads one message and stops leaves at most the stream's bound parked, and cancelling the
+    call frees the plane at once (not after the tickets' minute)."""
+    plane = BulkPlane("127.0.0.1", 0)
+    transport = ServerTransport(None, "test", plane=plane)
+    sent: list[int] = []
+
+    def stream(request: lpb.StreamMinibatchesRequest, context: grpc.ServicerContext) -> Iterator[object]:
+        with transport.stream(context, "Stream") as call:
+            pressure = call.backpressure(2)
+            for i in range(50):
+                if not pressure.wait():
+                    return
+                with call.response() as r:
+                    msg = lpb.Minibatch(steps_per_epoch=i)
+                    r.encode(np.full(1 << 18, i, np.float32), msg.input_features)  # 1 MiB
+                frames = list(r.frames(msg))
+                pressure.sent(r.paths, r.unread if r.tickets else None)
+                sent.append(i)
+                yield from frames
+
+    handler = grpc.method_handlers_generic_handler(
+        "graphfeed.test.Plane", {"Stream": grpc.unary_stream_rpc_method_handler(stream)}
+    )
+    server = start_server(
+        register=lambda srv: srv.add_generic_rpc_handlers((handler,)),
+        service_names=["graphfeed.test.Plane"],
+        metrics=RpcMetrics.create(CollectorRegistry()),
+    )
+    client = ClientTransport(None, server.address)
+    try:
+        with grpc.insecure_channel(server.address, options=channel_options()) as ch:
+            call = bulk.unary_stream(
+                ch, "graphfeed.test.Plane", "Stream", lpb.StreamMinibatchesRequest, lpb.Minibatch, client.fetch
+            )
+            stream_call = call(lpb.StreamMinibatchesRequest(), timeout=60, metadata=client.metadata)
+            first = next(iter(stream_call))
+            assert codec.decode(first.message.input_features, bulk=first.bulk)[0] == 0
+            time.sleep(1.0)  # the producer runs ahead as far as it may
+            assert len(sent) <= 4 and plane.parked_bytes <= 3 * (1 << 20), (sent, plane.parked_bytes)
+            stream_call.cancel()
+            deadline = time.monotonic() + 30
+            while plane.parked_bytes and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert plane.parked_bytes == 0, "the cancelled stream's parked messages were dropped"
+    finally:
+        client.close()
+        server.stop(0)
         plane.close()

@@ -130,6 +130,12 @@ class BulkPlane:
         with self._lock:
             return ticket in self._parked
 
+    def drop(self, tickets: Sequence[bytes]) -> None:
+        """Forgets the answers of ``tickets`` still parked (their call was cancelled)."""
+        with self._lock:
+            for ticket in tickets:
+                self._pop(ticket)
+
     def _take(self, ticket: bytes) -> tuple[Sequence[memoryview | bytes], int] | None:
         with self._lock:
             entry = self._pop(ticket)

@@ -60,10 +60,12 @@ class Response:
         client: str = "",
         plane: BulkPlane | None = None,
         peer: str = "",
+        parked: list[bytes] | None = None,
     ) -> None:
         self.directory = directory
         self.plane = plane  # the server's bulk plane, when this call's client offered to read from it
         self.tickets: list[bytes] = []  # what this response parked on the plane
+        self._call_tickets = parked  # its stream's, dropped if the stream is cancelled
         self._peer = peer  # the caller's host: its share of the plane
         self.paths: list[Path] = []  # the segments this message refers to (a stream's back-pressure watches them)
         self._transport = transport
@@ -185,6 +187,8 @@ class Response:
         parked = layout.park(message, self.plane, self._peer)
         if parked is not None:
             self.tickets.append(message.bulk_ticket.ticket)
+            if self._call_tickets is not None:
+                self._call_tickets.append(message.bulk_ticket.ticket)
             self._transport.count_plane(self._method, parked.elsewhere)
         return parked
 
@@ -271,6 +275,7 @@ class StreamCall:
         self.directory, self.client = transport.accept(context)
         self.plane = transport.plane_of(context)
         self.peer = peer_host(context.peer() or "")
+        self.tickets: list[bytes] = []  # every message's parked on the plane
         self.owner = object()  # the registry owner of every segment of this call
         self._transport = transport
         self._context = context
@@ -308,12 +313,16 @@ class StreamCall:
         """The tensors of the stream's next message; ``shared`` False sends it inline (its
         producer was refused shared memory for it: see :class:`ShmQuota`)."""
         directory = self.directory if shared else None
-        return Response(self._transport, self._method, directory, self.owner, self.client, self.plane, self.peer)
+        return Response(
+            self._transport, self._method, directory, self.owner, self.client, self.plane, self.peer, self.tickets
+        )
 
     def __enter__(self) -> StreamCall:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.plane is not None and not self._context.is_active():  # cancelled: nobody reads what is parked
+            self.plane.drop(self.tickets)
         if self.directory is None:
             return
         if self._context.is_active():  # ended normally: the client may still read buffered messages

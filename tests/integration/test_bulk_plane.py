@@ -24,7 +24,7 @@ from graphfeed.common import bulk, codec, security
 from graphfeed.common.errors import Unavailable
 from graphfeed.common.metrics import RpcMetrics
 from graphfeed.common.partition import part_dir_name
-from graphfeed.common.plane import BulkPlane, PlaneClient
+from graphfeed.common.plane import BulkPlane, PlaneClient, plane_target
 from graphfeed.common.rpc import RunningServer, channel_options, start_server
 from graphfeed.common.transport import ClientTransport, ServerTransport
 from graphfeed.graph_store.client import GraphStoreClient
@@ -295,3 +295,33 @@ def test_a_stream_parks_at_most_its_unclaimed_bound_and_a_cancel_drops_what_is_p
         client.close()
         server.stop(0)
         plane.close()
+
+
+def test_plane_targets() -> None:
+    assert plane_target("127.0.0.1:50051") == ("127.0.0.1", True)
+    assert plane_target("graph-store-0.graph-store:50051") == ("graph-store-0.graph-store", True)
+    assert plane_target("[::1]:5000") == ("::1", True)
+    assert plane_target("dns:///sampler:50051") == ("sampler", False)
+    assert plane_target("dns://10.0.0.10:53/sampler.ns.svc:50051") == ("sampler.ns.svc", False)
+    assert plane_target("ipv4:10.0.0.1:50051,10.0.0.2:50051") == ("10.0.0.1", False)
+
+
+@pytest.mark.parametrize("advertise", ["", "127.0.0.1"])
+def test_behind_a_resolver_the_plane_needs_the_server_address(cora_root: Path, advertise: str) -> None:
+    """A client that dials dns:/// (round robin over every pod behind a name) cannot tell which
+    server parked its answer: it asks for the server's address in the ticket, and a server
+    without one (no bulk_host) answers it inline; with one, over the plane."""
+    settings = GraphStoreSettings(
+        part_dir=cora_root / part_dir_name(0), port=0, metrics_port=0, shm_dir="", bulk_host=advertise
+    )
+    running, store = serve(settings, registry=CollectorRegistry())
+    try:
+        ids = _all_ids(store)
+        with closing(GraphStoreClient(f"dns:///{running.address}", shm_dir="")) as client:
+            np.testing.assert_array_equal(client.get_node_data("feat", ids), store.get_node_data("feat", ids))
+            assert client._transport.metadata == (("graphfeed-bulk-plane", "host"),)
+        plane = _metric(running.metrics_port or 0, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData")
+        assert (plane > 0) == bool(advertise)
+    finally:
+        running.stop(0)
+        store.close()

@@ -162,9 +162,9 @@ def _received(msg: M, bulk: memoryview, continuation: bool) -> Received[M]:
     return Received(msg, memoryview(extra) if extra else bulk, continuation)
 
 
-Fetch = Callable[[bytes, int, int], np.ndarray]
-"""Reads parked bulk bytes from the sender's bulk plane: ``(ticket, port, nbytes) -> uint8 array``
-(:meth:`graphfeed.common.plane.PlaneClient.fetch`)."""
+Fetch = Callable[[bytes, int, int, str], np.ndarray]
+"""Reads parked bulk bytes from the sender's bulk plane: ``(ticket, port, nbytes, host) -> uint8
+array`` (:meth:`graphfeed.common.plane.PlaneClient.fetch`)."""
 
 
 def deserializer(cls: type[M], fetch: Fetch | None = None) -> Callable[[bytes], Received[M]]:
@@ -181,7 +181,7 @@ def deserializer(cls: type[M], fetch: Fetch | None = None) -> Callable[[bytes], 
                 return rec
             if fetch is None:
                 raise DataLoss(f"{cls.DESCRIPTOR.name}: bulk bytes on a bulk plane this client did not offer to read")
-            got = fetch(ticket.ticket, ticket.port, int(rec.body.bulk_bytes))  # type: ignore[union-attr]
+            got = fetch(ticket.ticket, ticket.port, int(rec.body.bulk_bytes), ticket.host)  # type: ignore[union-attr]
             return Received(rec.body, got)
         except GraphfeedError as exc:
             return Received(None, memoryview(b""), error=str(exc), failure=type(exc))
@@ -361,6 +361,7 @@ class BulkLayout:
         message.bulk_bytes = total  # declared by every bulk-carrying type
         message.bulk_ticket.ticket = ticket
         message.bulk_ticket.port = plane.port
+        message.bulk_ticket.host = plane.advertise
         return Outgoing(message, [], elsewhere=total)
 
     def frames(self, message: Message, chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[Outgoing]:

@@ -84,6 +84,12 @@ class ServiceSettings(BaseSettings):
         "tls_cert) to clients that offer to read them, instead of through gRPC; 0 picks a free one (announced in "
         "each answer), -1 disables it.",
     )
+    bulk_host: str = Field(
+        default="",
+        description="Address clients reach the bulk plane at, put in each ticket (in Kubernetes the pod IP); empty: "
+        "the host each client dialed for gRPC. Clients that dial a name resolving to several servers (dns:/// round "
+        "robin over samplers) get plane answers only from servers that set it.",
+    )
 
     @property
     def shm_client_quota_bytes(self) -> int:

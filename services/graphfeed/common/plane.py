@@ -72,6 +72,8 @@ class BulkPlane:
         max_client_bytes: bytes parked at once for one client (its host): one that asks and never
             reads cannot take the plane from the others.
         max_connections: connections served at once; more are closed at once.
+        advertise: the address clients connect to (put in every ticket; e.g. the pod IP);
+            empty: the host each client dialed for gRPC.
     """
 
     def __init__(
@@ -83,10 +85,12 @@ class BulkPlane:
         max_parked_bytes: int = 1 << 30,
         max_client_bytes: int = 512 << 20,
         max_connections: int = 256,
+        advertise: str = "",
     ) -> None:
         family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
         self._listener = socket.create_server((host.strip("[]"), port), family=family, backlog=128)
         self.port = int(self._listener.getsockname()[1])
+        self.advertise = advertise
         self.tls = tls
         self.ttl_s = ttl_s
         self.max_parked_bytes = max_parked_bytes
@@ -231,23 +235,47 @@ def split_host(address: str) -> str:
     return host.strip("[]")
 
 
+RESOLVER_SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "xds:")
+
+
+def plane_target(address: str) -> tuple[str, bool]:
+    """``(name, direct)`` for a gRPC target: the host name its TLS certificate is checked
+    against, and whether that name is also where the answering server is (a plain
+    ``host:port``); a resolver target (``dns:///sampler:50051``: round robin over every pod
+    behind the name) is not, so its tickets must carry the server's address."""
+    if not address.startswith(RESOLVER_SCHEMES):
+        return split_host(address), True
+    rest = address.split(":", 1)[1]
+    rest = rest.split("/", 3)[-1] if rest.startswith("//") else rest  # dns://authority/host:port
+    return split_host(rest.split(",", 1)[0]), False
+
+
 class PlaneClient:
-    """One client's connections to one server's plane (``host``), pooled and reused.
+    """One client's connections to one server's plane, pooled and reused (per address).
 
     Args:
-        host: the server's host, as the client's gRPC channel reaches it.
-        tls: client-side TLS context (None: plaintext); the server's name is checked as ``host``.
+        name: the server's host name as the client's gRPC channel dials it (TLS checks it).
+        direct: ``name`` is where the answering server is (else tickets say where).
+        tls: client-side TLS context (None: plaintext).
         buffers: where the bytes are read into (a pooled buffer per answer).
     """
 
-    def __init__(self, host: str, tls: ssl.SSLContext | None = None, buffers: BufferPool | None = None) -> None:
-        self.host = host
+    def __init__(
+        self, name: str, tls: ssl.SSLContext | None = None, buffers: BufferPool | None = None, direct: bool = True
+    ) -> None:
+        self.name = name
+        self.direct = direct
         self.tls = tls
         self.buffers = buffers or BufferPool(max_buffers=8)
-        self._idle: dict[int, list[socket.socket]] = {}
+        self._idle: dict[tuple[str, int], list[socket.socket]] = {}
         self._lock = threading.Lock()
         self._unreachable_until = 0.0  # no offers before this (monotonic seconds)
         self._backoff_s = 0.0
+
+    @property
+    def offer(self) -> str:
+        """The offer's metadata value: "1", or "host" when tickets must say where the server is."""
+        return "1" if self.direct else "host"
 
     @property
     def broken(self) -> bool:
@@ -256,27 +284,31 @@ class PlaneClient:
         was restarting gets its plane back, and a firewalled one costs one failed call per backoff."""
         return time.monotonic() < self._unreachable_until
 
-    def fetch(self, ticket: bytes, port: int, nbytes: int) -> np.ndarray:
-        """The ``nbytes`` parked under ``ticket`` at ``port``, in a pooled uint8 array. A pooled
-        connection that turns out dead (the server restarted) is replaced once.
+    def fetch(self, ticket: bytes, port: int, nbytes: int, host: str = "") -> np.ndarray:
+        """The ``nbytes`` parked under ``ticket`` at ``host`` (default: the dialed name)
+        ``:port``, in a pooled uint8 array. A pooled connection that turns out dead (the server
+        restarted) is replaced once.
 
         Raises:
             Unavailable: the plane cannot be reached, the connection broke, or the ticket is
                 unknown or expired (ask again).
         """
-        conn, reused = self._connection(port)
+        if not host and not self.direct:
+            raise Unavailable(f"bulk plane of {self.name}: a ticket without the server's address")
+        where = (host or self.name, port)
+        conn, reused = self._connection(where)
         try:
             length = self._ask(conn, ticket)
         except (OSError, ssl.SSLError) as exc:
             conn.close()
             if not reused:
-                raise Unavailable(f"bulk plane {self.host}:{port}: {exc}") from None
-            conn, _ = self._connection(port, fresh=True)
+                raise Unavailable(f"bulk plane {where[0]}:{port}: {exc}") from None
+            conn, _ = self._connection(where, fresh=True)
             try:
                 length = self._ask(conn, ticket)
             except (OSError, ssl.SSLError) as exc2:
                 conn.close()
-                raise Unavailable(f"bulk plane {self.host}:{port}: {exc2}") from None
+                raise Unavailable(f"bulk plane {where[0]}:{port}: {exc2}") from None
         out = None
         try:
             if length >= 0 and length != nbytes:
@@ -286,10 +318,10 @@ class PlaneClient:
                 _recv_exact(conn, out.data)
         except (OSError, ssl.SSLError) as exc:
             conn.close()
-            raise Unavailable(f"bulk plane {self.host}:{port}: {exc}") from None
-        self._give_back(port, conn)
+            raise Unavailable(f"bulk plane {where[0]}:{port}: {exc}") from None
+        self._give_back(where, conn)
         if out is None:
-            raise Unavailable(f"bulk plane {self.host}:{port}: the answer expired before it was read; ask again")
+            raise Unavailable(f"bulk plane {where[0]}:{port}: the answer expired before it was read; ask again")
         return out
 
     @staticmethod
@@ -300,36 +332,36 @@ class PlaneClient:
         _recv_exact(conn, memoryview(head))
         return int(_LENGTH.unpack(head)[0])
 
-    def _connection(self, port: int, fresh: bool = False) -> tuple[socket.socket, bool]:
-        """A pooled connection (``True``) or a new one (``False``)."""
+    def _connection(self, where: tuple[str, int], fresh: bool = False) -> tuple[socket.socket, bool]:
+        """A pooled connection to ``where`` (``True``) or a new one (``False``)."""
         if not fresh:
             with self._lock:
-                idle = self._idle.get(port)
+                idle = self._idle.get(where)
                 if idle:
                     return idle.pop(), True
         try:
-            conn = socket.create_connection((self.host, port), timeout=_CONNECT_TIMEOUT_S)
+            conn = socket.create_connection(where, timeout=_CONNECT_TIMEOUT_S)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.settimeout(_IO_TIMEOUT_S)
             if self.tls is not None:
-                conn = self.tls.wrap_socket(conn, server_hostname=self.host)
+                conn = self.tls.wrap_socket(conn, server_hostname=self.name)
         except (OSError, ssl.SSLError) as exc:
             self._backoff_s = min(_MAX_BACKOFF_S, max(_FIRST_BACKOFF_S, 2 * self._backoff_s))
             self._unreachable_until = time.monotonic() + self._backoff_s
             log.warning(
-                "bulk plane %s:%d cannot be reached (%s); its answers come inline for %.0f s",
-                self.host,
-                port,
+                "bulk plane %s:%d cannot be reached (%s); answers come inline for %.0f s",
+                where[0],
+                where[1],
                 exc,
                 self._backoff_s,
             )
-            raise Unavailable(f"bulk plane {self.host}:{port} cannot be reached: {exc}") from None
+            raise Unavailable(f"bulk plane {where[0]}:{where[1]} cannot be reached: {exc}") from None
         self._backoff_s = 0.0
         return conn, False
 
-    def _give_back(self, port: int, conn: socket.socket) -> None:
+    def _give_back(self, where: tuple[str, int], conn: socket.socket) -> None:
         with self._lock:
-            self._idle.setdefault(port, []).append(conn)
+            self._idle.setdefault(where, []).append(conn)
 
     def close(self) -> None:
         with self._lock:

@@ -63,7 +63,8 @@ def server_transport(settings: ServiceSettings, service: str, registry: Collecto
     the bulk plane on ``host``:``bulk_port`` unless that is -1 (see :mod:`graphfeed.common.plane`)."""
     plane = None
     if settings.bulk_port != -1:
-        plane = BulkPlane(settings.host, settings.bulk_port, settings.server_security().ssl_context())
+        tls = settings.server_security().ssl_context()
+        plane = BulkPlane(settings.host, settings.bulk_port, tls, advertise=settings.bulk_host)
     return ServerTransport(
         settings.shm_dir, service, registry, client_quota_bytes=settings.shm_client_quota_bytes, plane=plane
     )

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.bulk import Fetch
 from graphfeed.common.plane import OFFER_KEY as PLANE_OFFER_KEY
-from graphfeed.common.plane import BulkPlane, PlaneClient, peer_host, split_host
+from graphfeed.common.plane import BulkPlane, PlaneClient, peer_host, plane_target
 from graphfeed.common.response import Allocator, Response, StreamCall
 from graphfeed.common.security import client_tls
 from graphfeed.common.shm import (
@@ -129,11 +129,15 @@ class ServerTransport:
         return Response(self, method, directory, client=client, plane=plane, peer=peer)
 
     def plane_of(self, context: grpc.ServicerContext) -> BulkPlane | None:
-        """The bulk plane for a call whose client offered to read from it (else None)."""
+        """The bulk plane for a call whose client offered to read from it (else None); a client
+        that needs the server's address in its tickets (offer "host") gets it only from a plane
+        that has one to give (``bulk_host``)."""
         if self.plane is None:
             return None
-        offered = any(k == PLANE_OFFER_KEY for k, _ in context.invocation_metadata() or ())
-        return self.plane if offered else None
+        offers = [v for k, v in context.invocation_metadata() or () if k == PLANE_OFFER_KEY]
+        if not offers or (offers[0] == "host" and not self.plane.advertise):
+            return None
+        return self.plane
 
     def count_plane(self, method: str, nbytes: int) -> None:
         """Adds ``nbytes`` sent through the bulk plane by ``method`` to its counter."""
@@ -183,7 +187,7 @@ class ClientTransport:
     Args:
         shm_dir: the directory offered to servers ("" or None: inline bytes only). A directory
             that does not exist or is not writable silently disables the offer.
-        address: the server's ``host:port``; with it the client also offers to read large
+        address: the server's gRPC target; with it the client also offers to read large
             answers from the server's bulk plane (:mod:`graphfeed.common.plane`), until the
             plane turns out unreachable from here.
         plane: False: never offer the bulk plane.
@@ -192,16 +196,17 @@ class ClientTransport:
     def __init__(self, shm_dir: str | Path | None, address: str = "", plane: bool = True) -> None:
         self.offer = shared_offer(Path(shm_dir)) if shm_dir else None
         self._shm_metadata = self.offer.metadata() if self.offer is not None else ()
-        self.plane = (
-            PlaneClient(split_host(address), client_tls(), BufferPool(max_buffers=8)) if address and plane else None
-        )
+        self.plane = None
+        if address and plane:
+            name, direct = plane_target(address)
+            self.plane = PlaneClient(name, client_tls(), BufferPool(max_buffers=8), direct=direct)
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...] | None:
         """The offers of one call (None: none)."""
         offers = tuple(self._shm_metadata)
         if self.plane is not None and not self.plane.broken:
-            offers += ((PLANE_OFFER_KEY, "1"),)
+            offers += ((PLANE_OFFER_KEY, self.plane.offer),)
         return offers or None
 
     @property

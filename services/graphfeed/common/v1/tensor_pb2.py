@@ -24,33 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n graphfeed/common/v1/tensor.proto\x12\x13graphfeed.common.v1\"\xb7\x01\n\x06Tensor\x12)\n\x05\x64type\x18\x01 \x01(\x0e\x32\x1a.graphfeed.common.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0e\n\x04\x64\x61ta\x18\x03 \x01(\x0cH\x00\x12*\n\x03shm\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.ShmRefH\x00\x12,\n\x04\x62ulk\x18\x05 \x01(\x0b\x32\x1c.graphfeed.common.v1.BulkRefH\x00\x42\t\n\x07payload\"\x19\n\x07\x42ulkRef\x12\x0e\n\x06offset\x18\x01 \x01(\x04\"*\n\nBulkTicket\x12\x0e\n\x06ticket\x18\x01 \x01(\x0c\x12\x0c\n\x04port\x18\x02 \x01(\r\":\n\x06ShmRef\x12\x0f\n\x07segment\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0f\n\x07recycle\x18\x03 \x01(\x08\"8\n\x07StepKey\x12\x10\n\x08job_seed\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\r\"\xb6\x01\n\x05\x42lock\x12\x0f\n\x07num_src\x18\x01 \x01(\x03\x12\x0f\n\x07num_dst\x18\x02 \x01(\x03\x12-\n\x08\x65\x64ge_src\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12-\n\x08\x65\x64ge_dst\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12-\n\x08\x65\x64ge_ids\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\xbb\x01\n\rSampledBlocks\x12\x30\n\x0binput_nodes\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x31\n\x0coutput_nodes\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12*\n\x06\x62locks\x18\x03 \x03(\x0b\x32\x1a.graphfeed.common.v1.Block\x12\x19\n\x11num_sampled_edges\x18\x04 \x01(\x03\"I\n\x11\x43\x61nonicalEdgeType\x12\x10\n\x08src_type\x18\x01 \x01(\t\x12\x10\n\x08relation\x18\x02 \x01(\t\x12\x10\n\x08\x64st_type\x18\x03 \x01(\t\"\x82\x01\n\nGraphTypes\x12\x0e\n\x06ntypes\x18\x01 \x03(\t\x12\x36\n\x06\x65types\x18\x02 \x03(\x0b\x32&.graphfeed.common.v1.CanonicalEdgeType\x12\x15\n\rntype_offsets\x18\x03 \x03(\x03\x12\x15\n\retype_offsets\x18\x04 \x03(\x03\"I\n\x0bTypedTensor\x12\r\n\x05ntype\x18\x01 \x01(\t\x12+\n\x06tensor\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor*\x85\x02\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BOOL\x10\x01\x12\x0e\n\nDTYPE_INT8\x10\x02\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x03\x12\x0f\n\x0b\x44TYPE_INT16\x10\x04\x12\x0f\n\x0b\x44TYPE_INT32\x10\x05\x12\x0f\n\x0b\x44TYPE_INT64\x10\x06\x12\x11\n\rDTYPE_FLOAT16\x10\x07\x12\x11\n\rDTYPE_FLOAT32\x10\x08\x12\x11\n\rDTYPE_FLOAT64\x10\t\x12\x10\n\x0c\x44TYPE_UINT16\x10\n\x12\x10\n\x0c\x44TYPE_UINT32\x10\x0b\x12\x10\n\x0c\x44TYPE_UINT64\x10\x0c\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n graphfeed/common/v1/tensor.proto\x12\x13graphfeed.common.v1\"\xb7\x01\n\x06Tensor\x12)\n\x05\x64type\x18\x01 \x01(\x0e\x32\x1a.graphfeed.common.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0e\n\x04\x64\x61ta\x18\x03 \x01(\x0cH\x00\x12*\n\x03shm\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.ShmRefH\x00\x12,\n\x04\x62ulk\x18\x05 \x01(\x0b\x32\x1c.graphfeed.common.v1.BulkRefH\x00\x42\t\n\x07payload\"\x19\n\x07\x42ulkRef\x12\x0e\n\x06offset\x18\x01 \x01(\x04\"8\n\nBulkTicket\x12\x0e\n\x06ticket\x18\x01 \x01(\x0c\x12\x0c\n\x04port\x18\x02 \x01(\r\x12\x0c\n\x04host\x18\x03 \x01(\t\":\n\x06ShmRef\x12\x0f\n\x07segment\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0f\n\x07recycle\x18\x03 \x01(\x08\"8\n\x07StepKey\x12\x10\n\x08job_seed\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\r\"\xb6\x01\n\x05\x42lock\x12\x0f\n\x07num_src\x18\x01 \x01(\x03\x12\x0f\n\x07num_dst\x18\x02 \x01(\x03\x12-\n\x08\x65\x64ge_src\x18\x03 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12-\n\x08\x65\x64ge_dst\x18\x04 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12-\n\x08\x65\x64ge_ids\x18\x05 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\"\xbb\x01\n\rSampledBlocks\x12\x30\n\x0binput_nodes\x18\x01 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12\x31\n\x0coutput_nodes\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor\x12*\n\x06\x62locks\x18\x03 \x03(\x0b\x32\x1a.graphfeed.common.v1.Block\x12\x19\n\x11num_sampled_edges\x18\x04 \x01(\x03\"I\n\x11\x43\x61nonicalEdgeType\x12\x10\n\x08src_type\x18\x01 \x01(\t\x12\x10\n\x08relation\x18\x02 \x01(\t\x12\x10\n\x08\x64st_type\x18\x03 \x01(\t\"\x82\x01\n\nGraphTypes\x12\x0e\n\x06ntypes\x18\x01 \x03(\t\x12\x36\n\x06\x65types\x18\x02 \x03(\x0b\x32&.graphfeed.common.v1.CanonicalEdgeType\x12\x15\n\rntype_offsets\x18\x03 \x03(\x03\x12\x15\n\retype_offsets\x18\x04 \x03(\x03\"I\n\x0bTypedTensor\x12\r\n\x05ntype\x18\x01 \x01(\t\x12+\n\x06tensor\x18\x02 \x01(\x0b\x32\x1b.graphfeed.common.v1.Tensor*\x85\x02\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BOOL\x10\x01\x12\x0e\n\nDTYPE_INT8\x10\x02\x12\x0f\n\x0b\x44TYPE_UINT8\x10\x03\x12\x0f\n\x0b\x44TYPE_INT16\x10\x04\x12\x0f\n\x0b\x44TYPE_INT32\x10\x05\x12\x0f\n\x0b\x44TYPE_INT64\x10\x06\x12\x11\n\rDTYPE_FLOAT16\x10\x07\x12\x11\n\rDTYPE_FLOAT32\x10\x08\x12\x11\n\rDTYPE_FLOAT64\x10\t\x12\x10\n\x0c\x44TYPE_UINT16\x10\n\x12\x10\n\x0c\x44TYPE_UINT32\x10\x0b\x12\x10\n\x0c\x44TYPE_UINT64\x10\x0c\x12\x12\n\x0e\x44TYPE_BFLOAT16\x10\rb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graphfeed.common.v1.tensor_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DTYPE']._serialized_start=1091
-  _globals['_DTYPE']._serialized_end=1352
+  _globals['_DTYPE']._serialized_start=1105
+  _globals['_DTYPE']._serialized_end=1366
   _globals['_TENSOR']._serialized_start=58
   _globals['_TENSOR']._serialized_end=241
   _globals['_BULKREF']._serialized_start=243
   _globals['_BULKREF']._serialized_end=268
   _globals['_BULKTICKET']._serialized_start=270
-  _globals['_BULKTICKET']._serialized_end=312
-  _globals['_SHMREF']._serialized_start=314
-  _globals['_SHMREF']._serialized_end=372
-  _globals['_STEPKEY']._serialized_start=374
-  _globals['_STEPKEY']._serialized_end=430
-  _globals['_BLOCK']._serialized_start=433
-  _globals['_BLOCK']._serialized_end=615
-  _globals['_SAMPLEDBLOCKS']._serialized_start=618
-  _globals['_SAMPLEDBLOCKS']._serialized_end=805
-  _globals['_CANONICALEDGETYPE']._serialized_start=807
-  _globals['_CANONICALEDGETYPE']._serialized_end=880
-  _globals['_GRAPHTYPES']._serialized_start=883
-  _globals['_GRAPHTYPES']._serialized_end=1013
-  _globals['_TYPEDTENSOR']._serialized_start=1015
-  _globals['_TYPEDTENSOR']._serialized_end=1088
+  _globals['_BULKTICKET']._serialized_end=326
+  _globals['_SHMREF']._serialized_start=328
+  _globals['_SHMREF']._serialized_end=386
+  _globals['_STEPKEY']._serialized_start=388
+  _globals['_STEPKEY']._serialized_end=444
+  _globals['_BLOCK']._serialized_start=447
+  _globals['_BLOCK']._serialized_end=629
+  _globals['_SAMPLEDBLOCKS']._serialized_start=632
+  _globals['_SAMPLEDBLOCKS']._serialized_end=819
+  _globals['_CANONICALEDGETYPE']._serialized_start=821
+  _globals['_CANONICALEDGETYPE']._serialized_end=894
+  _globals['_GRAPHTYPES']._serialized_start=897
+  _globals['_GRAPHTYPES']._serialized_end=1027
+  _globals['_TYPEDTENSOR']._serialized_start=1029
+  _globals['_TYPEDTENSOR']._serialized_end=1102
 # @@protoc_insertion_point(module_scope)

@@ -59,12 +59,14 @@ class BulkRef(_message.Message):
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
 
 class BulkTicket(_message.Message):
-    __slots__ = ("ticket", "port")
+    __slots__ = ("ticket", "port", "host")
     TICKET_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     ticket: bytes
     port: int
-    def __init__(self, ticket: _Optional[bytes] = ..., port: _Optional[int] = ...) -> None: ...
+    host: str
+    def __init__(self, ticket: _Optional[bytes] = ..., port: _Optional[int] = ..., host: _Optional[str] = ...) -> None: ...
 
 class ShmRef(_message.Message):
     __slots__ = ("segment", "offset", "recycle")

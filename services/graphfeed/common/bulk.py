@@ -14,6 +14,11 @@ writes and reads them:
   stream's bulk that continues over several messages is copied once, slice by slice, into a
   pooled destination (:func:`assemble`, :class:`~graphfeed.common.buffers.BufferPool`).
 
+* Beside gRPC (:mod:`graphfeed.common.plane`): a large bulk parked on the sender's bulk plane
+  (:meth:`BulkLayout.park`) leaves the message with a ``bulk_ticket`` instead; the receiver's
+  deserializer reads the bytes from the plane into a pooled buffer (:func:`deserializer`), so
+  what follows sees the same :class:`Received` either way.
+
 A server returns :class:`Outgoing` objects where it would return messages; the server
 interceptor serializes them (:func:`serializer`). A client reads such answers through
 multi-callables built by :func:`unary_unary` / :func:`unary_stream`, which return

@@ -274,7 +274,7 @@ class StreamCall:
     def __init__(self, transport: ServerTransport, context: grpc.ServicerContext, method: str) -> None:
         self.directory, self.client = transport.accept(context)
         self.plane = transport.plane_of(context)
-        self.peer = peer_host(context.peer() or "")
+        self.peer = peer_host(context.peer() or "") if self.plane is not None else ""
         self.tickets: list[bytes] = []  # every message's parked on the plane
         self.owner = object()  # the registry owner of every segment of this call
         self._transport = transport

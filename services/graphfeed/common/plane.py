@@ -96,7 +96,9 @@ class BulkPlane:
         self.max_parked_bytes = max_parked_bytes
         self.max_client_bytes = max_client_bytes
         self.max_connections = max_connections
-        self.buffers = BufferPool(max_buffers=8)  # where answers are built before they are parked
+        self.buffers = BufferPool(
+            max_buffers=2
+        )  # where answers are built before they are parked (few kept: they are large)
         self._parked: dict[bytes, tuple[float, Sequence[memoryview | bytes], int, str]] = {}
         self._parked_bytes = 0
         self._client_bytes: dict[str, int] = {}
@@ -266,7 +268,7 @@ class PlaneClient:
         self.name = name
         self.direct = direct
         self.tls = tls
-        self.buffers = buffers or BufferPool(max_buffers=8)
+        self.buffers = buffers or BufferPool()
         self._idle: dict[tuple[str, int], list[socket.socket]] = {}
         self._lock = threading.Lock()
         self._unreachable_until = 0.0  # no offers before this (monotonic seconds)

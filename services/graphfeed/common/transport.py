@@ -23,7 +23,6 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from graphfeed.common.buffers import BufferPool
 from graphfeed.common.bulk import Fetch
 from graphfeed.common.plane import OFFER_KEY as PLANE_OFFER_KEY
 from graphfeed.common.plane import BulkPlane, PlaneClient, peer_host, plane_target
@@ -199,7 +198,7 @@ class ClientTransport:
         self.plane = None
         if address and plane:
             name, direct = plane_target(address)
-            self.plane = PlaneClient(name, client_tls(), BufferPool(max_buffers=8), direct=direct)
+            self.plane = PlaneClient(name, client_tls(), direct=direct)
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...] | None:

@@ -11,7 +11,7 @@ import struct
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
 
@@ -322,6 +322,38 @@ def test_behind_a_resolver_the_plane_needs_the_server_address(cora_root: Path, a
             assert client._transport.metadata == (("graphfeed-bulk-plane", "host"),)
         plane = _metric(running.metrics_port or 0, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData")
         assert (plane > 0) == bool(advertise)
+    finally:
+        running.stop(0)
+        store.close()
+
+
+def test_a_store_held_to_a_memory_budget_parks_no_more_than_it(cora_root: Path) -> None:
+    """The plane holds each answer whole; a graph-store with --memory-budget parks at most its
+    budget at once, so an answer larger than that goes in bounded messages, exact all the same."""
+    budget = 2 << 20
+    settings = GraphStoreSettings(
+        part_dir=cora_root / part_dir_name(0), port=0, metrics_port=0, shm_dir="", memory_budget=budget
+    )
+    running, store = serve(settings, registry=CollectorRegistry())
+    plane = served_plane(running)
+    most = [0]
+    park = plane.park
+
+    def watched(parts: Sequence[memoryview | bytes], nbytes: int, client: str = "") -> bytes | None:
+        ticket = park(parts, nbytes, client)
+        most[0] = max(most[0], plane.parked_bytes)
+        return ticket
+
+    plane.park = watched  # type: ignore[method-assign]
+    try:
+        ids = _all_ids(store)
+        expected = store.get_node_data("feat", ids)
+        assert expected.nbytes > 2 * budget
+        with closing(GraphStoreClient(running.address, shm_dir="")) as client:
+            np.testing.assert_array_equal(client.get_node_data("feat", ids), expected)
+            np.testing.assert_array_equal(client.get_node_data("feat", ids[:300]), expected[:300])  # 1.7 MB: whole
+        assert 0 < most[0] <= budget, most[0]
+        assert _metric(running.metrics_port or 0, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData") > 0
     finally:
         running.stop(0)
         store.close()

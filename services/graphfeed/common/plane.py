@@ -131,6 +131,14 @@ class BulkPlane:
             self._client_bytes[client] = mine + nbytes
         return ticket
 
+    def fits(self, nbytes: int, client: str = "") -> bool:
+        """Whether :meth:`park` would take ``nbytes`` for ``client`` now (build an answer for
+        the plane only then: one that it refuses goes inline after all)."""
+        with self._lock:
+            self._expire(time.monotonic())
+            within = self._parked_bytes + nbytes <= self.max_parked_bytes
+            return within and self._client_bytes.get(client, 0) + nbytes <= self.max_client_bytes
+
     def holds(self, ticket: bytes) -> bool:
         """Whether ``ticket``'s answer is still parked (not read, not expired)."""
         with self._lock:

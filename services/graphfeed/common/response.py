@@ -171,9 +171,12 @@ class Response:
 
     def plane_empty(self, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray | None:
         """A writable array (pooled: its pages are mapped already) for an answer that goes
-        through the bulk plane in one message; None without one, or when it is too small to."""
+        through the bulk plane in one message; None without one, when it is too small to, or
+        when the plane has no room for it now (then it goes inline, in bounded messages)."""
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if self.plane is None or self.directory is not None or nbytes < PLANE_MIN_BYTES:
+            return None
+        if not self.plane.fits(nbytes, self._peer):
             return None
         return self.plane.buffers.take(nbytes).view(dtype).reshape(tuple(shape))
 

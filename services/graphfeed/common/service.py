@@ -58,13 +58,18 @@ def parse_ready_line(line: str) -> dict[str, str] | None:
     return dict(part.split("=", 1) for part in line.split()[1:])
 
 
-def server_transport(settings: ServiceSettings, service: str, registry: CollectorRegistry) -> ServerTransport:
+def server_transport(
+    settings: ServiceSettings, service: str, registry: CollectorRegistry, max_parked_bytes: int = 0
+) -> ServerTransport:
     """A service's side of the transport from its settings: shared memory in ``shm_dir``, and
-    the bulk plane on ``host``:``bulk_port`` unless that is -1 (see :mod:`graphfeed.common.plane`)."""
+    the bulk plane on ``host``:``bulk_port`` unless that is -1 (see :mod:`graphfeed.common.plane`),
+    parking at most ``max_parked_bytes`` (0: the plane's default)."""
     plane = None
     if settings.bulk_port != -1:
         tls = settings.server_security().ssl_context()
         plane = BulkPlane(settings.host, settings.bulk_port, tls, advertise=settings.bulk_host)
+        if max_parked_bytes:
+            plane.max_parked_bytes = plane.max_client_bytes = max_parked_bytes
     return ServerTransport(
         settings.shm_dir, service, registry, client_quota_bytes=settings.shm_client_quota_bytes, plane=plane
     )

@@ -90,7 +90,9 @@ def serve(settings: GraphStoreSettings, registry: CollectorRegistry | None = Non
     registry.register(RowTierCollector(store.row_stats))
     metrics.rocksdb_bytes.set(dir_bytes(Path(settings.part_dir) / "db"))
     metrics.partition_info.labels(str(store.partition_id)).set(1)
-    transport = server_transport(settings, "GraphStoreService", registry)
+    # A store held to a memory budget parks no more than its budget on the bulk plane (which holds
+    # each answer whole): beyond that its answers go inline, in bounded messages, as before.
+    transport = server_transport(settings, "GraphStoreService", registry, int(settings.memory_budget))
     servicer = GraphStoreServicer(
         store, metrics, transport, TemporalMetrics.create(registry), EmbeddingMetrics.create(registry)
     )

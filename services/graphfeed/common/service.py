@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from graphfeed.common import security
+from graphfeed.common.buffers import BufferPool
 from graphfeed.common.metrics import RpcMetrics, serve_metrics
 from graphfeed.common.plane import BulkPlane
 from graphfeed.common.readiness import serve_health
@@ -63,13 +64,14 @@ def server_transport(
 ) -> ServerTransport:
     """A service's side of the transport from its settings: shared memory in ``shm_dir``, and
     the bulk plane on ``host``:``bulk_port`` unless that is -1 (see :mod:`graphfeed.common.plane`),
-    parking at most ``max_parked_bytes`` (0: the plane's default)."""
+    parking at most ``max_parked_bytes`` and keeping no freed answer buffer (0: the plane's defaults)."""
     plane = None
     if settings.bulk_port != -1:
         tls = settings.server_security().ssl_context()
         plane = BulkPlane(settings.host, settings.bulk_port, tls, advertise=settings.bulk_host)
-        if max_parked_bytes:
+        if max_parked_bytes:  # a bounded process: nothing parked beyond it, no idle answer buffers kept
             plane.max_parked_bytes = plane.max_client_bytes = max_parked_bytes
+            plane.buffers = BufferPool(max_buffers=0)
     return ServerTransport(
         settings.shm_dir, service, registry, client_quota_bytes=settings.shm_client_quota_bytes, plane=plane
     )

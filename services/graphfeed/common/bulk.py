@@ -167,9 +167,7 @@ def _received(msg: M, bulk: memoryview, continuation: bool) -> Received[M]:
     return Received(msg, memoryview(extra) if extra else bulk, continuation)
 
 
-Fetch = Callable[[bytes, int, int, str], np.ndarray]
-"""Reads parked bulk bytes from the sender's bulk plane: ``(ticket, port, nbytes, host) -> uint8
-array`` (:meth:`graphfeed.common.plane.PlaneClient.fetch`)."""
+Fetch = Callable[[bytes, int, int, str], np.ndarray]  # (ticket, port, nbytes, host) -> uint8: PlaneClient.fetch
 
 
 def deserializer(cls: type[M], fetch: Fetch | None = None) -> Callable[[bytes], Received[M]]:

@@ -16,7 +16,8 @@ client host); beyond that its answers go inline as before, as they do for a clie
 offer (another graphfeed version, grpcurl); a stream parks at most as many messages as it may
 leave unclaimed in shared memory (:class:`~graphfeed.common.shm.Backpressure`). A client that
 cannot reach the plane port (a firewall, a NetworkPolicy without the port) stops offering it to
-that server and the failed call raises UNAVAILABLE, which callers retry like any lost connection.
+that server for a while (30 s, doubling to 10 min) and the failed call raises UNAVAILABLE, which
+callers retry like any lost connection.
 
 - :class:`BulkPlane`: a server's listener and parked answers.
 - :class:`PlaneClient`: one client's pooled connections to one server's plane.
@@ -74,6 +75,7 @@ class BulkPlane:
         max_connections: connections served at once; more are closed at once.
         advertise: the address clients connect to (put in every ticket; e.g. the pod IP);
             empty: the host each client dialed for gRPC.
+        keep_buffers: freed answer buffers kept for reuse (0: none, for a process held to a budget).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class BulkPlane:
         max_client_bytes: int = 512 << 20,
         max_connections: int = 256,
         advertise: str = "",
+        keep_buffers: int = 2,
     ) -> None:
         family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
         self._listener = socket.create_server((host.strip("[]"), port), family=family, backlog=128)
@@ -96,9 +99,8 @@ class BulkPlane:
         self.max_parked_bytes = max_parked_bytes
         self.max_client_bytes = max_client_bytes
         self.max_connections = max_connections
-        self.buffers = BufferPool(
-            max_buffers=2
-        )  # where answers are built before they are parked (few kept: they are large)
+        # Where answers are built before they are parked; few freed ones are kept: they are large.
+        self.buffers = BufferPool(max_buffers=keep_buffers)
         self._parked: dict[bytes, tuple[float, Sequence[memoryview | bytes], int, str]] = {}
         self._parked_bytes = 0
         self._client_bytes: dict[str, int] = {}
@@ -119,25 +121,26 @@ class BulkPlane:
         much already (send inline)."""
         now = time.monotonic()
         with self._lock:
-            self._expire(now)
-            mine = self._client_bytes.get(client, 0)
-            if self._closed or self._parked_bytes + nbytes > self.max_parked_bytes:
-                return None
-            if mine + nbytes > self.max_client_bytes:
+            if not self._room(nbytes, client, now):
                 return None
             ticket = secrets.token_bytes(TICKET_BYTES)
             self._parked[ticket] = (now + self.ttl_s, parts, nbytes, client)
             self._parked_bytes += nbytes
-            self._client_bytes[client] = mine + nbytes
+            self._client_bytes[client] = self._client_bytes.get(client, 0) + nbytes
         return ticket
 
     def fits(self, nbytes: int, client: str = "") -> bool:
         """Whether :meth:`park` would take ``nbytes`` for ``client`` now (build an answer for
         the plane only then: one that it refuses goes inline after all)."""
         with self._lock:
-            self._expire(time.monotonic())
-            within = self._parked_bytes + nbytes <= self.max_parked_bytes
-            return within and self._client_bytes.get(client, 0) + nbytes <= self.max_client_bytes
+            return self._room(nbytes, client, time.monotonic())
+
+    def _room(self, nbytes: int, client: str, now: float) -> bool:
+        """Under the lock: whether ``nbytes`` more for ``client`` stay within both bounds."""
+        self._expire(now)
+        if self._closed or self._parked_bytes + nbytes > self.max_parked_bytes:
+            return False
+        return self._client_bytes.get(client, 0) + nbytes <= self.max_client_bytes
 
     def holds(self, ticket: bytes) -> bool:
         """Whether ``ticket``'s answer is still parked (not read, not expired)."""

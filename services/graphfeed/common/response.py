@@ -21,7 +21,7 @@ from graphfeed.common.errors import FailedPrecondition, InvalidArgument
 from graphfeed.common.limits import STREAM_CHUNK_BYTES
 from graphfeed.common.placement import Placed, Placement
 from graphfeed.common.plane import MIN_BYTES as PLANE_MIN_BYTES
-from graphfeed.common.plane import BulkPlane, peer_host
+from graphfeed.common.plane import BulkPlane
 from graphfeed.common.shm import Arena, Backpressure, Segment, SegmentPool, SegmentRegistry, ShmQuota
 from graphfeed.common.shm.placement import ShmPlaced, ShmPlacement
 from graphfeed.common.v1 import tensor_pb2
@@ -276,8 +276,7 @@ class StreamCall:
 
     def __init__(self, transport: ServerTransport, context: grpc.ServicerContext, method: str) -> None:
         self.directory, self.client = transport.accept(context)
-        self.plane = transport.plane_of(context)
-        self.peer = peer_host(context.peer() or "") if self.plane is not None else ""
+        self.plane, self.peer = transport.plane_of(context)
         self.tickets: list[bytes] = []  # every message's parked on the plane
         self.owner = object()  # the registry owner of every segment of this call
         self._transport = transport

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from graphfeed.common import security
-from graphfeed.common.buffers import BufferPool
 from graphfeed.common.metrics import RpcMetrics, serve_metrics
 from graphfeed.common.plane import BulkPlane
 from graphfeed.common.readiness import serve_health
@@ -68,10 +67,10 @@ def server_transport(
     plane = None
     if settings.bulk_port != -1:
         tls = settings.server_security().ssl_context()
-        plane = BulkPlane(settings.host, settings.bulk_port, tls, advertise=settings.bulk_host)
-        if max_parked_bytes:  # a bounded process: nothing parked beyond it, no idle answer buffers kept
-            plane.max_parked_bytes = plane.max_client_bytes = max_parked_bytes
-            plane.buffers = BufferPool(max_buffers=0)
+        bounds: dict[str, int] = {}
+        if max_parked_bytes:  # a bounded process: nothing parked beyond its bound, no idle answer buffer kept
+            bounds = {"max_parked_bytes": max_parked_bytes, "max_client_bytes": max_parked_bytes, "keep_buffers": 0}
+        plane = BulkPlane(settings.host, settings.bulk_port, tls, advertise=settings.bulk_host, **bounds)
     return ServerTransport(
         settings.shm_dir, service, registry, client_quota_bytes=settings.shm_client_quota_bytes, plane=plane
     )

@@ -123,20 +123,19 @@ class ServerTransport:
         directory, client = self.accept(context)
         if directory is not None and self.quota is not None and self.quota.decline(client) is not None:
             directory = None
-        plane = self.plane_of(context)
-        peer = peer_host(context.peer() or "") if plane is not None else ""
+        plane, peer = self.plane_of(context)
         return Response(self, method, directory, client=client, plane=plane, peer=peer)
 
-    def plane_of(self, context: grpc.ServicerContext) -> BulkPlane | None:
-        """The bulk plane for a call whose client offered to read from it (else None); a client
-        that needs the server's address in its tickets (offer "host") gets it only from a plane
-        that has one to give (``bulk_host``)."""
+    def plane_of(self, context: grpc.ServicerContext) -> tuple[BulkPlane | None, str]:
+        """The bulk plane for a call whose client offered to read from it, and the client's host
+        (its share of the plane); ``(None, "")`` otherwise. A client that needs the server's
+        address in its tickets (offer "host") gets the plane only if it has one to give (``bulk_host``)."""
         if self.plane is None:
-            return None
+            return None, ""
         offers = [v for k, v in context.invocation_metadata() or () if k == PLANE_OFFER_KEY]
         if not offers or (offers[0] == "host" and not self.plane.advertise):
-            return None
-        return self.plane
+            return None, ""
+        return self.plane, peer_host(context.peer() or "")
 
     def count_plane(self, method: str, nbytes: int) -> None:
         """Adds ``nbytes`` sent through the bulk plane by ``method`` to its counter."""

@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "rowstore": "graphfeed.bench.rowstore",
     "disk": "graphfeed.bench.disk",
     "tgn": "graphfeed.bench.tgn",
+    "tgn-device": "graphfeed.bench.tgn_device",
     "append": "graphfeed.bench.append",
     "rgcn-fidelity": "graphfeed.bench.rgcn_fidelity",
     "embeddings": "graphfeed.bench.embeddings",

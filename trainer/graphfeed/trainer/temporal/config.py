@@ -17,12 +17,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from graphfeed.common.config import field_from
 from graphfeed.common.errors import InvalidArgument
 
-__all__ = ["VISIBILITIES", "TGNConfig", "TGNSettings"]
+__all__ = ["DEVICES", "VISIBILITIES", "TGNConfig", "TGNSettings"]
 
 VISIBILITIES = ("same-batch", "previous-batches")
 """What an event's neighbour lookup may see: every event strictly before its time, earlier events
 of its own batch included (the TGN paper's code), or the events of earlier batches only (PyG's
 ``LastNeighborLoader``, which also sees earlier batches' events at the event's own time)."""
+
+DEVICES = ("cpu", "cuda", "auto")
+"""Where the weights and node memory live (``auto``: cuda where PyTorch sees a GPU)."""
 
 
 def _doc(description: str) -> dict[str, str]:
@@ -69,6 +72,20 @@ class TGNConfig:
         metadata=_doc("Val/test negatives per event: MRR ranks the positive among 1 + this many; AP uses the first."),
     )
     chunks: int = field(default=10, metadata=_doc("Metric lines per epoch (one per 10 % of the events by default)."))
+    device: str = field(
+        default="cpu",
+        metadata=_doc(
+            "cpu, cuda or auto: where the weights, the node memory and (in-process neighbours) the edge "
+            "feature cache live."
+        ),
+    )
+    edge_cache_rows: int = field(
+        default=1 << 20,
+        metadata=_doc(
+            "On a GPU: the features of this many most recent events are kept in device memory; older ones "
+            "are read zero-copy from pinned host memory."
+        ),
+    )
     checkpoint: Path | None = field(default=None, metadata=_doc("Checkpoint file; resumed from when present."))
     checkpoint_every: int = field(default=50, metadata=_doc("Batches between checkpoints."))
     crash_after_batches: int | None = field(
@@ -80,6 +97,10 @@ class TGNConfig:
             raise InvalidArgument(f"dropout {self.dropout} must be in [0, 1), patience {self.patience} >= 1")
         if self.visibility not in VISIBILITIES:
             raise InvalidArgument(f"visibility {self.visibility!r}: choose from {VISIBILITIES}")
+        if self.device not in DEVICES or self.edge_cache_rows < 0:
+            raise InvalidArgument(
+                f"device {self.device!r} (choose from {DEVICES}), edge cache rows {self.edge_cache_rows} >= 0"
+            )
 
 
 class TGNSettings(BaseSettings):
@@ -115,6 +136,8 @@ class TGNSettings(BaseSettings):
     )
     mrr_negatives: int = field_from(TGNConfig, "mrr_negatives")
     seed: int = field_from(TGNConfig, "seed")
+    device: str = field_from(TGNConfig, "device")
+    edge_cache_rows: int = field_from(TGNConfig, "edge_cache_rows")
     checkpoint: Path | None = field_from(TGNConfig, "checkpoint")
     checkpoint_every: int = field_from(TGNConfig, "checkpoint_every")
     threads: int | None = Field(default=None, description="Torch CPU threads (default: torch's choice).")
@@ -152,6 +175,8 @@ class TGNSettings(BaseSettings):
             time_dim=self.dim,
             embed_dim=self.dim,
             mrr_negatives=self.mrr_negatives,
+            device=self.device,
+            edge_cache_rows=self.edge_cache_rows,
             checkpoint=self.checkpoint,
             checkpoint_every=self.checkpoint_every,
             crash_after_batches=self.crash_after_batches,

@@ -16,6 +16,9 @@ torch's generator seeded by ``derive_seed(seed, "dropout", epoch, step)`` for th
 After every epoch the validation AP picks the best epoch so far; its weights and its memory at
 the end of its stream are kept (in the checkpoint too) and restored when training ends
 (``keep_best``), and ``patience`` epochs without a better one stop training.
+
+``cfg.device`` places the weights and the node memory (``cuda``: on the GPU, with the stream's
+edge features in the GPU cache of :mod:`.device` when the neighbours are in process).
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from graphfeed.common.seeds import derive_seed, rng
+from graphfeed.gpu_kernels.backend import Backend
 from graphfeed.trainer.checkpoint import save_checkpoint
 from graphfeed.trainer.temporal.config import TGNConfig
+from graphfeed.trainer.temporal.device import EdgeFeatureCache, resolve_device
 from graphfeed.trainer.temporal.events import TemporalEvents
 from graphfeed.trainer.temporal.memory import NodeMemory
 from graphfeed.trainer.temporal.metrics import Scores
@@ -139,6 +144,8 @@ class TGNTrainer:
             resume every append up to the checkpoint is sent again, in the same batches, so a
             durable source must treat a re-sent batch as a duplicate.
         report: called with every chunk and epoch line (default: ``print``).
+        backend: where the edge-feature cache's kernels run (default: the CUDA device when
+            ``cfg.device`` is a GPU; tests pass the kernel emulator to use the cache on a CPU).
     """
 
     def __init__(
@@ -147,15 +154,21 @@ class TGNTrainer:
         cfg: TGNConfig,
         source: NeighborSource | None = None,
         report: Callable[[str], None] = print,
+        backend: Backend | None = None,
     ) -> None:
         self.events, self.cfg, self.report = events, cfg, report
-        self.source = source if source is not None else InProcessNeighbors(events.num_nodes, events.edge_feat_dim)
+        self.device = resolve_device(cfg.device)
+        self.features = None if source is not None else self._edge_cache(backend)
+        self._local: InProcessNeighbors | None = None  # the neighbour source when it is in process
+        if source is None:
+            source = self._local = InProcessNeighbors(events.num_nodes, 0 if self.features else events.edge_feat_dim)
+        self.source: NeighborSource = source
         dims = TGNDims(cfg.memory_dim, cfg.time_dim, cfg.embed_dim, events.edge_feat_dim, cfg.heads, cfg.dropout)
         with torch.random.fork_rng():  # the job seed fixes the initial weights, global RNG untouched
             torch.manual_seed(derive_seed(cfg.seed, "init") & (2**63 - 1))
-            self.model = TGN(dims)
+            self.model = TGN(dims).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
-        self.memory = NodeMemory(events.num_nodes, cfg.memory_dim, events.edge_feat_dim)
+        self.memory = NodeMemory(events.num_nodes, cfg.memory_dim, events.edge_feat_dim, self.device)
         self.bounds = batch_bounds(events, cfg.batch_size)
         self.epoch, self.step, self.position = 0, 0, 0
         self.result = TGNResult()
@@ -164,7 +177,24 @@ class TGNTrainer:
         self._new_epoch_scores()
         self._batches_run = 0
         if cfg.checkpoint is not None and cfg.checkpoint.exists():
-            self._restore(torch.load(cfg.checkpoint, weights_only=False))
+            self._restore(torch.load(cfg.checkpoint, weights_only=False, map_location=self.device))
+
+    def _edge_cache(self, backend: Backend | None) -> EdgeFeatureCache | None:
+        """The stream's edge features in the GPU cache, where there are features and a GPU (or a
+        ``backend``) to keep them; None: the neighbour source keeps and returns them."""
+        if self.events.efeat is None:
+            return None
+        if backend is None:
+            from graphfeed.gpu_kernels._cuda import gpu_available, unavailable_reason  # noqa: PLC0415
+
+            if self.device.type != "cuda" or not gpu_available():
+                if self.device.type == "cuda":
+                    log.warning("edge features stay on the host: the GPU kernels cannot run (%s)", unavailable_reason())
+                return None
+            from graphfeed.gpu_kernels.backend import cuda_backend  # noqa: PLC0415 - imports CuPy
+
+            backend = cuda_backend()
+        return EdgeFeatureCache(self.events.efeat, self.cfg.edge_cache_rows, backend)
 
     def run(self) -> TGNResult:
         """Trains the remaining epochs; returns the per-chunk and per-epoch metrics."""
@@ -237,6 +267,8 @@ class TGNTrainer:
         ev = self.events
         if self.position < stop:  # visible before it is scored: samples are strictly before t
             self._append(first, stop)
+        if self.features is not None:
+            self.features.advance(stop)
         src, dst, t = ev.src[first:stop], ev.dst[first:stop], ev.t[first:stop]
         lo, hi = ev.dst_range
         train = phase == "train"
@@ -252,7 +284,7 @@ class TGNTrainer:
                 self.optimizer.step()
         self.memory.commit(nodes, mem)
         self.memory.store_messages(src, dst, t, None if ev.efeat is None else ev.efeat[first:stop])
-        scores = (pos.detach().numpy(), negs.detach().numpy(), float(loss))
+        scores = (pos.detach().cpu().numpy(), negs.detach().cpu().numpy(), float(loss.detach()))
         self._phase[phase].add(*scores)
         self._chunk.add(*scores)
 
@@ -275,7 +307,7 @@ class TGNTrainer:
         nodes = np.unique(np.concatenate([roots, smp.nbr]))
         mem = self.memory.read(self.model, nodes)
         z = self._embed(mem, nodes, smp, roots, times, 0, 3 * b)  # these carry the loss's gradient
-        extra = torch.zeros(b, 0)
+        extra = torch.zeros(b, 0, device=self.device)
         if k > 1:
             with torch.no_grad():  # the extra negatives only rank the positive (MRR)
                 z_extra = self._embed(mem.detach(), nodes, smp, roots, times, 3 * b, len(roots))
@@ -306,12 +338,16 @@ class TGNTrainer:
         """Embeddings of roots ``[r0, r1)`` of a sample."""
         s0, s1 = int(smp.offsets[r0]), int(smp.offsets[r1])
         offsets = smp.offsets[r0 : r1 + 1] - s0
-        at = lambda ids: torch.from_numpy(np.searchsorted(nodes, ids))  # noqa: E731 - row of each gid in mem
+        up = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+        at = lambda ids: up(np.searchsorted(nodes, ids))  # noqa: E731 - row of each gid in mem
         root_t = np.repeat(times[r0:r1], np.diff(offsets))
-        dt = torch.from_numpy((root_t - smp.ts[s0:s1]).astype(np.float32))
-        feat = (
-            torch.zeros(s1 - s0, 0) if smp.efeat is None else torch.from_numpy(np.ascontiguousarray(smp.efeat[s0:s1]))
-        )
+        dt = up((root_t - smp.ts[s0:s1]).astype(np.float32))
+        if self.features is not None and self._local is not None:
+            feat = self.features.gather(self._local.event_of(smp.eid[s0:s1]))
+        elif smp.efeat is None:
+            feat = torch.zeros(s1 - s0, 0, device=self.device)
+        else:
+            feat = up(np.ascontiguousarray(smp.efeat[s0:s1]))
         return self.model.embed(mem[at(roots[r0:r1])], mem[at(smp.nbr[s0:s1])], dt, feat, offsets)
 
     def _checkpoint(self) -> None:

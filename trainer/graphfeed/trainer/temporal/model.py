@@ -70,11 +70,14 @@ class TemporalAttention(nn.Module):
         width = max(1, int(counts.max(initial=0)))
         row = np.repeat(np.arange(len(counts)), counts)
         slot = np.arange(len(row)) - np.repeat(offsets[:-1], counts)
+        dev = keys.device
         dense = keys.new_zeros((len(counts), width, keys.shape[1]))
-        dense[torch.from_numpy(row), torch.from_numpy(slot)] = keys
-        pad = torch.from_numpy(np.arange(width)[None, :] >= np.maximum(counts, 1)[:, None])  # keep slot 0 of empty rows
-        out, _ = self.attn(query.unsqueeze(1), dense, dense, key_padding_mask=pad, need_weights=False)
-        out = out.squeeze(1) * torch.from_numpy(counts > 0).unsqueeze(1).to(out.dtype)
+        dense[torch.from_numpy(row).to(dev), torch.from_numpy(slot).to(dev)] = keys
+        pad = np.arange(width)[None, :] >= np.maximum(counts, 1)[:, None]  # keep slot 0 of empty rows
+        out, _ = self.attn(
+            query.unsqueeze(1), dense, dense, key_padding_mask=torch.from_numpy(pad).to(dev), need_weights=False
+        )
+        out = out.squeeze(1) * torch.from_numpy(counts > 0).to(dev).unsqueeze(1).to(out.dtype)
         return self.merge(torch.cat([out, root_mem], dim=1))
 
 
@@ -120,6 +123,6 @@ class TGN(nn.Module):
         offsets: np.ndarray,
     ) -> torch.Tensor:
         """Embeddings of roots from their memory and their sampled neighbours."""
-        query = torch.cat([root_mem, self.time_enc(torch.zeros(len(root_mem)))], dim=1)
+        query = torch.cat([root_mem, self.time_enc(root_mem.new_zeros(len(root_mem)))], dim=1)
         keys = torch.cat([nbr_mem, nbr_feat, self.time_enc(nbr_dt)], dim=1)
         return self.embedding(query, root_mem, keys, offsets)

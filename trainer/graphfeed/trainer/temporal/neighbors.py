@@ -11,7 +11,9 @@ equal times in arrival order, where each event ``(u, v)`` arrives as ``u -> v`` 
 
 ``before_event`` narrows a sample to the events of earlier appends (PyG's ``LastNeighborLoader``
 view, "previous-batches" visibility): only the in-process source can answer it, since it needs
-each edge's position in the stream.
+each edge's position in the stream. So does ``event_of`` (which event, counted from the first
+append, a sampled edge came from), which a trainer that keeps the edge features itself (the GPU
+cache of ``device.py``) uses to look them up.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class InProcessNeighbors:
         self._ts = np.zeros(0, dtype=np.int64)  # index order
         self._pos = np.zeros(0, dtype=np.int64)  # index order -> log position
         self._nbr = np.zeros(0, dtype=np.int64)  # log order, with spare capacity
+        self._event = np.zeros(0, dtype=np.int64)  # log order: the event number of each edge
+        self._events = 0  # events appended
         self._efeat = np.zeros((0, edge_feat_dim), dtype=np.float32)
         self._size = 0
         self._time = np.iinfo(np.int64).min  # latest time appended: appends must not go back
@@ -82,16 +86,19 @@ class InProcessNeighbors:
         if len(t) and t.min() < self._time:
             raise InvalidArgument("append: a call's events must not be older than an earlier call's (before_event)")
         self._time = int(t.max(initial=self._time))
+        event = self._events + np.arange(len(src), dtype=np.int64)
+        self._events += len(src)
         if self._undirected:
-            src, dst, t, feat = (
+            src, dst, t, feat, event = (
                 np.concatenate([src, dst]),
                 np.concatenate([dst, src]),
                 np.concatenate([t, t]),
                 np.concatenate([feat, feat]),
+                np.concatenate([event, event]),
             )
         rows, nbr, ts = dst, src, t
         self._grow_rows(int(rows.max(initial=-1)) + 1)
-        pos = self._append_log(nbr, feat)
+        pos = self._append_log(nbr, feat, event)
         order = np.lexsort((ts, rows))  # stable: equal (row, t) stay in arrival order
         rows, ts, pos = rows[order], ts[order], pos[order]
         # after every stored edge of the row with time <= t: equal times keep arrival order
@@ -130,6 +137,10 @@ class InProcessNeighbors:
         efeat = self._efeat[pos] if self._dim else None
         return TemporalSample(offsets=offsets, nbr=self._nbr[pos], ts=self._ts[at], eid=pos, efeat=efeat)
 
+    def event_of(self, eid: np.ndarray) -> np.ndarray:
+        """The event number (0 for the first event appended) of each sampled edge id."""
+        return self._event[eid]
+
     def _bisect(self, lo: np.ndarray, hi: np.ndarray, t: np.ndarray, strict: bool) -> np.ndarray:
         """Per query, the first index position in ``[lo, hi)`` whose time is >= t (strict) or > t."""
         return _first_not(self._ts, lo, hi, (lambda k: k < t) if strict else (lambda k: k <= t))
@@ -151,17 +162,19 @@ class InProcessNeighbors:
             tail = np.full(num_rows - len(self._indptr) + 1, self._indptr[-1], dtype=np.int64)
             self._indptr = np.concatenate([self._indptr, tail])
 
-    def _append_log(self, nbr: np.ndarray, feat: np.ndarray) -> np.ndarray:
+    def _append_log(self, nbr: np.ndarray, feat: np.ndarray, event: np.ndarray) -> np.ndarray:
         """Writes edges at the end of the log (capacity doubles); returns their log positions."""
         need = self._size + len(nbr)
         if need > len(self._nbr):
             cap = max(need, 2 * len(self._nbr), 1024)
             self._nbr = np.resize(self._nbr, cap)
+            self._event = np.resize(self._event, cap)
             grown = np.zeros((cap, self._dim), dtype=np.float32)
             grown[: self._size] = self._efeat[: self._size]
             self._efeat = grown
         pos = np.arange(self._size, need, dtype=np.int64)
         self._nbr[pos] = nbr
+        self._event[pos] = event
         self._efeat[pos] = feat
         self._size = need
         return pos

@@ -2,8 +2,9 @@
 ``graphfeed.trainer.temporal`` with its neighbours held by graph-store processes that take the
 event stream as durable appends (GNNFlow), for ``graphfeed demo --temporal`` and
 ``graphfeed bench tgn``. (``graphfeed train-temporal --graph-stores H:P,...`` trains the same job
-against graph-stores someone else started; there is no ``graphfeed train --temporal``.) Only the
-``same-batch`` visibility runs here: a graph-store selects neighbours by time, not by batch.
+against graph-stores someone else started; there is no ``graphfeed train --temporal``.) Both
+visibilities run here: ``previous-batches`` samples the stores as they were before each batch's
+append (``StoreNeighbors``).
 
 The graph-stores start from partitions that hold the stream's nodes and no edge: every edge
 arrives by ``AppendEdges`` while the job trains (each batch of events is appended, acknowledged

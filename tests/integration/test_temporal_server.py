@@ -192,6 +192,13 @@ BAD: dict[str, tuple[Callable[[pb_grpc.GraphStoreServiceStub], object], grpc.Sta
         grpc.StatusCode.INVALID_ARGUMENT,
         "fanout",
     ),
+    "negative as_of_appended": (
+        lambda s: s.SampleTemporal(
+            _sample_req([1], fanout=2, strategy=pb.TEMPORAL_STRATEGY_RECENT, as_of_appended=-3), timeout=10
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "as_of_appended",
+    ),
     "unowned root": (
         lambda s: s.SampleTemporal(_sample_req([1, 33], fanout=2, strategy=pb.TEMPORAL_STRATEGY_RECENT), timeout=10),
         grpc.StatusCode.NOT_FOUND,
@@ -337,6 +344,26 @@ def test_undirected_appends_and_the_store_view_over_two_partitions(cluster: Clus
         assert (first.num_edges, first.duplicate, again.num_edges, again.duplicate) == (2, False, 2, True)
         assert sum(c.temporal_info().num_appended for c in stores.clients) == 4 + 2
         assert view.sample(np.array([21]), np.array([801]), 1).nbr.tolist() == [1]
+    finally:
+        client.close()
+
+
+def test_the_view_samples_the_stores_as_of_an_earlier_append(cluster: Cluster) -> None:
+    """Versions from the acks over the wire: a partition not in one shows its ingest edges only."""
+    client = TemporalClient(RemotePartitionSet(cluster.addresses))
+    try:
+        view = TemporalStoreView(client)
+        assert view.version() == {}
+        view.append("a", np.array([5]), np.array([2]), np.array([500]))  # partition 0 only
+        v1 = view.version()
+        view.append("b", np.array([6, 7]), np.array([2, 22]), np.array([600, 600]))  # both partitions
+        assert v1 == {0: 1} and view.version() == {0: 2, 1: 1}
+        nodes, times = np.array([2, 22]), np.array([BIG_T, BIG_T])
+        newest = lambda s: s.nbr[s.offsets[1:] - 1].tolist()  # noqa: E731 - each root's newest neighbour
+        ingest = [(7 * 2 + J - 1) % N, (7 * 22 + J - 1) % N]
+        assert newest(view.sample(nodes, times, 1)) == [6, 7]
+        assert newest(view.sample(nodes, times, 1, as_of=v1)) == [5, ingest[1]]
+        assert newest(view.sample(nodes, times, 1, as_of={})) == ingest
     finally:
         client.close()
 

@@ -157,8 +157,9 @@ def test_reopen_replays_every_batch_and_remembers_batch_ids(open_store: Open) ->
     assert _all_edges(r, np.arange(20)) == before
     assert (r.info().seq, r.info().num_appended) == (7, 14)
     assert r.append("b3", np.array([3, 4]), np.array([3, 19]), np.array([103, 103])) == type(acks[3])(
-        acks[3].first_eid, 2, True, acks[3].visible_seq
+        acks[3].first_eid, 2, True, acks[3].visible_seq, 8
     )
+    assert [a.appended for a in acks] == [2, 4, 6, 8, 10, 12, 14]
     assert r.append("b7", np.array([1]), np.array([1]), np.array([200])).first_eid == APPENDED | 14
 
 

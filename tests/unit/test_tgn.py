@@ -213,13 +213,18 @@ class SpecStore:
         self.acked[batch_id] = content
         return False
 
-    def sample(self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent") -> TemporalSample:
+    def version(self) -> int:
+        return self.edges.num_edges
+
+    def sample(
+        self, nodes: np.ndarray, times: np.ndarray, fanout: int, strategy: str = "recent", *, as_of: int | None = None
+    ) -> TemporalSample:
         assert strategy == "recent"
         if self.fail_after_samples is not None:
             self.fail_after_samples -= 1
             if self.fail_after_samples < 0:
                 raise ConnectionError("graph-store went away")
-        return self.edges.sample(nodes, times, fanout)
+        return self.edges.sample(nodes, times, fanout, before_event=as_of)  # directed: edges = events
 
 
 def small_config(**change: object) -> TGNConfig:

@@ -73,7 +73,11 @@ def _table(rows: list[dict], command: str) -> str:
 def _command(args: argparse.Namespace) -> str:
     data = " ".join(f"--dataset {d} --events {n}" for d, n in zip(args.dataset, args.events))
     seeds = " ".join(str(s) for s in args.seeds)
-    extra = f" --pyg --fanout {args.fanout} --jobs {args.jobs}" if args.pyg else f" --graph-stores {args.graph_stores}"
+    extra = (
+        f" --pyg --fanout {args.fanout} --jobs {args.jobs} --device {args.device}"
+        if args.pyg
+        else f" --graph-stores {args.graph_stores}"
+    )
     return f"graphfeed bench tgn {data} --seeds {seeds} --epochs {args.epochs}{extra}"
 
 
@@ -109,8 +113,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset",
         action="append",
-        choices=DATASETS,
-        help="repeat; default collegemsg and lastfm (with --pyg: and pubmed)",
+        help=f"one of {', '.join(DATASETS)} or an ingested root; repeat; default collegemsg and lastfm "
+        "(with --pyg: and pubmed)",
     )
     p.add_argument(
         "--events",
@@ -124,13 +128,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pyg", action="store_true", help="compare with PyG's TGN example (needs torch_geometric)")
     p.add_argument("--fanout", type=int, default=10, help="--pyg: neighbours per root (0: memory only)")
     p.add_argument("--jobs", type=int, default=1, help="--pyg: trainings at a time (processes)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="--pyg: where every system trains")
 
 
 def _defaults_then_run(args: argparse.Namespace) -> int:
     args.dataset = args.dataset or ["collegemsg", "lastfm", *(["pubmed"] if args.pyg else [])]
     args.seeds = args.seeds or [args.seed]
     defaults = {"collegemsg": 0, "lastfm": 60_000, "pubmed": 0}
-    args.events = args.events or [defaults[d] for d in args.dataset]
+    args.events = args.events or [defaults.get(Path(d).name, 0) for d in args.dataset]
     if len(args.events) != len(args.dataset):
         raise SystemExit("graphfeed bench tgn: give one --events per --dataset")
     return run(args)
+
+
+if __name__ == "__main__":  # the bare GPU image: PYTHONPATH=services:trainer:gpu_kernels:bench python -m ...
+    raise SystemExit(harness.main(__doc__, add_arguments, _defaults_then_run))

@@ -6,12 +6,15 @@ Per dataset and seed, in one run: PyG's example (:mod:`graphfeed.bench.tgn_pyg`)
 (positive, negative) pairs and report test AP after epoch 1, after the last epoch, and of the
 epoch with the best validation AP (graphfeed keeps that one), as mean ± std over the seeds.
 One negative per event everywhere (no MRR: AP only, and a third of graphfeed's time). Torch runs
-on one thread; ``--jobs`` runs that many trainings at a time, in separate processes.
+on one thread; ``--jobs`` runs that many trainings at a time, in separate processes (one per
+training: a GPU run turns on PyTorch's deterministic algorithms for its process). ``--device
+cuda`` runs every system on the GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -20,7 +23,7 @@ import numpy as np
 SYSTEMS = ("pyg", "graphfeed previous-batches", "graphfeed same-batch")
 
 
-def one_run(dataset: str, events_n: int, system: str, seed: int, epochs: int, fanout: int) -> dict:
+def one_run(dataset: str, events_n: int, system: str, seed: int, epochs: int, fanout: int, device: str = "cpu") -> dict:
     """Trains one system once; per-epoch validation / test AP and seconds."""
     import torch
 
@@ -33,12 +36,13 @@ def one_run(dataset: str, events_n: int, system: str, seed: int, epochs: int, fa
     if system == "pyg":
         from graphfeed.bench.tgn_pyg import train_pyg
 
-        per_epoch = [(e.val_ap, e.test_ap) for e in train_pyg(events, seed, epochs, fanout=fanout, mrr_negatives=1)]
+        runs = train_pyg(events, seed, epochs, fanout=fanout, mrr_negatives=1, device=device)
+        per_epoch = [(e.val_ap, e.test_ap) for e in runs]
     else:
         from graphfeed.trainer.temporal.loop import TGNConfig, TGNTrainer
 
         visibility = system.split()[-1]
-        cfg = TGNConfig(seed=seed, epochs=epochs, fanout=fanout, visibility=visibility, mrr_negatives=1)
+        cfg = TGNConfig(seed=seed, epochs=epochs, fanout=fanout, visibility=visibility, mrr_negatives=1, device=device)
         result = TGNTrainer(events, cfg, report=lambda _line: None).run()
         per_epoch = [(e.metrics["val"][0], e.metrics["test"][0]) for e in result.epochs]
     return {
@@ -46,6 +50,7 @@ def one_run(dataset: str, events_n: int, system: str, seed: int, epochs: int, fa
         "events": events.num_events,
         "system": system,
         "seed": seed,
+        "device": device,
         "val_ap": [v for v, _ in per_epoch],
         "test_ap": [t for _, t in per_epoch],
         "seconds": time.perf_counter() - t0,
@@ -77,6 +82,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                     "test_ap_last": _stat([r["test_ap"][-1] for r in mine]),
                     "test_ap_best_val": _stat(best),
                     "seconds_per_epoch": float(np.mean([r["seconds"] / len(r["test_ap"]) for r in mine])),
+                    "device": mine[0].get("device", "cpu"),
                 }
             )
     return rows
@@ -100,20 +106,28 @@ def table(rows: list[dict], command: str) -> str:
             f"| {fmt(r['test_ap_last'])} | {fmt(r['test_ap_best_val'])} | {r['seconds_per_epoch']:.0f} |"
         )
     seeds = rows[0]["seeds"] if rows else []
-    lines += ["", f"Mean ± sample std over seeds {seeds}; one negative per event; torch on 1 thread per training."]
+    where = rows[0].get("device", "cpu") if rows else "cpu"
+    lines += [
+        "",
+        (
+            f"Mean ± sample std over seeds {seeds}; one negative per event; torch on 1 thread per training; "
+            f"device {where}."
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def run_all(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     """Every (dataset, seed, system) training of the comparison; (runs, summary rows)."""
     todo = [
-        (d, n, system, seed, args.epochs, args.fanout)
+        (d, n, system, seed, args.epochs, args.fanout, args.device)
         for d, n in zip(args.dataset, args.events)
         for seed in args.seeds
         for system in SYSTEMS
     ]
     runs = []
-    with ProcessPoolExecutor(args.jobs) as pool:
+    spawn = multiprocessing.get_context("spawn")  # CUDA does not survive a fork
+    with ProcessPoolExecutor(args.jobs, mp_context=spawn, max_tasks_per_child=1) as pool:
         for r in pool.map(one_run, *zip(*todo)):  # in order, each as soon as it and those before it are done
             print(
                 f"{r['dataset']} seed {r['seed']} {r['system']}: val AP {r['val_ap']} test AP {r['test_ap']}",

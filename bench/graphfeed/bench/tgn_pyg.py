@@ -15,6 +15,9 @@ scored on the same thing:
 - streams without edge features get one all-zero feature column (``TGNMemory`` cannot store
   zero-width messages); the zero column carries nothing;
 - the job seed fixes the initial weights and the dropout draws (``derive_seed``).
+
+``device="cuda"`` runs it on a GPU (the example's own ``device`` choice), for the many-epoch
+comparisons a 2-core machine cannot finish.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class PygEpoch:
     train_loss: float
 
 
-def _modules(num_nodes: int, msg_dim: int, dim: int, fanout: int) -> dict[str, Any]:
+def _modules(num_nodes: int, msg_dim: int, dim: int, fanout: int, device: Any) -> dict[str, Any]:
     import torch
     from torch_geometric.nn import TransformerConv
     from torch_geometric.nn.models.tgn import (
@@ -94,15 +97,15 @@ def _modules(num_nodes: int, msg_dim: int, dim: int, fanout: int) -> dict[str, A
         dim,
         message_module=IdentityMessage(msg_dim, dim, dim),
         aggregator_module=LastAggregator(),
-    )
-    gnn = GraphAttentionEmbedding(dim, dim, msg_dim, memory.time_enc)
-    link = LinkPredictor(dim)
+    ).to(device)
+    gnn = GraphAttentionEmbedding(dim, dim, msg_dim, memory.time_enc).to(device)
+    link = LinkPredictor(dim).to(device)
     params = set(memory.parameters()) | set(gnn.parameters()) | set(link.parameters())
     return {
         "memory": memory,
         "gnn": gnn,
         "link": link,
-        "loader": LastNeighborLoader(num_nodes, size=max(fanout, 1)),
+        "loader": LastNeighborLoader(num_nodes, size=max(fanout, 1), device=device),
         "optimizer": torch.optim.Adam(params, lr=1e-4),
     }
 
@@ -115,19 +118,22 @@ def train_pyg(
     batch_size: int = 200,
     dim: int = 100,
     mrr_negatives: int = 19,
+    device: str = "cpu",
 ) -> list[PygEpoch]:
     """The example's training on ``events``; val/test AP after every epoch (fanout 0: memory only,
     the attention layer gets no edge and reduces to its root weight)."""
     import torch
 
+    dev = torch.device(device)
     msg = torch.from_numpy(events.efeat) if events.efeat is not None else torch.zeros(events.num_events, 1)
-    src_all, dst_all, t_all = (torch.from_numpy(a) for a in (events.src, events.dst, events.t))
+    msg = msg.to(dev)
+    src_all, dst_all, t_all = (torch.from_numpy(a).to(dev) for a in (events.src, events.dst, events.t))
     with torch.random.fork_rng():
         torch.manual_seed(derive_seed(seed, "init") & (2**63 - 1))
-        m = _modules(events.num_nodes, msg.shape[1], dim, fanout)
+        m = _modules(events.num_nodes, msg.shape[1], dim, fanout, dev)
     memory, gnn, link, loader, optimizer = (m[k] for k in ("memory", "gnn", "link", "loader", "optimizer"))
     lo, hi = events.dst_range
-    assoc = torch.empty(events.num_nodes, dtype=torch.long)
+    assoc = torch.empty(events.num_nodes, dtype=torch.long, device=dev)
     out: list[PygEpoch] = []
     for epoch in range(epochs):
         memory.reset_state()
@@ -143,14 +149,15 @@ def train_pyg(
                 k = 1 if train else mrr_negatives  # the draw graphfeed's loop makes; AP uses column 0
                 neg = rng(seed, "neg", epoch, step).integers(lo, hi + 1, size=(stop - first, k))[:, 0]
                 src, dst, t = src_all[first:stop], dst_all[first:stop], t_all[first:stop]
-                neg_dst = torch.from_numpy(neg)
+                neg_dst = torch.from_numpy(neg).to(dev)
                 with torch.set_grad_enabled(train):
                     n_id = torch.cat([src, dst, neg_dst]).unique()
                     if fanout > 0:
                         n_id, edge_index, e_id = loader(n_id)
                     else:
-                        edge_index, e_id = torch.empty(2, 0, dtype=torch.long), torch.empty(0, dtype=torch.long)
-                    assoc[n_id] = torch.arange(n_id.size(0))
+                        edge_index = torch.empty(2, 0, dtype=torch.long, device=dev)
+                        e_id = torch.empty(0, dtype=torch.long, device=dev)
+                    assoc[n_id] = torch.arange(n_id.size(0), device=dev)
                     z, last_update = memory(n_id)
                     z = gnn(z, last_update, edge_index, t_all[e_id], msg[e_id])
                     pos_out = link(z[assoc[src]], z[assoc[dst]]).squeeze(-1)
@@ -164,8 +171,8 @@ def train_pyg(
                         loss.backward()
                         optimizer.step()
                         memory.detach()
-                scores[phase].append((pos_out.detach().numpy(), neg_out.detach().numpy()))
-                losses.append(float(loss)) if train else None
+                scores[phase].append((pos_out.detach().cpu().numpy(), neg_out.detach().cpu().numpy()))
+                losses.append(float(loss.detach())) if train else None
         ap = {p: average_precision(*(np.concatenate(c) for c in zip(*s))) for p, s in scores.items() if p != "train"}
         out.append(PygEpoch(epoch + 1, ap["val"], ap["test"], float(np.mean(losses))))
     return out

@@ -318,7 +318,12 @@ class GraphStoreClient:
         if batch.efeat is not None:
             codec.encode(np.asarray(batch.efeat, dtype=np.float32), req.edge_feat)
         raw = self._unary_future(self._stub.AppendEdges, req, timeout_s)
-        return then(raw, lambda r: AppendAck(int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq)))
+        return then(
+            raw,
+            lambda r: AppendAck(
+                int(r.first_eid), int(r.num_edges), bool(r.duplicate), int(r.visible_seq), int(r.appended)
+            ),
+        )
 
     def append_edges(
         self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
@@ -337,6 +342,8 @@ class GraphStoreClient:
             first_position=query.first_position,
             with_features=query.with_features,
         )
+        if query.as_of_appended is not None:
+            req.as_of_appended = query.as_of_appended
         codec.encode(np.asarray(query.nodes, dtype=np.int64), req.nodes)
         codec.encode(np.asarray(query.times, dtype=np.int64), req.times)
 

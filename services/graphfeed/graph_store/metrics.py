@@ -22,6 +22,7 @@ from graphfeed.graph_store.rowstore import RowStats
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.temporal.store import AppendAck, TemporalInfo, TemporalSample, TemporalStore
+from graphfeed.graph_store.temporal.types import TemporalQuery
 from graphfeed.graph_store.types import Exclusion, Fanout, PartitionInfo, SampledNeighbors
 
 # One-hop sampling of a minibatch's seeds: tens of microseconds to about a second.
@@ -267,21 +268,11 @@ class MeteredTemporal:
             self._m.temporal_edges.labels(self._partition).set(temporal.info().num_edges)
         return ack
 
-    def sample(
-        self,
-        nodes: np.ndarray,
-        times: np.ndarray,
-        fanout: int,
-        strategy: str,
-        seed: int,
-        first_position: int,
-        with_features: bool,
-    ) -> TemporalSample:
-        """:meth:`TemporalStore.sample`, timed, its roots and edges counted."""
-        temporal = self.temporal
+    def sample(self, q: TemporalQuery) -> TemporalSample:
+        """:meth:`TemporalStore.sample` of a query, timed, its roots and edges counted."""
         with self._m.temporal_latency.time():
-            out = temporal.sample(nodes, times, fanout, strategy, seed, first_position, with_features)
-        self._m.temporal_roots.inc(len(nodes))
+            out = self.temporal.sample_query(q)
+        self._m.temporal_roots.inc(len(q.nodes))
         self._m.temporal_sampled_edges.inc(len(out.nbr))
         return out
 

@@ -166,9 +166,7 @@ class LocalPartitionSet(PartitionSet):
         return completed(lambda: self.stores[p].temporal_graph().append(b.batch_id, b.src, b.dst, b.t, b.efeat))
 
     def sample_temporal(self, p: int, query: TemporalQuery) -> Future[TemporalSample]:
-        q = query
-        args = (q.nodes, q.times, q.fanout, q.strategy, q.seed, q.first_position, q.with_features)
-        return completed(lambda: self.stores[p].temporal_graph().sample(*args))
+        return completed(lambda: self.stores[p].temporal_graph().sample_query(query))
 
     def close(self) -> None:
         pass

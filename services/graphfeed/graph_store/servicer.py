@@ -33,6 +33,7 @@ from graphfeed.graph_store.metrics import (
 from graphfeed.graph_store.sampling import Alloc
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.temporal.store import TemporalInfo, TemporalSample
+from graphfeed.graph_store.temporal.types import TemporalQuery
 from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 from graphfeed.graph_store.v1 import graph_store_pb2_grpc as pb_grpc
 
@@ -169,6 +170,20 @@ def decode_feat(tensor: tensor_pb2.Tensor) -> np.ndarray:
     return feat
 
 
+def temporal_query_from_proto(request: pb.SampleTemporalRequest, max_ids: int) -> TemporalQuery:
+    """The query of a SampleTemporal request (its roots bounded by ``max_ids`` before decoding)."""
+    return TemporalQuery(
+        nodes=codec.decode_ids(bounded(request.nodes, max_ids, "nodes"), "nodes", allow_empty=True),
+        times=codec.decode_ids(bounded(request.times, max_ids, "times"), "times", allow_empty=True),
+        fanout=request.fanout,
+        strategy=decode_strategy(request.strategy),
+        seed=request.rng_seed,
+        first_position=request.first_position,
+        with_features=request.with_features,
+        as_of_appended=request.as_of_appended if request.HasField("as_of_appended") else None,
+    )
+
+
 def temporal_sample_to_proto(out: TemporalSample, r: Response) -> pb.SampleTemporalResponse:
     """The SampleTemporal answer, its arrays encoded by ``r``."""
     resp = pb.SampleTemporalResponse()
@@ -271,18 +286,17 @@ class GraphStoreServicer(pb_grpc.GraphStoreServiceServicer):
         feat = decode_feat(bounded(request.edge_feat, limit, "edge_feat")) if request.HasField("edge_feat") else None
         ack = self._temporal.append(request.batch_id, src, dst, t, feat, arrived)
         return pb.AppendEdgesResponse(
-            first_eid=ack.first_eid, num_edges=ack.num_edges, duplicate=ack.duplicate, visible_seq=ack.visible_seq
+            first_eid=ack.first_eid,
+            num_edges=ack.num_edges,
+            duplicate=ack.duplicate,
+            visible_seq=ack.visible_seq,
+            appended=ack.appended,
         )
 
     def SampleTemporal(
         self, request: pb.SampleTemporalRequest, context: grpc.ServicerContext
     ) -> pb.SampleTemporalResponse | Outgoing:
-        strategy = decode_strategy(request.strategy)
-        nodes = codec.decode_ids(bounded(request.nodes, self._max_ids, "nodes"), "nodes", allow_empty=True)
-        times = codec.decode_ids(bounded(request.times, self._max_ids, "times"), "times", allow_empty=True)
-        out = self._temporal.sample(
-            nodes, times, request.fanout, strategy, request.rng_seed, request.first_position, request.with_features
-        )
+        out = self._temporal.sample(temporal_query_from_proto(request, self._max_ids))
         with self._transport.response(context, "SampleTemporal") as r:
             resp = temporal_sample_to_proto(out, r)
         return r.framed(resp)

@@ -16,6 +16,11 @@ one way to reach graph-stores) and routes with the one ownership rule
 
 :class:`TemporalStoreView` gives a client the in-process store's one-partition API
 (``append(batch_id, ...)`` / one-hop ``sample``), so the TGN loop runs over either.
+
+A sample can read the graph **as it was** after earlier appends (``as_of``: per partition, the
+``appended`` count of its ack; a partition missing from it shows its ingest edges only), so a
+reader that keeps those counts sees exactly what was there then, e.g. the TGN loop's
+"previous-batches" visibility in later epochs, when the stores already hold the whole stream.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -191,6 +196,7 @@ class TemporalClient:
         strategy: str = "recent",
         seed: int = 0,
         with_features: bool = True,
+        as_of: Mapping[int, int] | None = None,
     ) -> list[TemporalSample]:
         """Samples ``len(fanouts)`` hops of temporal neighbours around ``(nodes, times)``.
 
@@ -205,6 +211,8 @@ class TemporalClient:
             strategy: ``"recent"`` or ``"uniform"``.
             seed: the uniform draws' seed (e.g. derived from job seed, epoch, step).
             with_features: also return the sampled edges' features (when the graph has some).
+            as_of: the graph as it was: per partition, the ``appended`` count of an ack (the
+                ingest edges and that many appended edges; 0 where missing). None: all of it.
 
         Returns:
             One :class:`TemporalSample` per hop, its roots in order (hop 0: ``nodes``).
@@ -216,13 +224,20 @@ class TemporalClient:
             raise InvalidArgument(f"nodes must be ids >= 0, got {int(roots.min())}")
         hops = []
         for hop, fanout in enumerate(fanouts):
-            s = self._sample_hop(roots, root_t, int(fanout), strategy, derive_seed(seed, hop), with_features)
+            s = self._sample_hop(roots, root_t, int(fanout), strategy, derive_seed(seed, hop), with_features, as_of)
             hops.append(s)
             roots, root_t = s.nbr, s.ts
         return hops
 
     def _sample_hop(
-        self, roots: np.ndarray, times: np.ndarray, fanout: int, strategy: str, seed: int, with_features: bool
+        self,
+        roots: np.ndarray,
+        times: np.ndarray,
+        fanout: int,
+        strategy: str,
+        seed: int,
+        with_features: bool,
+        as_of: Mapping[int, int] | None,
     ) -> TemporalSample:
         """One hop: every partition's requests started, then merged back into root order."""
         parts = self.partitions
@@ -236,6 +251,7 @@ class TemporalClient:
                 seed=derive_seed(seed, c.partition),
                 first_position=c.first_position,
                 with_features=with_features,
+                as_of_appended=None if as_of is None else as_of.get(c.partition, 0),
             )
             return parts.sample_temporal(c.partition, query)
 
@@ -253,23 +269,32 @@ class TemporalStoreView:
     """A :class:`TemporalClient` with the one-partition API of
     :class:`~graphfeed.graph_store.temporal.store.TemporalStore` (``append(batch_id, ...)`` and a
     one-hop ``sample``), so code written against the in-process store runs over the wire.
-    Partition ``p``'s share of a batch is sent as ``<batch_id>-<p>``."""
+    Partition ``p``'s share of a batch is sent as ``<batch_id>-<p>``. :meth:`version` names the
+    graph as this view's appends have left it, for a later ``sample(..., as_of=...)``."""
 
     def __init__(self, client: TemporalClient) -> None:
         self.client = client
+        self._appended: dict[int, int] = {}  # per partition, the largest ack.appended seen
 
     def append(
         self, batch_id: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None = None
     ) -> AppendAck:
         """Appends through the owners; the ack sums theirs (``duplicate`` when every owner says so)."""
-        acks = list(self.client.append(src, dst, t, efeat, batch_id=batch_id).values())
-        first = min((a.first_eid for a in acks), default=0)
+        by_part = self.client.append(src, dst, t, efeat, batch_id=batch_id)
+        for p, a in by_part.items():
+            self._appended[p] = max(self._appended.get(p, 0), a.appended)
+        acks = list(by_part.values())
         return AppendAck(
-            first,
+            min((a.first_eid for a in acks), default=0),
             sum(a.num_edges for a in acks),
             bool(acks) and all(a.duplicate for a in acks),
             max((a.visible_seq for a in acks), default=0),
+            sum(a.appended for a in acks),
         )
+
+    def version(self) -> dict[int, int]:
+        """The graph as this view's acknowledged appends left it (per partition: edges appended)."""
+        return dict(self._appended)
 
     def sample(
         self,
@@ -280,6 +305,7 @@ class TemporalStoreView:
         seed: int = 0,
         first_position: int = 0,
         with_features: bool = True,
+        as_of: Mapping[int, int] | None = None,
     ) -> TemporalSample:
         """One hop through the owners (``first_position`` is not used: see :meth:`TemporalClient.sample`)."""
-        return self.client.sample(nodes, times, [fanout], strategy, seed, with_features)[0]
+        return self.client.sample(nodes, times, [fanout], strategy, seed, with_features, as_of)[0]

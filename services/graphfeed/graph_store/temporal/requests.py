@@ -76,6 +76,13 @@ def check_owned(lay: Layout, gids: np.ndarray, what: str) -> None:
 STRATEGIES = ("recent", "uniform")
 
 
+def as_of(appended: int) -> int:
+    """A sample's ``as_of_appended``, once it is a count (>= 0, below 2^40)."""
+    if not isinstance(appended, (int, np.integer)) or not 0 <= appended < 1 << 40:
+        raise InvalidArgument(f"as_of_appended must be an edge count in [0, 2**40), got {appended!r}")
+    return int(appended)
+
+
 def check_sample(
     nodes: np.ndarray,
     times: np.ndarray,

@@ -13,7 +13,9 @@ Per root ``i`` (row ``rows[i]``, time ``times[i]``), two passes:
 1. :func:`_locate`: walk the row's chain back from its newest entry while the entry's first
    timestamp is ``>= times[i]`` (recent queries stop at once), then one binary search inside the
    first entry (or the base segment) that starts before ``times[i]``: ``n_i`` = edges strictly
-   before ``times[i]``, and ``c_i = min(n_i, fanout)``.
+   before ``times[i]``, and ``c_i = min(n_i, fanout)``. With ``max_eid`` (the graph as of an
+   append) the same walk on edge ids caps ``n_i``: a row's ids ascend along its timeline (ingest
+   ids, below every appended id, then appends in order), so "id < max_eid" is a prefix too.
 2. :func:`_fill`: the logical positions, ``[n_i - c_i, n_i)`` for ``recent`` or the draws of
    :func:`graphfeed.graph_store.sampling.sample_csr` for a row of degree ``n_i`` for ``uniform``
    (Floyd for ``fanout <= 64``, reservoir above, ``rand_u64(seed, first_position + i, j)``),
@@ -94,7 +96,10 @@ def _prefetch_rows(b_indptr, b_nbr, b_ts, b_eid, rows, n_arr, k_arr, offsets, j,
 def _locate(
     b_indptr,
     b_ts,
+    b_eid,
     a_ts,
+    a_eid,
+    max_eid,
     e_lo,
     e_hi,
     e_prev,
@@ -129,16 +134,29 @@ def _locate(
             k = -1
         while k >= 0 and a_ts[e_lo[k]] >= t:
             k = e_prev[k]
-        if k >= 0:
-            lo = e_lo[k]
-            hi = e_hi[k]
-            cnt = bd + e_cum[k] - (hi - lo) + _bisect_left(a_ts, t, lo, hi) - lo
-        else:
-            cnt = _bisect_left(b_ts, t, bl, bl + bd) - bl
+        cnt = _count_before(b_ts, a_ts, e_lo, e_hi, e_cum, k, t, bl, bd)
+        if max_eid >= 0:  # the edges appended before max_eid only
+            k2 = head[r] if r < nh else -1
+            while k2 >= n_entries or (k2 >= 0 and a_eid[e_lo[k2]] >= max_eid):
+                k2 = e_prev[k2]
+            cnt2 = _count_before(b_eid, a_eid, e_lo, e_hi, e_cum, k2, max_eid, bl, bd)
+            if cnt2 < cnt:
+                cnt = cnt2
+                k = k2
         n_out[i] = cnt
         k_out[i] = k
         c = cnt if fanout == -1 else min(cnt, fanout)
         offsets[i + 1] = offsets[i] + c
+
+
+@_jit
+def _count_before(b_key, a_key, e_lo, e_hi, e_cum, k, x, bl, bd):
+    """Edges of a row whose key (time or id) is below ``x``, its newest such entry being ``k`` (-1: base)."""
+    if k >= 0:
+        lo = e_lo[k]
+        hi = e_hi[k]
+        return bd + e_cum[k] - (hi - lo) + _bisect_left(a_key, x, lo, hi) - lo
+    return _bisect_left(b_key, x, bl, bl + bd) - bl
 
 
 @_jit
@@ -246,6 +264,7 @@ def sample_snapshot(
     first_position: int = 0,
     want_pos: bool = False,
     max_edges: int | None = None,
+    max_eid: int = -1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Samples the neighbours of each ``(rows[i], times[i])`` strictly before ``times[i]``.
 
@@ -260,6 +279,7 @@ def sample_snapshot(
         want_pos: also return where each sampled edge lives (for its feature row).
         max_edges: most edges the answer may hold: more (counted before anything is sampled)
             raise ResourceExhausted; None: no limit.
+        max_eid: ``>= 0``: only edges whose id is below it (the graph as of an append); -1: all.
 
     Returns:
         ``(offsets, nbr, ts, eid, pos)``: int64 arrays, each root's edges in ascending time;
@@ -276,7 +296,10 @@ def sample_snapshot(
     _locate(
         b.indptr,
         b.ts,
+        b.eid,
         a.ts,
+        a.eid,
+        int(max_eid),
         a.e_lo,
         a.e_hi,
         a.e_prev,

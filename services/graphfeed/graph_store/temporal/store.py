@@ -36,7 +36,7 @@ from graphfeed.graph_store.temporal.append_log import LoggedAck, LoggedBatch, Te
 from graphfeed.graph_store.temporal.compactor import Compactor
 from graphfeed.graph_store.temporal.recovery import log_layout, partition_base, recover
 from graphfeed.graph_store.temporal.sampling import gather_features, sample_snapshot
-from graphfeed.graph_store.temporal.types import AppendAck, OutOfOrder, TemporalInfo, TemporalSample
+from graphfeed.graph_store.temporal.types import AppendAck, OutOfOrder, TemporalInfo, TemporalQuery, TemporalSample
 
 __all__ = ["AppendAck", "OutOfOrder", "TemporalInfo", "TemporalSample", "TemporalStore"]
 
@@ -177,7 +177,8 @@ class TemporalStore:
             with self._lock:
                 self._inflight -= 1
                 self._cond.notify_all()
-        return AppendAck(done.first_eid, done.num_edges, not fresh, done.visible_seq)
+        appended = done.first_eid - self._eid(0) + done.num_edges
+        return AppendAck(done.first_eid, done.num_edges, not fresh, done.visible_seq, appended)
 
     def _stage(
         self, batch_id: str, digest: str, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray
@@ -294,6 +295,7 @@ class TemporalStore:
         seed: int = 0,
         first_position: int = 0,
         with_features: bool = True,
+        as_of_appended: int | None = None,
     ) -> TemporalSample:
         """Samples each root's in-neighbours strictly before its time (``TEMPORAL_SPEC``).
 
@@ -305,6 +307,8 @@ class TemporalStore:
                 distinct edges drawn as ``sample_csr`` draws on the truncated row).
             seed: uint64 seed of the uniform draws; ``first_position``: batch position of ``nodes[0]``.
             with_features: gather the sampled edges' feature rows (when ``edge_feat_dim > 0``).
+            as_of_appended: the graph as it was after an append (its ack's ``appended``): the
+                ingest edges and the first ``as_of_appended`` appended edges only; None: all.
 
         Raises:
             InvalidArgument: bad shapes/dtypes, negative ids, bad fanout/strategy/seed.
@@ -330,8 +334,14 @@ class TemporalStore:
             int(first_position),
             want,
             max_edges=requests.max_answer_edges(self.max_answer_bytes, self.edge_feat_dim if want else None),
+            max_eid=-1 if as_of_appended is None else self._eid(requests.as_of(as_of_appended)),
         )
         return TemporalSample(offsets, nbr, ts, eid, gather_features(snap, pos) if pos is not None else None)
+
+    def sample_query(self, q: TemporalQuery) -> TemporalSample:
+        """:meth:`sample` with the arguments of one query record."""
+        args = (q.nodes, q.times, q.fanout, q.strategy, q.seed, q.first_position, q.with_features, q.as_of_appended)
+        return self.sample(*args)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -344,18 +354,8 @@ class TemporalStore:
         """Sizes and sequence numbers (of the current snapshot)."""
         s = self._snap
         log_bytes = self._log.bytes_written if self._log is not None else 0
-        return TemporalInfo(
-            s.num_edges,
-            s.num_appended,
-            s.num_rows,
-            s.n_blocks,
-            s.min_t,
-            s.max_t,
-            self.edge_feat_dim,
-            s.seq,
-            log_bytes,
-            self._compactions,
-        )
+        sizes = (s.num_edges, s.num_appended, s.num_rows, s.n_blocks, s.min_t, s.max_t, self.edge_feat_dim, s.seq)
+        return TemporalInfo(*sizes, log_bytes, self._compactions)
 
     def compact(self) -> None:
         """Merges the pending blocks into the base CSR now (samples are unchanged by it)."""

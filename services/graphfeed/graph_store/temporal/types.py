@@ -21,6 +21,7 @@ class AppendAck:
     num_edges: int
     duplicate: bool  # True when batch_id had already been acknowledged (nothing applied)
     visible_seq: int  # batches applied after this one (monotone); sampling sees it from now on
+    appended: int  # edges appended to the partition up to this batch: a sample's ``as_of_appended``
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,7 @@ class TemporalQuery:
     seed: int = 0
     first_position: int = 0
     with_features: bool = True
+    as_of_appended: int | None = None  # only ingest edges and the first N appended ones (None: all)
 
 
 @dataclass(frozen=True)

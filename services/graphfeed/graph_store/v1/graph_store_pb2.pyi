@@ -185,19 +185,21 @@ class AppendEdgesRequest(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., src: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., dst: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., t: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., edge_feat: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class AppendEdgesResponse(_message.Message):
-    __slots__ = ("first_eid", "num_edges", "duplicate", "visible_seq")
+    __slots__ = ("first_eid", "num_edges", "duplicate", "visible_seq", "appended")
     FIRST_EID_FIELD_NUMBER: _ClassVar[int]
     NUM_EDGES_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     VISIBLE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
     first_eid: int
     num_edges: int
     duplicate: bool
     visible_seq: int
-    def __init__(self, first_eid: _Optional[int] = ..., num_edges: _Optional[int] = ..., duplicate: bool = ..., visible_seq: _Optional[int] = ...) -> None: ...
+    appended: int
+    def __init__(self, first_eid: _Optional[int] = ..., num_edges: _Optional[int] = ..., duplicate: bool = ..., visible_seq: _Optional[int] = ..., appended: _Optional[int] = ...) -> None: ...
 
 class SampleTemporalRequest(_message.Message):
-    __slots__ = ("nodes", "times", "fanout", "strategy", "rng_seed", "first_position", "with_features")
+    __slots__ = ("nodes", "times", "fanout", "strategy", "rng_seed", "first_position", "with_features", "as_of_appended")
     NODES_FIELD_NUMBER: _ClassVar[int]
     TIMES_FIELD_NUMBER: _ClassVar[int]
     FANOUT_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +207,7 @@ class SampleTemporalRequest(_message.Message):
     RNG_SEED_FIELD_NUMBER: _ClassVar[int]
     FIRST_POSITION_FIELD_NUMBER: _ClassVar[int]
     WITH_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_APPENDED_FIELD_NUMBER: _ClassVar[int]
     nodes: _tensor_pb2.Tensor
     times: _tensor_pb2.Tensor
     fanout: int
@@ -212,7 +215,8 @@ class SampleTemporalRequest(_message.Message):
     rng_seed: int
     first_position: int
     with_features: bool
-    def __init__(self, nodes: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., times: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., strategy: _Optional[_Union[TemporalStrategy, str]] = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., with_features: bool = ...) -> None: ...
+    as_of_appended: int
+    def __init__(self, nodes: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., times: _Optional[_Union[_tensor_pb2.Tensor, _Mapping]] = ..., fanout: _Optional[int] = ..., strategy: _Optional[_Union[TemporalStrategy, str]] = ..., rng_seed: _Optional[int] = ..., first_position: _Optional[int] = ..., with_features: bool = ..., as_of_appended: _Optional[int] = ...) -> None: ...
 
 class SampleTemporalResponse(_message.Message):
     __slots__ = ("offsets", "nbr", "ts", "eid", "edge_feat", "bulk_ticket", "bulk_bytes", "bulk")

@@ -17,7 +17,7 @@ import sys
 import time
 
 from graphfeed.common.config import add_settings_argument, add_settings_arguments, settings_from_args
-from graphfeed.common.errors import GraphfeedError, InvalidArgument
+from graphfeed.common.errors import GraphfeedError
 from graphfeed.trainer.temporal.config import TGNSettings
 from graphfeed.trainer.temporal.events import load_events, parse_split
 
@@ -70,8 +70,6 @@ def run_settings(settings: TGNSettings) -> int:
         )
         t0 = time.perf_counter()
         source = None
-        if settings.graph_stores and cfg.visibility != "same-batch":
-            raise InvalidArgument("--graph-stores answers --visibility same-batch only (a store selects by time)")
         if settings.graph_stores:
             from graphfeed.graph_store.partitions import RemotePartitionSet  # noqa: PLC0415 - --graph-stores only
             from graphfeed.graph_store.temporal.client import TemporalClient, TemporalStoreView  # noqa: PLC0415 - --graph-stores only

@@ -44,8 +44,8 @@ class TGNConfig:
         default="same-batch",
         metadata=_doc(
             "Neighbours an event may see: same-batch (every event strictly before its time, the TGN paper's "
-            "code; a function of the data alone, so graph-stores can answer it) or previous-batches (earlier "
-            "batches only, as PyG's LastNeighborLoader; depends on the batch size; in-process source only)."
+            "code; a function of the data alone) or previous-batches (earlier batches only, as PyG's "
+            "LastNeighborLoader; depends on the batch size; graph-stores answer it as of each batch's append)."
         ),
     )
     memory_dim: int = field(default=100, metadata=_doc("Width of the memory."))

@@ -10,10 +10,10 @@ equal times in arrival order, where each event ``(u, v)`` arrives as ``u -> v`` 
 (all forward copies of a call first, then all reverses).
 
 ``before_event`` narrows a sample to the events of earlier appends (PyG's ``LastNeighborLoader``
-view, "previous-batches" visibility): only the in-process source can answer it, since it needs
-each edge's position in the stream. So does ``event_of`` (which event, counted from the first
-append, a sampled edge came from), which a trainer that keeps the edge features itself (the GPU
-cache of ``device.py``) uses to look them up.
+view, "previous-batches" visibility): here by each edge's position in the stream; the store
+source asks the graph-stores for their state as of that append. ``event_of`` says which event
+(counted from the first append) a sampled edge came from, for a trainer that keeps the edge
+features itself (the GPU cache of ``device.py``).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ For each dataset, the same model, seed and chronological split trained twice in 
 in process (``InProcessNeighbors``), and through graph-store processes that take the event
 stream as durable appends while the job trains (``graphfeed.temporal_run``: TemporalClient
 routing, AppendEdges with fsync, SampleTemporal over gRPC). Reports test AP / MRR of both, the
-difference (the target: within 1 point), and the wall time of each. Torch runs on one thread so
-that a difference can only come from the neighbours (multi-threaded CPU reductions are not
-bit-reproducible).
+difference (the target: within 1 point), and the wall time of each. ``--visibility
+previous-batches`` runs both with PyG's information (the stores sampled as of each append).
+Torch runs on one thread so that a difference can only come from the neighbours
+(multi-threaded CPU reductions are not bit-reproducible).
 
 With ``--pyg``: graphfeed's TGN beside PyG's TGN example instead, several seeds, both neighbour
 visibilities (:mod:`graphfeed.bench.tgn_compare`).
@@ -25,14 +26,14 @@ from graphfeed.bench import harness
 DATASETS = ("collegemsg", "lastfm", "pubmed")
 
 
-def _one(dataset: str, events_n: int, epochs: int, partitions: int, seed: int) -> dict:
+def _one(dataset: str, events_n: int, epochs: int, partitions: int, seed: int, visibility: str) -> dict:
     from graphfeed.temporal_run import run_streaming
     from graphfeed.trainer.temporal.events import load_events
     from graphfeed.trainer.temporal.loop import TGNConfig, TGNTrainer
 
     events = load_events(dataset)
     events = events.head(events_n) if events_n else events
-    cfg = TGNConfig(epochs=epochs, seed=seed)
+    cfg = TGNConfig(epochs=epochs, seed=seed, visibility=visibility)
     t0 = time.perf_counter()
     local = TGNTrainer(events, cfg, report=lambda _line: None).run()
     local_s = time.perf_counter() - t0
@@ -44,6 +45,7 @@ def _one(dataset: str, events_n: int, epochs: int, partitions: int, seed: int) -
         "epochs": epochs,
         "seed": seed,
         "graph_stores": partitions,
+        "visibility": visibility,
         "in_process": {"test_ap": local.test_ap, "test_mrr": local.test_mrr, "seconds": local_s},
         "graphfeed": {"test_ap": remote.test_ap, "test_mrr": remote.test_mrr, "seconds": remote_s},
         "ap_difference_points": 100 * (remote.test_ap - local.test_ap),
@@ -76,7 +78,7 @@ def _command(args: argparse.Namespace) -> str:
     extra = (
         f" --pyg --fanout {args.fanout} --jobs {args.jobs} --device {args.device}"
         if args.pyg
-        else f" --graph-stores {args.graph_stores}"
+        else f" --graph-stores {args.graph_stores} --visibility {args.visibility}"
     )
     return f"graphfeed bench tgn {data} --seeds {seeds} --epochs {args.epochs}{extra}"
 
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         harness.write(args, {"runs": runs, "rows": summary}, tgn_compare.table(summary, _command(args)), "tgn_pyg")
         return 0
     rows = [
-        _one(d, n, args.epochs, args.graph_stores, seed)
+        _one(d, n, args.epochs, args.graph_stores, seed, args.visibility)
         for d, n in zip(args.dataset, args.events)
         for seed in args.seeds
     ]
@@ -125,6 +127,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seeds", type=int, nargs="+", help="job seeds, one run each (default: --seed)")
     p.add_argument("--graph-stores", type=int, default=2)
+    p.add_argument(
+        "--visibility",
+        choices=("same-batch", "previous-batches"),
+        default="same-batch",
+        help="without --pyg: the neighbours both runs may see (previous-batches: the stores as of each append)",
+    )
     p.add_argument("--pyg", action="store_true", help="compare with PyG's TGN example (needs torch_geometric)")
     p.add_argument("--fanout", type=int, default=10, help="--pyg: neighbours per root (0: memory only)")
     p.add_argument("--jobs", type=int, default=1, help="--pyg: trainings at a time (processes)")

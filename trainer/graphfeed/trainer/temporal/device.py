@@ -67,14 +67,24 @@ class EdgeFeatureCache:
         self.backend = backend
         xp = backend.xp
         host, self.host_rows = backend.mapped_empty(efeat.shape, np.dtype(np.float32))
-        host[...] = efeat
-        self._host = host  # keeps the pinned allocation alive with its device view
+        host[...] = efeat  # the device view keeps the pinned allocation alive
         self.num_events, dim = efeat.shape
         self.capacity = min(capacity_rows, self.num_events)
         self.gpu_rows = xp.zeros((max(self.capacity, 1), dim), dtype=np.float32)
         self.slot_of = xp.full(self.num_events, -1, dtype=np.int32)
         self.lo = self.hi = 0  # events [lo, hi) are on the device
-        self.gpu_hits = self.host_hits = 0
+        self._gpu_hits = xp.zeros((), dtype=np.int64)  # counted on the device: no sync per gather
+        self._rows = 0
+
+    @property
+    def gpu_hits(self) -> int:
+        """Rows served from device memory so far (reading it waits for the device)."""
+        return int(self._gpu_hits)
+
+    @property
+    def host_hits(self) -> int:
+        """Rows read zero-copy from the host table so far."""
+        return self._rows - self.gpu_hits
 
     @property
     def nbytes(self) -> int:
@@ -104,9 +114,8 @@ class EdgeFeatureCache:
         xp = self.backend.xp
         ids = xp.asarray(np.ascontiguousarray(events, dtype=np.int64))
         out, where = kernels.cache_gather(ids, self.slot_of, self.gpu_rows, self.host_rows, backend=self.backend)
-        on_gpu = int((where == 0).sum())
-        self.gpu_hits += on_gpu
-        self.host_hits += int(ids.size) - on_gpu
+        self._gpu_hits += (where == 0).sum()
+        self._rows += int(ids.size)
         return _tensor(out)
 
 

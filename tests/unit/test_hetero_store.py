@@ -193,6 +193,49 @@ def test_one_edge_type_is_sample_csr_byte_for_byte(arith_root: Path) -> None:
         store.close()
 
 
+@pytest.mark.parametrize("fanouts", [[3, 0, -1, 70], [2, 2, 2], [0, 1, 0]])
+@pytest.mark.parametrize("replace", [False, True])
+def test_typed_sample_is_each_types_sample_row_by_row(fanouts: list[int], replace: bool) -> None:
+    """The spec the fused kernel must keep: row i's edges are, type by type, what sample_csr
+    draws for that type from derive_seed(seed, "etype", r), whatever the output dtype."""
+    from graphfeed.common.seeds import derive_seed
+
+    rng = np.random.default_rng(5)
+    num_rows, ends = 60, [0]
+    indptr = []
+    for _ in fanouts:
+        degrees = rng.integers(0, 90, num_rows)
+        indptr.append(ends[-1] + np.concatenate([[0], np.cumsum(degrees)]))
+        ends.append(int(indptr[-1][-1]))
+    etype_indptr = np.stack(indptr).astype(np.int64)
+    indices = rng.integers(0, num_rows, ends[-1]).astype(np.int32)
+    edge_ids = rng.permutation(ends[-1]).astype(np.int32)
+    rows = rng.integers(0, num_rows, 200)
+    seed, first = 2**63 + 11, 5
+    per_type = [
+        sample_csr(etype_indptr[r], indices, edge_ids, rows, k, replace, derive_seed(seed, "etype", r), None, first)
+        for r, k in enumerate(fanouts)
+    ]
+    want_src = [np.concatenate([src[o[i] : o[i + 1]] for o, src, _ in per_type]) for i in range(len(rows))]
+    want_eids = [np.concatenate([e[o[i] : o[i + 1]] for o, _, e in per_type]) for i in range(len(rows))]
+    for out_dtype in (np.int64, np.int32):
+        offsets, src, eids = sample_typed(
+            etype_indptr,
+            indices,
+            edge_ids,
+            rows,
+            fanouts,
+            replace,
+            seed,
+            lambda o, dt=out_dtype: (np.empty(o[-1], dt), np.empty(o[-1], dt)),
+            first,
+        )
+        assert src.dtype == out_dtype
+        for i in range(len(rows)):
+            assert src[offsets[i] : offsets[i + 1]].tolist() == want_src[i].tolist()
+            assert eids[offsets[i] : offsets[i + 1]].tolist() == want_eids[i].tolist()
+
+
 # -- node data per type -------------------------------------------------------------------------
 
 

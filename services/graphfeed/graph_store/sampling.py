@@ -138,7 +138,9 @@ def _insertion_sort(a, lo, hi):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, base, offsets, src, eids, excluded):  # noqa: ANN001, ANN202
+def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, base, offsets, starts, src, eids, excluded):  # noqa: ANN001, ANN202
+    """Row ``i``'s ``offsets[i+1] - offsets[i]`` draws go to ``src``/``eids`` from ``starts[i]``
+    (``offsets[:-1]`` for one edge type; a typed sample's row slots for several)."""
     useed = np.uint64(seed)
     pos = np.empty(max(fanout, 1), dtype=np.int64)
     n = len(rows)
@@ -158,8 +160,8 @@ def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, base, offset
                     prefetch(edge_ids, e - 1)
         begin = indptr[rows[i]]
         deg = indptr[rows[i] + 1] - begin
-        out = offsets[i]
-        c = offsets[i + 1] - out
+        out = starts[i]
+        c = offsets[i + 1] - offsets[i]
         if c == 0:
             continue
         key = _row_key(useed, base + i)
@@ -252,26 +254,13 @@ def sample_csr(
         ValueError: ``fanout < -1``, ``seed`` outside ``[0, 2**64)``, ``first_position`` outside
             ``[0, 2**63)``, or ``exclude`` not two 1-D int64 ascending arrays of unique values.
     """
-    if fanout < -1:
-        raise ValueError(f"fanout must be -1 or >= 0, got {fanout}")
-    if not 0 <= int(seed) < 1 << 64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    if not 0 <= int(first_position) < 1 << 63:
-        raise ValueError(f"first_position must be in [0, 2**63), got {first_position}")
+    _check_draw(fanout, seed, first_position)
     indptr, indices, edge_ids = np.asarray(indptr), np.asarray(indices), np.asarray(edge_ids)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     excluded = _excluded(indptr, indices, edge_ids, exclude)
     offsets = _counts(indptr, indices, edge_ids, rows, int(fanout), bool(replace), excluded)
-    total = int(offsets[-1])
-    if alloc is None:
-        src, eids = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
-    else:
-        src, eids = alloc(offsets)
-        if src.shape != (total,) or eids.shape != (total,) or not {src.dtype, eids.dtype} <= _OUT_DTYPES:
-            raise ValueError(f"alloc must return two int64 (or int32, for ids that fit) arrays of {total} elements")
-    if total:
-        # A seed >= 2**63 does not fit numba's int64 argument: pass its two's-complement twin.
-        s = int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)
+    src, eids = _outputs(offsets, alloc)
+    if len(src):
         _sample(
             indptr,
             indices,
@@ -279,14 +268,40 @@ def sample_csr(
             rows,
             int(fanout),
             bool(replace),
-            s,
+            _signed(seed),
             int(first_position),
             offsets,
+            offsets[:-1],
             src,
             eids,
             excluded,
         )
     return offsets, src, eids
+
+
+def _check_draw(fanout: int, seed: int, first_position: int) -> None:
+    if fanout < -1:
+        raise ValueError(f"fanout must be -1 or >= 0, got {fanout}")
+    if not 0 <= int(seed) < 1 << 64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    if not 0 <= int(first_position) < 1 << 63:
+        raise ValueError(f"first_position must be in [0, 2**63), got {first_position}")
+
+
+def _signed(seed: int) -> int:
+    """A seed >= 2**63 does not fit numba's int64 argument: its two's-complement twin."""
+    return int(seed) - (1 << 64) if int(seed) >= 1 << 63 else int(seed)
+
+
+def _outputs(offsets: np.ndarray, alloc: Alloc | None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(src, eids)`` arrays a sample of ``offsets`` is written into (``alloc``'s, checked)."""
+    total = int(offsets[-1])
+    if alloc is None:
+        return np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
+    src, eids = alloc(offsets)
+    if src.shape != (total,) or eids.shape != (total,) or not {src.dtype, eids.dtype} <= _OUT_DTYPES:
+        raise ValueError(f"alloc must return two int64 (or int32, for ids that fit) arrays of {total} elements")
+    return src, eids
 
 
 def _excluded(
@@ -339,35 +354,40 @@ def sample_typed(
         return sample_csr(
             indptr[0], indices, edge_ids, rows, int(fanouts[0]), replace, seed, alloc, first_position, exclude
         )
+    _check_draw(min((int(k) for k in fanouts), default=0), seed, first_position)
+    indices, edge_ids = np.asarray(indices), np.asarray(edge_ids)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
-    parts = [
-        sample_csr(
-            indptr[r],
-            indices,
-            edge_ids,
-            rows,
-            int(k),
-            replace,
-            derive_seed(int(seed), "etype", r),
-            None,
-            first_position,
-            exclude,
-        )
-        for r, k in enumerate(fanouts)
-        if k != 0
-    ]
-    counts = [np.diff(o) for o, _, _ in parts]
+    # Each edge type's counts first, then every type's draws straight into its slots of each
+    # row: no per-type temporaries and no interleaving pass.
+    live = []
+    for r, k in enumerate(fanouts):
+        if int(k) != 0:
+            excluded = _excluded(indptr[r], indices, edge_ids, exclude)
+            type_offsets = _counts(indptr[r], indices, edge_ids, rows, int(k), bool(replace), excluded)
+            live.append((r, int(k), excluded, type_offsets))
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    if counts:
-        np.cumsum(np.sum(counts, axis=0), out=offsets[1:])
-    total = int(offsets[-1])
-    if alloc is None:
-        src, eids = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
-    else:
-        src, eids = alloc(offsets)
-    before = offsets[:-1].copy()  # where the next edge type's edges of each row start
-    for (o, s, e), c in zip(parts, counts):
-        at = np.repeat(before - o[:-1], c) + np.arange(len(s), dtype=np.int64)
-        src[at], eids[at] = s, e
-        before += c
+    for *_, type_offsets in live:
+        offsets[1:] += np.diff(type_offsets)
+    np.cumsum(offsets, out=offsets)
+    src, eids = _outputs(offsets, alloc)
+    starts = offsets[:-1].copy()  # where the next edge type's edges of each row go
+    for r, k, excluded, type_offsets in live:
+        if type_offsets[-1]:
+            seed_r = _signed(derive_seed(int(seed), "etype", r))
+            _sample(
+                indptr[r],
+                indices,
+                edge_ids,
+                rows,
+                k,
+                bool(replace),
+                seed_r,
+                int(first_position),
+                type_offsets,
+                starts,
+                src,
+                eids,
+                excluded,
+            )
+            starts += np.diff(type_offsets)
     return offsets, src, eids

@@ -228,6 +228,15 @@ def test_an_edge_id_of_no_edge_type_is_refused(eid: int | str) -> None:
         hetero_dgl_blocks(bad, PARTS, {}, None, "feat", "")
 
 
+@pytest.mark.parametrize("gid", [-1, "end"])
+def test_an_input_node_outside_the_graph_is_refused(gid: int | str) -> None:
+    sb = _random_block(PARTS, np.random.default_rng(0))
+    nodes = sb.input_nodes.copy()
+    nodes[-1] = int(PARTS.ntype_offsets[-1, -1]) if gid == "end" else -1
+    with pytest.raises(InvalidArgument, match="is not in the graph"):
+        hetero_dgl_blocks(SampledBlocks(nodes, sb.output_nodes, sb.blocks), PARTS, {}, None, "feat", "")
+
+
 def test_features_of_the_wrong_length_name_the_type() -> None:
     sb = _random_block(PARTS, np.random.default_rng(0))
     with pytest.raises(InvalidArgument, match="'a'"):

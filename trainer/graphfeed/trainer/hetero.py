@@ -76,20 +76,96 @@ def stable_ranks(types: np.ndarray, num_types: int) -> tuple[np.ndarray, np.ndar
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _group_edges(edge_src, edge_dst, eids, etype_offsets, rank):  # noqa: ANN001, ANN202
-    """Counting sort of a block's edges by edge type (stable), in two passes: ``(bounds, u, v,
-    type-wise edge ids, first bad edge or -1)``; edge type ``r``'s edges are
-    ``[bounds[r], bounds[r+1])``, ``u``/``v`` their endpoints' indices within their node types."""
+def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN202
+    """:meth:`GraphSchema.to_typed` and :func:`stable_ranks` in two passes: ``(types, bounds,
+    rank, order, type-wise ids in order, first bad position or -1)``. ``starts``: the schema's
+    ownership ranges' first global ids (partition-major, type-minor: range ``k`` holds type
+    ``k % num_types``); ``shift[k]``: type-wise id - global id in range ``k``."""
+    n = len(gids)
+    m = len(starts)
+    types = np.empty(n, dtype=np.int32)
+    bounds = np.zeros(num_types + 1, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        g = gids[i]
+        if g < 0 or g >= num_nodes:
+            none = np.empty(0, dtype=np.int64)
+            return types, bounds, np.empty(0, dtype=np.int32), none, none, i
+        if not (starts[k] <= g and (k + 1 == m or g < starts[k + 1])):  # runs of one range are common
+            lo, hi = 0, m
+            while lo < hi:  # the last range starting at or before g (empty ranges start where the next does)
+                mid = (lo + hi) // 2
+                if starts[mid] <= g:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            k = lo - 1
+        t = k % num_types
+        types[i] = t
+        bounds[t + 1] += 1
+    for t in range(num_types):
+        bounds[t + 1] += bounds[t]
+    at = bounds[:-1].copy()
+    rank = np.empty(n, dtype=np.int32)  # the edge loops read it at random: half the bytes of int64
+    order = np.empty(n, dtype=np.int64)
+    typed = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        t = types[i]
+        p = at[t]
+        at[t] += 1
+        rank[i] = p - bounds[t]
+        order[p] = i
+        g = gids[i]
+        if not (starts[k] <= g and (k + 1 == m or g < starts[k + 1])):
+            lo, hi = 0, m
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if starts[mid] <= g:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            k = lo - 1
+        typed[p] = g + shift[k]
+    return types, bounds, rank, order, typed, -1
+
+
+def _ranked(schema: GraphSchema, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(types, bounds, rank, order, type-wise ids in order)`` of the input nodes ``gids`` (see
+    :func:`_rank_nodes`); InvalidArgument for an id outside the graph."""
+    off = schema.ntype_offsets
+    if len(gids) >= 2**31:
+        raise InvalidArgument(f"sampled blocks: {len(gids)} input nodes (at most 2**31 - 1)")
+    starts = np.ascontiguousarray(off[:, :-1]).reshape(-1)
+    base = np.cumsum(np.vstack([np.zeros((1, off.shape[1] - 1), np.int64), off[:-1, 1:] - off[:-1, :-1]]), axis=0)
+    shift = base.reshape(-1) - starts
+    types, bounds, rank, order, typed, bad = _rank_nodes(gids, starts, shift, len(schema.ntypes), int(off[-1, -1]))
+    if bad >= 0:
+        raise InvalidArgument(
+            f"sampled blocks: input node {int(gids[bad])} is not in the graph [0, {int(off[-1, -1])})"
+        )
+    return types, bounds, rank, order, typed
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _group_edges(edge_src, edge_dst, eids, etype_offsets, rank, r, local):  # noqa: ANN001, ANN202
+    """Counting sort of a block's edges by edge type (stable): ``(bounds, u, v, type-wise edge
+    ids, first bad edge or -1)``; edge type ``r``'s edges are ``[bounds[r], bounds[r+1])``,
+    ``u``/``v`` their endpoints' indices within their node types. ``r`` and ``local`` are
+    scratch of ``len(eids)`` (the narrowest ints that hold an edge type and an edge's index:
+    uint8 and int32 take half the time of int32 and int64).
+
+    The first pass finds each edge's type and its index within the type; each output is then
+    written in a pass of its own (a few write streams at a time, not three per edge type: 30 %
+    less time on a MAG-like block of 2.5M edges)."""
     num_etypes = len(etype_offsets) - 1
     n = len(eids)
-    r = np.empty(n, dtype=np.int32)  # (edge types < 2**31)
+    count = np.zeros(num_etypes, dtype=np.int64)
     bounds = np.zeros(num_etypes + 1, dtype=np.int64)
-    last = 0
+    last, lo_e, hi_e = 0, etype_offsets[0], etype_offsets[1]
     for i in range(n):
         e = eids[i]
-        if etype_offsets[last] <= e < etype_offsets[last + 1]:  # runs of one type: a seed's edges come type by type
-            lo = last
-        else:
+        if not (lo_e <= e < hi_e):  # runs of one type: a seed's edges come type by type
             lo, hi = 0, num_etypes
             while lo < hi:  # the edge type whose range holds e
                 mid = (lo + hi) // 2
@@ -100,22 +176,22 @@ def _group_edges(edge_src, edge_dst, eids, etype_offsets, rank):  # noqa: ANN001
             if e < 0 or lo >= num_etypes:
                 none = np.empty(0, dtype=np.int64)
                 return bounds, none, none, none, i
-            last = lo
-        r[i] = lo
-        bounds[lo + 1] += 1
+            last, lo_e, hi_e = lo, etype_offsets[lo], etype_offsets[lo + 1]
+        r[i] = last
+        local[i] = count[last]
+        count[last] += 1
     for k in range(num_etypes):
-        bounds[k + 1] += bounds[k]
-    at = bounds[:-1].copy()
+        bounds[k + 1] = bounds[k] + count[k]
     u = np.empty(n, dtype=np.int64)
     v = np.empty(n, dtype=np.int64)
     typewise = np.empty(n, dtype=np.int64)
     for i in range(n):
+        u[bounds[r[i]] + local[i]] = rank[edge_src[i]]
+    for i in range(n):
+        v[bounds[r[i]] + local[i]] = rank[edge_dst[i]]
+    for i in range(n):
         k = r[i]
-        p = at[k]
-        at[k] += 1
-        u[p] = rank[edge_src[i]]
-        v[p] = rank[edge_dst[i]]
-        typewise[p] = eids[i] - etype_offsets[k]
+        typewise[bounds[k] + local[i]] = eids[i] - etype_offsets[k]
     return bounds, u, v, typewise, -1
 
 
@@ -156,11 +232,10 @@ def hetero_dgl_blocks(
     device = device or torch.device("cpu")
     num_types = len(schema.ntypes)
     input_gids = np.asarray(sb.input_nodes, dtype=np.int64)
-    types, typed = schema.to_typed(input_gids)
+    types, bounds, rank, order, typed = _ranked(schema, input_gids)
     if orig_ids is not None:
-        typed = np.asarray(orig_ids, dtype=np.int64)[input_gids]
-    order, bounds, rank = stable_ranks(types, num_types)
-    typed_by_type = [torch.from_numpy(typed[order[bounds[t] : bounds[t + 1]]]) for t in range(num_types)]
+        typed = np.asarray(orig_ids, dtype=np.int64)[input_gids[order]]
+    typed_by_type = [torch.from_numpy(typed[bounds[t] : bounds[t + 1]]) for t in range(num_types)]
     out = []
     for b in sb.blocks:
         n_src, n_dst = _counts(types, b.num_src, num_types), _counts(types, b.num_dst, num_types)
@@ -189,8 +264,11 @@ def _typed_block(
 ) -> dgl.DGLGraph:
     """One DGL block with every canonical edge type of ``schema`` (``rank``: each input node's
     index within its type; ``num_nodes``: src and dst nodes per type); only the edge ids attached."""
+    n = len(b.edge_ids)
+    r = np.empty(n, np.uint8 if len(schema.etypes) < 256 else np.int32)
+    local = np.empty(n, np.int32 if n < 2**31 else np.int64)
     bounds, u, v, typewise_eids, bad = _group_edges(
-        _ints(b.edge_src), _ints(b.edge_dst), _ints(b.edge_ids), schema.etype_offsets, rank
+        _ints(b.edge_src), _ints(b.edge_dst), _ints(b.edge_ids), schema.etype_offsets, rank, r, local
     )
     if bad >= 0:
         raise InvalidArgument(

@@ -21,6 +21,7 @@ from graphfeed.common.cacheline import prefetch2
 
 _AHEAD = 8  # rows prefetched ahead; 8..32 measure the same, 0 is 35 % slower
 _LINE = 64  # bytes per cache line
+_SHORT_RUN = 4  # runs this short are placed word by word
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -86,15 +87,24 @@ def scatter_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray, positions
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _place_runs(out, positions, rows):  # noqa: ANN001, ANN202
-    """``out[positions[i]] = rows[i]``, each run of consecutive positions as one block copy."""
+    """``out[positions[i]] = rows[i]``, each run of consecutive positions as one block copy;
+    runs of up to ``_SHORT_RUN`` rows word by word (a slice copy's set-up costs more than such a
+    run: rows of two interleaved owners, 140k of 280k 512-byte rows, 22 -> 15 ms)."""
     n = len(positions)
+    width = rows.shape[1]
     i = 0
     while i < n:
         j = i + 1
         while j < n and positions[j] == positions[j - 1] + 1:
             j += 1
         start = positions[i]
-        out[start : start + (j - i), :] = rows[i:j, :]
+        if j - i <= _SHORT_RUN:
+            for q in range(i, j):
+                at = start + (q - i)
+                for c in range(width):
+                    out[at, c] = rows[q, c]
+        else:
+            out[start : start + (j - i), :] = rows[i:j, :]
         i = j
 
 

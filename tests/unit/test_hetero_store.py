@@ -219,6 +219,10 @@ def test_typed_sample_is_each_types_sample_row_by_row(fanouts: list[int], replac
     want_src = [np.concatenate([src[o[i] : o[i + 1]] for o, src, _ in per_type]) for i in range(len(rows))]
     want_eids = [np.concatenate([e[o[i] : o[i + 1]] for o, _, e in per_type]) for i in range(len(rows))]
     for out_dtype in (np.int64, np.int32):
+
+        def alloc(o: np.ndarray, dt: type = out_dtype) -> tuple[np.ndarray, np.ndarray]:
+            return np.empty(o[-1], dt), np.empty(o[-1], dt)
+
         offsets, src, eids = sample_typed(
             etype_indptr,
             indices,
@@ -227,7 +231,7 @@ def test_typed_sample_is_each_types_sample_row_by_row(fanouts: list[int], replac
             fanouts,
             replace,
             seed,
-            lambda o, dt=out_dtype: (np.empty(o[-1], dt), np.empty(o[-1], dt)),
+            alloc,
             first,
         )
         assert src.dtype == out_dtype

@@ -76,13 +76,30 @@ def stable_ranks(types: np.ndarray, num_types: int) -> tuple[np.ndarray, np.ndar
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
+def _range_holding(starts, g, k):  # noqa: ANN001, ANN202
+    """The ownership range holding gid ``g``: ``k`` itself when it does (runs of one range are
+    common), else the last range starting at or before ``g`` (an empty range starts where the
+    next one does, so it is never that one)."""
+    m = len(starts)
+    if starts[k] <= g and (k + 1 == m or g < starts[k + 1]):
+        return k
+    lo, hi = 0, m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[mid] <= g:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
 def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN202
     """:meth:`GraphSchema.to_typed` and :func:`stable_ranks` in two passes: ``(types, bounds,
     rank, order, type-wise ids in order, first bad position or -1)``. ``starts``: the schema's
     ownership ranges' first global ids (partition-major, type-minor: range ``k`` holds type
     ``k % num_types``); ``shift[k]``: type-wise id - global id in range ``k``."""
     n = len(gids)
-    m = len(starts)
     types = np.empty(n, dtype=np.int32)
     bounds = np.zeros(num_types + 1, dtype=np.int64)
     k = 0
@@ -91,15 +108,7 @@ def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN
         if g < 0 or g >= num_nodes:
             none = np.empty(0, dtype=np.int64)
             return types, bounds, np.empty(0, dtype=np.int32), none, none, i
-        if not (starts[k] <= g and (k + 1 == m or g < starts[k + 1])):  # runs of one range are common
-            lo, hi = 0, m
-            while lo < hi:  # the last range starting at or before g (empty ranges start where the next does)
-                mid = (lo + hi) // 2
-                if starts[mid] <= g:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            k = lo - 1
+        k = _range_holding(starts, g, k)
         t = k % num_types
         types[i] = t
         bounds[t + 1] += 1
@@ -116,17 +125,8 @@ def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN
         at[t] += 1
         rank[i] = p - bounds[t]
         order[p] = i
-        g = gids[i]
-        if not (starts[k] <= g and (k + 1 == m or g < starts[k + 1])):
-            lo, hi = 0, m
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if starts[mid] <= g:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            k = lo - 1
-        typed[p] = g + shift[k]
+        k = _range_holding(starts, gids[i], k)
+        typed[p] = gids[i] + shift[k]
     return types, bounds, rank, order, typed, -1
 
 

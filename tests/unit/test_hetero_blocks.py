@@ -228,6 +228,15 @@ def test_an_edge_id_of_no_edge_type_is_refused(eid: int | str) -> None:
         hetero_dgl_blocks(bad, PARTS, {}, None, "feat", "")
 
 
+def test_ownership_ranges_give_to_typeds_ids() -> None:
+    starts, shift = PARTS.ownership_ranges()
+    gids = np.arange(int(PARTS.ntype_offsets[-1, -1]), dtype=np.int64)
+    k = np.searchsorted(starts, gids, side="right") - 1
+    types, typed = PARTS.to_typed(gids)
+    assert (k % len(PARTS.ntypes)).tolist() == types.tolist()
+    assert (gids + shift[k]).tolist() == typed.tolist()
+
+
 @pytest.mark.parametrize("gid", [-1, "end"])
 def test_an_input_node_outside_the_graph_is_refused(gid: int | str) -> None:
     sb = _random_block(PARTS, np.random.default_rng(0))

@@ -179,6 +179,12 @@ class GraphSchema:
 
     # -- id maps -----------------------------------------------------------------------------
 
+    def ownership_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, shift)`` of every ownership range, partition-major and type-minor (range
+        ``k`` holds type ``k % len(ntypes)``): its first global id, and type-wise id - global id
+        within it (what :meth:`to_typed` adds); int64 ``[P*T]`` each."""
+        return self._starts, self._base[:-1].reshape(-1) - self._starts
+
     def ntype_of(self, gids: np.ndarray) -> np.ndarray:
         """int64 type id of each global node id (ids must lie in the graph)."""
         return self._range_of(gids) % len(self.ntypes)

@@ -136,9 +136,7 @@ def _ranked(schema: GraphSchema, gids: np.ndarray) -> tuple[np.ndarray, np.ndarr
     off = schema.ntype_offsets
     if len(gids) >= 2**31:
         raise InvalidArgument(f"sampled blocks: {len(gids)} input nodes (at most 2**31 - 1)")
-    starts = np.ascontiguousarray(off[:, :-1]).reshape(-1)
-    base = np.cumsum(np.vstack([np.zeros((1, off.shape[1] - 1), np.int64), off[:-1, 1:] - off[:-1, :-1]]), axis=0)
-    shift = base.reshape(-1) - starts
+    starts, shift = schema.ownership_ranges()
     types, bounds, rank, order, typed, bad = _rank_nodes(gids, starts, shift, len(schema.ntypes), int(off[-1, -1]))
     if bad >= 0:
         raise InvalidArgument(

@@ -364,14 +364,14 @@ def sample_typed(
         if int(k) != 0:
             excluded = _excluded(indptr[r], indices, edge_ids, exclude)
             type_offsets = _counts(indptr[r], indices, edge_ids, rows, int(k), bool(replace), excluded)
-            live.append((r, int(k), excluded, type_offsets))
+            live.append((r, int(k), excluded, type_offsets, np.diff(type_offsets)))
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    for *_, type_offsets in live:
-        offsets[1:] += np.diff(type_offsets)
+    for *_, per_row in live:
+        offsets[1:] += per_row
     np.cumsum(offsets, out=offsets)
     src, eids = _outputs(offsets, alloc)
     starts = offsets[:-1].copy()  # where the next edge type's edges of each row go
-    for r, k, excluded, type_offsets in live:
+    for r, k, excluded, type_offsets, per_row in live:
         if type_offsets[-1]:
             seed_r = _signed(derive_seed(int(seed), "etype", r))
             _sample(
@@ -389,5 +389,5 @@ def sample_typed(
                 eids,
                 excluded,
             )
-            starts += np.diff(type_offsets)
+            starts += per_row
     return offsets, src, eids

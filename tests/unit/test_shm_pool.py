@@ -180,6 +180,20 @@ def test_peer_segments_keep_one_mapping_per_live_file(tmp_path: Path) -> None:
     peers.close()
 
 
+def test_peer_segments_keep_mappings_of_every_file_a_loader_rotates_through(tmp_path: Path) -> None:
+    """A loader's pool keeps up to 16 free files, plus those in flight; a graph-store cycling
+    through more files than it keeps mappings of would map (and page-fault) every one anew."""
+    pool = shm.SegmentPool(tmp_path, max_free=16)
+    files = [pool.acquire(4096) for _ in range(24)]
+    peers = shm.PeerSegments()
+    first = {f.name: peers.open(tmp_path, f.name)._mm for f in files}
+    for f in files:  # round robin again: each file's mapping from the first round
+        assert peers.open(tmp_path, f.name)._mm is first[f.name]
+    assert len(peers) == len(files)
+    peers.close()
+    pool.close()
+
+
 def test_peer_segments_let_go_of_idle_mappings(tmp_path: Path) -> None:
     peers = shm.PeerSegments(idle_s=0.2)
     seg = shm.Segment.create(tmp_path, 64)

@@ -118,9 +118,15 @@ class PeerSegments:
     inode (a recycled file gets a new name per lease). A mapping is dropped when its file is
     deleted, when it is the least recently used beyond ``max_maps``, or after ``idle_s``
     unused. Thread-safe.
+
+    ``max_maps`` must exceed the files one loader rotates through (its pool keeps up to 16 free
+    ones, plus those in flight): with 8, a typed job's loader (two feature files per minibatch,
+    ~12 in use) made each call map anew, and each graph-store took 15-25k page faults a second
+    writing into pages it had mapped before (300-550 with 64, MAG-like edge job, shm). A mapping
+    costs address space, and page tables only for the pages written.
     """
 
-    def __init__(self, max_maps: int = 8, idle_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, max_maps: int = 64, idle_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_maps = max_maps
         self.idle_s = idle_s
         self._clock = clock

@@ -87,12 +87,15 @@ class Meter:
         return Run(system, minibatches, seconds, edges, traffic, cpu)
 
 
-def alternate(systems: dict[str, Callable[[int], Any]], meter: Meter, steps: int, repeats: int) -> list[Run]:
-    """Warms every system up (2 steps), then runs each ``repeats`` times, the order reversed
-    every other repeat so that drift on a shared machine hits all alike. A system returns its
-    sampled edges, or a :class:`Run` it measured itself (DistDGL: its own processes)."""
-    for fn in systems.values():  # imports, connections, caches
-        fn(2)
+def alternate(
+    systems: dict[str, Callable[[int], Any]], meter: Meter, steps: int, repeats: int, warmup: int = 2
+) -> list[Run]:
+    """Warms every system up (``warmup`` steps each, untimed), then runs each ``repeats`` times,
+    the order reversed every other repeat so that drift on a shared machine hits all alike. A
+    system returns its sampled edges, or a :class:`Run` it measured itself (DistDGL: its own
+    processes)."""
+    for fn in systems.values():  # imports, connections, caches, pipelines' reusable buffers
+        fn(max(1, warmup))
     runs: list[Run] = []
     names = list(systems)
     for r in range(repeats):

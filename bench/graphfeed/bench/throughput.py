@@ -56,6 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-bytes", type=int, default=0, help="loader cache bytes (default 0)")
     p.add_argument("--inflight", type=int, default=4, help="sampler calls outstanding in gf_sampler (default 4)")
     p.add_argument(
+        "--warmup",
+        type=int,
+        default=12,
+        help="untimed minibatches per system before the timed runs, the same for every system (default 12: a "
+        "typed job's pipeline fills its reusable shared-memory files over its first ~12 minibatches)",
+    )
+    p.add_argument(
         "--transport",
         choices=tuple(systems.LAYOUTS),
         default="shm",
@@ -170,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         }
         if distdgl is not None:
             timed["distdgl"] = distdgl
-        done = runs.alternate(timed, runs.Meter(cluster.services), args.steps, args.repeats)
+        done = runs.alternate(timed, runs.Meter(cluster.services), args.steps, args.repeats, args.warmup)
         width = next(iter(feat.values())).shape[1] if isinstance(feat, dict) else feat.shape[1]
         limits = {} if args.no_machine_limits else machine_limits(int(width), 222_000)
     result = summarize(runs.summarize(done, SYSTEMS), limits, args)
@@ -266,6 +273,7 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
         "fanouts": list(args.fanouts),
         "steps_per_run": args.steps,
         "repeats": args.repeats,
+        "warmup_steps": getattr(args, "warmup", 2),
         "systems": systems_,
         "sample_ratio_vs_dgl": ratio("gf_sampler", "dgl_sample"),
         "e2e_ratio_vs_dgl": ratio("gf_e2e", "dgl_sample_gather"),
@@ -297,7 +305,8 @@ def markdown(result: dict) -> str:
         (
             f"{mode}preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
             f"batch {result['batch_size']}{' positive edges' if e else ''}, fanouts {result['fanouts']}, "
-            f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system"
+            f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system "
+            f"after {result.get('warmup_steps', 2)} untimed"
         ),
         "",
         *runs.table(result["systems"]),

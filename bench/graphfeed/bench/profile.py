@@ -63,6 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="gf_e2e of edge minibatches of this relation, as `graphfeed bench throughput --edges` runs them",
     )
     p.add_argument("--num-negatives", type=int, default=1, help="with --edges: negatives per positive (default 1)")
+    p.add_argument("--warmup", type=int, default=12, help="minibatches driven before the profilers attach (default 12)")
     p.add_argument(
         "--transport",
         choices=tuple(systems.LAYOUTS),
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             drive = systems.loader_system(
                 cluster.remote(fanouts=list(args.fanouts), batch_size=args.batch_size, **edge_job)
             )
-        drive(2)  # warm-up outside the profile
+        drive(max(1, args.warmup))  # warm-up outside the profile (pipelines fill their shm files)
         procs = {s.name: s.proc.pid for s in cluster.services}
         procs["client"] = __import__("os").getpid()
         for name, pid in procs.items():

@@ -237,6 +237,28 @@ def test_ownership_ranges_give_to_typeds_ids() -> None:
     assert (gids + shift[k]).tolist() == typed.tolist()
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rank_is_a_stable_grouping_by_type(seed: int) -> None:
+    """GraphSchema.rank (one compiled pass each) against the spec: to_typed, a stable argsort by
+    type, and each position's index within its type; group_by_ntype is its grouping."""
+    gids = np.random.default_rng(seed).integers(0, 12, 40)  # repeats and every range, in any order
+    r = PARTS.rank(gids)
+    types, typed = PARTS.to_typed(gids)
+    order = np.argsort(types, kind="stable")
+    assert r.types.tolist() == types.tolist() and r.order.tolist() == order.tolist()
+    assert r.bounds.tolist() == [0, *np.cumsum(np.bincount(types, minlength=3)).tolist()]
+    assert r.typed.tolist() == typed[order].tolist()
+    for i in range(len(gids)):
+        t = types[i]
+        assert r.rank[i] == int(np.count_nonzero(types[:i] == t))
+    groups = PARTS.group_by_ntype(gids)
+    assert {nt: pos.tolist() for nt, pos in groups.items()} == {
+        nt: np.flatnonzero(types == t).tolist() for t, nt in enumerate(PARTS.ntypes) if (types == t).any()
+    }
+    with pytest.raises(InvalidArgument, match="blocks: node 12 is not in the graph"):
+        PARTS.rank(np.array([3, 12]), "blocks")
+
+
 @pytest.mark.parametrize("gid", [-1, "end"])
 def test_an_input_node_outside_the_graph_is_refused(gid: int | str) -> None:
     sb = _random_block(PARTS, np.random.default_rng(0))

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+import numba
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument
@@ -34,6 +36,72 @@ DEFAULT_NTYPE = "_N"
 DEFAULT_ETYPE = ("_N", "_E", "_N")
 
 CanonicalEtype = tuple[str, str, str]
+
+
+class TypeRanks(NamedTuple):
+    """Where each of a list of global node ids stands among the ids of its type
+    (:meth:`GraphSchema.rank`): ``order`` lists positions type by type, those of type ``t`` at
+    ``order[bounds[t]:bounds[t+1]]`` in their order in the list (a *stable* grouping);
+    ``rank[i]`` is position ``i``'s index among them; ``typed`` the type-wise ids in ``order``."""
+
+    types: np.ndarray  # int32 [n]: type id of each position
+    bounds: np.ndarray  # int64 [T+1]
+    rank: np.ndarray  # int32 [n] (read at random by the edge loops: half the bytes of int64)
+    order: np.ndarray  # int64 [n]
+    typed: np.ndarray  # int64 [n]: type-wise id of gids[order[j]]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _range_holding(starts, g, k):  # noqa: ANN001, ANN202
+    """The ownership range holding gid ``g``: ``k`` itself when it does (runs of one range are
+    common), else the last range starting at or before ``g`` (an empty range starts where the
+    next one does, so it is never that one)."""
+    m = len(starts)
+    if starts[k] <= g and (k + 1 == m or g < starts[k + 1]):
+        return k
+    lo, hi = 0, m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[mid] <= g:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN202
+    """:class:`TypeRanks` fields in two passes (no sort), and the first position outside
+    ``[0, num_nodes)`` or -1. ``starts``/``shift``: :meth:`GraphSchema.ownership_ranges`."""
+    n = len(gids)
+    types = np.empty(n, dtype=np.int32)
+    bounds = np.zeros(num_types + 1, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        g = gids[i]
+        if g < 0 or g >= num_nodes:
+            none = np.empty(0, dtype=np.int64)
+            return types, bounds, np.empty(0, dtype=np.int32), none, none, i
+        k = _range_holding(starts, g, k)
+        t = k % num_types
+        types[i] = t
+        bounds[t + 1] += 1
+    for t in range(num_types):
+        bounds[t + 1] += bounds[t]
+    at = bounds[:-1].copy()
+    rank = np.empty(n, dtype=np.int32)
+    order = np.empty(n, dtype=np.int64)
+    typed = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        t = types[i]
+        p = at[t]
+        at[t] += 1
+        rank[i] = p - bounds[t]
+        order[p] = i
+        k = _range_holding(starts, gids[i], k)
+        typed[p] = gids[i] + shift[k]
+    return types, bounds, rank, order, typed, -1
 
 
 def check_type_name(what: str, name: str) -> str:
@@ -220,15 +288,30 @@ class GraphSchema:
         """int64 type id of each global edge id."""
         return np.searchsorted(self.etype_offsets[1:], np.asarray(eids, dtype=np.int64), side="right")
 
+    def rank(self, gids: np.ndarray, what: str = "node ids") -> TypeRanks:
+        """Each id's type, its index among the ids of its type in ``gids``, the stable grouping
+        by type and the type-wise ids (:class:`TypeRanks`), in two compiled passes: what the
+        loader groups feature rows by and the trainer numbers typed blocks by (one pass each
+        where a stable argsort, a searchsorted and gathers took several; a MAG-like
+        minibatch's 1M input nodes). InvalidArgument (naming ``what``) for an id outside the
+        graph or a list of 2**31 ids or more."""
+        ids = np.ascontiguousarray(gids, dtype=np.int64)
+        n_all = int(self.ntype_offsets[-1, -1])
+        if len(ids) >= 2**31:
+            raise InvalidArgument(f"{what}: {len(ids)} ids (at most 2**31 - 1)")
+        starts, shift = self.ownership_ranges()
+        types, bounds, rank, order, typed, bad = _rank_nodes(ids, starts, shift, len(self.ntypes), n_all)
+        if bad >= 0:
+            raise InvalidArgument(f"{what}: node {int(ids[bad])} is not in the graph [0, {n_all})")
+        return TypeRanks(types, bounds, rank, order, typed)
+
     def group_by_ntype(self, gids: np.ndarray) -> dict[str, np.ndarray]:
         """Positions in ``gids`` of the nodes of each type (ascending; types with none left out)."""
         if len(self.ntypes) == 1:
             return {self.ntypes[0]: np.arange(len(gids), dtype=np.int64)}
-        types = self.ntype_of(gids)
-        small = types.astype(np.uint8 if len(self.ntypes) < 256 else np.int32)  # uint8 sorts by radix
-        order = np.argsort(small, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(types, minlength=len(self.ntypes)))])
-        return {t: order[bounds[i] : bounds[i + 1]] for i, t in enumerate(self.ntypes) if bounds[i + 1] > bounds[i]}
+        r = self.rank(gids)
+        b = r.bounds
+        return {t: r.order[b[i] : b[i + 1]] for i, t in enumerate(self.ntypes) if b[i + 1] > b[i]}
 
 
 def types_to_proto(schema: GraphSchema, msg: tensor_pb2.GraphTypes) -> tensor_pb2.GraphTypes:

@@ -11,7 +11,7 @@ type. :func:`hetero_dgl_blocks` maps the one onto the other:
   partition (their order in ``input_nodes`` kept), so a type's dst nodes are again a prefix of
   that type's src nodes, which DGL's blocks require; every layer's src list is a prefix of
   ``input_nodes``, so a node keeps one local index within its type across all layers. The
-  order is :meth:`GraphSchema.group_by_ntype` of ``input_nodes`` (what :func:`split_by_ntype`
+  order is :meth:`GraphSchema.rank` of ``input_nodes`` (what :func:`split_by_ntype`
   gives the loader side for feature rows).
 * **ids.** ``block.srcnodes[nt].data[dgl.NID]`` / ``dstnodes`` hold *type-wise* node ids
   (:meth:`GraphSchema.to_typed`), ``block.edges[etype].data[dgl.EID]`` type-wise edge ids (global
@@ -45,7 +45,7 @@ from graphfeed.common.blocks import Block, SampledBlocks
 from graphfeed.common.errors import InvalidArgument
 from graphfeed.common.schema import GraphSchema
 
-__all__ = ["hetero_dgl_blocks", "split_by_ntype", "stable_ranks"]
+__all__ = ["hetero_dgl_blocks", "split_by_ntype"]
 
 Rows = TypeVar("Rows", np.ndarray, torch.Tensor)
 
@@ -61,88 +61,6 @@ def split_by_ntype(schema: GraphSchema, gids: np.ndarray, rows: Rows) -> dict[st
     if isinstance(rows, torch.Tensor):
         return {nt: rows[torch.from_numpy(pos).to(rows.device)] for nt, pos in groups.items()}
     return {nt: rows[pos] for nt, pos in groups.items()}
-
-
-def stable_ranks(types: np.ndarray, num_types: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(order, bounds, rank): ``order`` lists positions type by type (stable), those of type
-    ``t`` at ``order[bounds[t]:bounds[t+1]]``; ``rank[i]`` is position ``i``'s index among the
-    positions of its type."""
-    order = np.argsort(types.astype(np.uint8 if num_types < 256 else np.int32), kind="stable")  # uint8: radix
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(types, minlength=num_types))])
-    # int32 while it fits: the edge loop reads it at random, and half the bytes stay in cache
-    rank = np.empty(len(types), np.int32 if len(types) < 2**31 else np.int64)
-    rank[order] = np.arange(len(types), dtype=np.int64) - np.repeat(bounds[:-1], np.diff(bounds))
-    return order, bounds, rank
-
-
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _range_holding(starts, g, k):  # noqa: ANN001, ANN202
-    """The ownership range holding gid ``g``: ``k`` itself when it does (runs of one range are
-    common), else the last range starting at or before ``g`` (an empty range starts where the
-    next one does, so it is never that one)."""
-    m = len(starts)
-    if starts[k] <= g and (k + 1 == m or g < starts[k + 1]):
-        return k
-    lo, hi = 0, m
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if starts[mid] <= g:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo - 1
-
-
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN202
-    """:meth:`GraphSchema.to_typed` and :func:`stable_ranks` in two passes: ``(types, bounds,
-    rank, order, type-wise ids in order, first bad position or -1)``. ``starts``: the schema's
-    ownership ranges' first global ids (partition-major, type-minor: range ``k`` holds type
-    ``k % num_types``); ``shift[k]``: type-wise id - global id in range ``k``."""
-    n = len(gids)
-    types = np.empty(n, dtype=np.int32)
-    bounds = np.zeros(num_types + 1, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        g = gids[i]
-        if g < 0 or g >= num_nodes:
-            none = np.empty(0, dtype=np.int64)
-            return types, bounds, np.empty(0, dtype=np.int32), none, none, i
-        k = _range_holding(starts, g, k)
-        t = k % num_types
-        types[i] = t
-        bounds[t + 1] += 1
-    for t in range(num_types):
-        bounds[t + 1] += bounds[t]
-    at = bounds[:-1].copy()
-    rank = np.empty(n, dtype=np.int32)  # the edge loops read it at random: half the bytes of int64
-    order = np.empty(n, dtype=np.int64)
-    typed = np.empty(n, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        t = types[i]
-        p = at[t]
-        at[t] += 1
-        rank[i] = p - bounds[t]
-        order[p] = i
-        k = _range_holding(starts, gids[i], k)
-        typed[p] = gids[i] + shift[k]
-    return types, bounds, rank, order, typed, -1
-
-
-def _ranked(schema: GraphSchema, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(types, bounds, rank, order, type-wise ids in order)`` of the input nodes ``gids`` (see
-    :func:`_rank_nodes`); InvalidArgument for an id outside the graph."""
-    off = schema.ntype_offsets
-    if len(gids) >= 2**31:
-        raise InvalidArgument(f"sampled blocks: {len(gids)} input nodes (at most 2**31 - 1)")
-    starts, shift = schema.ownership_ranges()
-    types, bounds, rank, order, typed, bad = _rank_nodes(gids, starts, shift, len(schema.ntypes), int(off[-1, -1]))
-    if bad >= 0:
-        raise InvalidArgument(
-            f"sampled blocks: input node {int(gids[bad])} is not in the graph [0, {int(off[-1, -1])})"
-        )
-    return types, bounds, rank, order, typed
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -230,7 +148,7 @@ def hetero_dgl_blocks(
     device = device or torch.device("cpu")
     num_types = len(schema.ntypes)
     input_gids = np.asarray(sb.input_nodes, dtype=np.int64)
-    types, bounds, rank, order, typed = _ranked(schema, input_gids)
+    types, bounds, rank, order, typed = schema.rank(input_gids, "sampled blocks: input nodes")
     if orig_ids is not None:
         typed = np.asarray(orig_ids, dtype=np.int64)[input_gids[order]]
     typed_by_type = [torch.from_numpy(typed[bounds[t] : bounds[t + 1]]) for t in range(num_types)]

@@ -25,7 +25,6 @@ from graphfeed.common.bulk import Bulk
 from graphfeed.common.schema import GraphSchema
 from graphfeed.common.shm import SegmentReader
 from graphfeed.loader.edges import EdgePairs
-from graphfeed.trainer.hetero import stable_ranks
 
 if TYPE_CHECKING:
     from graphfeed.loader.v1 import loader_pb2 as pb
@@ -67,8 +66,7 @@ def pair_graphs(
             g.ndata[dgl.NID] = output_nodes.cpu()
         graphs[0].edata[dgl.EID] = torch.from_numpy(pairs.eids)
         return graphs[0].to(device), graphs[1].to(device)
-    types = schema.ntype_of(np.asarray(output_gids, dtype=np.int64))
-    _, bounds, rank = stable_ranks(types, len(schema.ntypes))
+    _, bounds, rank, *_ = schema.rank(output_gids, "pair graphs: output nodes")
     counts = dict(zip(schema.ntypes, np.diff(bounds).tolist()))
     relation = schema.etypes[pairs.etype]
     graphs = []

@@ -70,18 +70,18 @@ def _range_holding(starts, g, k):  # noqa: ANN001, ANN202
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN202
-    """:class:`TypeRanks` fields in two passes (no sort), and the first position outside
-    ``[0, num_nodes)`` or -1. ``starts``/``shift``: :meth:`GraphSchema.ownership_ranges`."""
+def _rank_nodes(gids, starts, shift, num_nodes, types, bounds, rank, order, typed):  # noqa: ANN001, ANN202
+    """Fills :class:`TypeRanks`' arrays (allocated by the caller: NumPy backs large ones with
+    huge pages, numba's allocator does not) in two passes, no sort; returns the first position
+    outside ``[0, num_nodes)`` or -1. ``starts``/``shift``: :meth:`GraphSchema.ownership_ranges`;
+    ``bounds`` must be zeros."""
     n = len(gids)
-    types = np.empty(n, dtype=np.int32)
-    bounds = np.zeros(num_types + 1, dtype=np.int64)
+    num_types = len(bounds) - 1
     k = 0
     for i in range(n):
         g = gids[i]
         if g < 0 or g >= num_nodes:
-            none = np.empty(0, dtype=np.int64)
-            return types, bounds, np.empty(0, dtype=np.int32), none, none, i
+            return i
         k = _range_holding(starts, g, k)
         t = k % num_types
         types[i] = t
@@ -89,9 +89,6 @@ def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN
     for t in range(num_types):
         bounds[t + 1] += bounds[t]
     at = bounds[:-1].copy()
-    rank = np.empty(n, dtype=np.int32)
-    order = np.empty(n, dtype=np.int64)
-    typed = np.empty(n, dtype=np.int64)
     k = 0
     for i in range(n):
         t = types[i]
@@ -101,7 +98,7 @@ def _rank_nodes(gids, starts, shift, num_types, num_nodes):  # noqa: ANN001, ANN
         order[p] = i
         k = _range_holding(starts, gids[i], k)
         typed[p] = gids[i] + shift[k]
-    return types, bounds, rank, order, typed, -1
+    return -1
 
 
 def check_type_name(what: str, name: str) -> str:
@@ -300,10 +297,15 @@ class GraphSchema:
         if len(ids) >= 2**31:
             raise InvalidArgument(f"{what}: {len(ids)} ids (at most 2**31 - 1)")
         starts, shift = self.ownership_ranges()
-        types, bounds, rank, order, typed, bad = _rank_nodes(ids, starts, shift, len(self.ntypes), n_all)
+        n = len(ids)
+        r = TypeRanks(
+            np.empty(n, np.int32), np.zeros(len(self.ntypes) + 1, np.int64), np.empty(n, np.int32),
+            np.empty(n, np.int64), np.empty(n, np.int64),
+        )  # fmt: skip
+        bad = _rank_nodes(ids, starts, shift, n_all, *r)
         if bad >= 0:
             raise InvalidArgument(f"{what}: node {int(ids[bad])} is not in the graph [0, {n_all})")
-        return TypeRanks(types, bounds, rank, order, typed)
+        return r
 
     def group_by_ntype(self, gids: np.ndarray) -> dict[str, np.ndarray]:
         """Positions in ``gids`` of the nodes of each type (ascending; types with none left out)."""

@@ -63,7 +63,9 @@ def test_edge_mode_runs_distdgl_side_by_side(tmp_path: Path) -> None:
 def _bench(out: Path, work: Path, preset: str, relation: str, *more: str) -> dict:
     cmd = [sys.executable, "-m", "graphfeed", "bench", "throughput", "--workdir", str(work), "--out", str(out)]
     cmd += ["--preset", preset, "--edges", relation, "--num-negatives", "2", "--steps", "2", "--repeats", "1"]
-    cmd += ["--batch-size", "64", "--fanouts", "4", "4", "--no-machine-limits", *more]
+    cmd += ["--batch-size", "64", "--fanouts", "4", "4", "--no-machine-limits", "--warmup", "1", *more]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    assert result["warmup_steps"] == 1 and "after 1 untimed" in out.with_suffix(".md").read_text()
+    return result

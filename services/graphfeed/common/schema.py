@@ -299,9 +299,12 @@ class GraphSchema:
         starts, shift = self.ownership_ranges()
         n = len(ids)
         r = TypeRanks(
-            np.empty(n, np.int32), np.zeros(len(self.ntypes) + 1, np.int64), np.empty(n, np.int32),
-            np.empty(n, np.int64), np.empty(n, np.int64),
-        )  # fmt: skip
+            types=np.empty(n, np.int32),
+            bounds=np.zeros(len(self.ntypes) + 1, np.int64),
+            rank=np.empty(n, np.int32),
+            order=np.empty(n, np.int64),
+            typed=np.empty(n, np.int64),
+        )
         bad = _rank_nodes(ids, starts, shift, n_all, *r)
         if bad >= 0:
             raise InvalidArgument(f"{what}: node {int(ids[bad])} is not in the graph [0, {n_all})")

@@ -273,7 +273,7 @@ def summarize(systems_: dict[str, dict[str, Any]], limits: dict[str, float], arg
         "fanouts": list(args.fanouts),
         "steps_per_run": args.steps,
         "repeats": args.repeats,
-        "warmup_steps": getattr(args, "warmup", 2),
+        "warmup_steps": args.warmup,
         "systems": systems_,
         "sample_ratio_vs_dgl": ratio("gf_sampler", "dgl_sample"),
         "e2e_ratio_vs_dgl": ratio("gf_e2e", "dgl_sample_gather"),
@@ -306,7 +306,7 @@ def markdown(result: dict) -> str:
             f"{mode}preset `{result['preset']}`, transport {result['transport']}, graph-stores on {result['link']}, "
             f"batch {result['batch_size']}{' positive edges' if e else ''}, fanouts {result['fanouts']}, "
             f"{result['steps_per_run']} minibatches x {result['repeats']} runs per system "
-            f"after {result.get('warmup_steps', 2)} untimed"
+            f"after {result['warmup_steps']} untimed"
         ),
         "",
         *runs.table(result["systems"]),

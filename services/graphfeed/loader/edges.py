@@ -113,7 +113,7 @@ class EdgeSeeds:
 
     def plan(self, epoch: int) -> EpochPlan:
         """The epoch plan over the split's row numbers (the node plan's shuffle, padding and striding)."""
-        return EpochPlan.for_job(np.arange(len(self.rows), dtype=np.int64), self.job, epoch)
+        return EpochPlan.for_job(len(self.rows), self.job, epoch)
 
     def step(self, row_ids: np.ndarray, epoch: int, step: int) -> EdgeStep:
         """Step ``step``'s seeds, pairs and exclusions from its plan entries ``row_ids``."""

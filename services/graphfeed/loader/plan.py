@@ -4,7 +4,8 @@ Follows ``torch.utils.data.DistributedSampler``: one permutation per (job seed, 
 same on every rank, padded by wrapping around to a multiple of ``world_size`` so that every
 rank gets the same number of seeds (hence of steps: DDP ranks stay in lock-step), then rank
 ``r`` takes every ``world_size``-th seed starting at ``r``. Its seeds are then cut into
-minibatches of ``batch_size`` (the last one partial unless ``drop_last``).
+minibatches of ``batch_size`` (the last one partial unless ``drop_last``). The permutation is
+computed step by step, never materialized (:class:`~graphfeed.common.seeds.IndexShuffle`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, NotFound, OutOfRange
-from graphfeed.common.seeds import rng
+from graphfeed.common.seeds import IndexShuffle, derive_seed
 
 if TYPE_CHECKING:
     from graphfeed.graph_store.types import PartitionSet
@@ -47,7 +48,9 @@ def split_ids(partitions: PartitionSet, name: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """One rank's seeds for one epoch, cut into minibatches.
+    """One rank's seeds for one epoch, cut into minibatches. Nothing is materialized: the
+    seeds of a step are computed when asked for (:class:`~graphfeed.common.seeds.IndexShuffle`),
+    so a plan over any number of seeds is built at once and holds only the split.
 
     Attributes:
         epoch: zero-based epoch.
@@ -55,7 +58,8 @@ class EpochPlan:
         world_size: number of ranks of the job.
         batch_size: seeds per minibatch.
         drop_last: whether the last partial minibatch is dropped.
-        rank_seeds: this rank's seeds (gids, int64) in training order, before batching.
+        split: the split's gids, or an int ``n`` for the row numbers ``[0, n)`` (an edge split).
+        order: the epoch's permutation of the split's positions; None keeps the split's order.
     """
 
     epoch: int
@@ -63,12 +67,13 @@ class EpochPlan:
     world_size: int
     batch_size: int
     drop_last: bool
-    rank_seeds: np.ndarray
+    split: np.ndarray | int
+    order: IndexShuffle | None
 
     @classmethod
     def build(
         cls,
-        split_ids: np.ndarray,
+        split_ids: np.ndarray | int,
         *,
         job_seed: int,
         epoch: int,
@@ -81,7 +86,7 @@ class EpochPlan:
         """Plans one epoch for one rank.
 
         Args:
-            split_ids: the split's gids (int64, sorted ascending, unique).
+            split_ids: the split's gids (int64, sorted ascending, unique), or ``n`` for ``[0, n)``.
             job_seed: seed of the job; with ``epoch`` it fixes the permutation.
             epoch: zero-based epoch.
             rank: this trainer's rank in ``[0, world_size)``.
@@ -99,26 +104,45 @@ class EpochPlan:
             raise InvalidArgument(f"world_size must be >= 1, got {world_size}")
         if not 0 <= rank < world_size:
             raise InvalidArgument(f"rank must be in [0, world_size={world_size}), got {rank}")
-        ids = np.asarray(split_ids, dtype=np.int64)
-        if ids.size == 0:
+        split = split_ids if isinstance(split_ids, int) else np.asarray(split_ids, dtype=np.int64)
+        n = split if isinstance(split, int) else split.size
+        if n == 0:
             raise InvalidArgument("the split has no nodes: nothing to train on")
-        order = rng(job_seed, "plan", epoch).permutation(ids) if shuffle else ids
-        total = -(-ids.size // world_size) * world_size
-        # Position p of the padded order holds order[p % len(ids)]: the wrap-around padding of
-        # DistributedSampler. Only this rank's positions are computed, so memory does not grow
-        # with world_size (padding all ranks' seeds would hold total >= world_size ids).
-        positions = np.arange(rank, total, world_size, dtype=np.int64)
-        if total > ids.size:  # only padded positions wrap (a modulo of every position took 0.1-0.2 s at 6M seeds)
-            positions %= ids.size
-        # No id repeats within one rank (the sampler needs unique seeds): two copies sit a
-        # multiple of len(ids) apart, which is a multiple of world_size only if there is no
-        # padding at all, or when len(ids) < world_size and every rank holds one seed.
-        return cls(epoch, rank, world_size, batch_size, drop_last, order[positions])
+        order = IndexShuffle(n, derive_seed(job_seed, "plan", epoch)) if shuffle else None
+        return cls(epoch, rank, world_size, batch_size, drop_last, split, order)
+
+    @property
+    def split_size(self) -> int:
+        return self.split if isinstance(self.split, int) else self.split.size
+
+    @property
+    def num_rank_seeds(self) -> int:
+        """Seeds of this rank before batching: the split padded to a multiple of world_size, split evenly."""
+        return -(-self.split_size // self.world_size)
+
+    @property
+    def rank_seeds(self) -> np.ndarray:
+        """This rank's seeds (gids, int64) in training order, before batching (materialized)."""
+        return self._seeds_at(0, self.num_rank_seeds)
+
+    def _seeds_at(self, begin: int, end: int) -> np.ndarray:
+        """This rank's seeds ``[begin, end)``. Its k-th is position ``rank + k * world_size`` of
+        the padded order, which holds ``order[p % n]``: the wrap-around padding of
+        DistributedSampler. No id repeats within one rank (the sampler needs unique seeds): two
+        copies sit a multiple of n apart, which is a multiple of world_size only if there is no
+        padding at all, or when n < world_size and every rank holds one seed."""
+        n = self.split_size
+        positions = self.rank + np.arange(begin, end, dtype=np.int64) * self.world_size
+        if self.num_rank_seeds * self.world_size > n:  # only padded positions wrap
+            positions %= n
+        at = positions if self.order is None else self.order(positions)
+        return at if isinstance(self.split, int) else self.split[at]
 
     @classmethod
-    def for_job(cls, split: np.ndarray, job: JobSpec, epoch: int) -> EpochPlan:
-        """The plan of ``job``'s rank for ``epoch`` over the split's gids ``split``: what the
-        loader streams and ``graphfeed pack`` packs (one place, so both plan alike)."""
+    def for_job(cls, split: np.ndarray | int, job: JobSpec, epoch: int) -> EpochPlan:
+        """The plan of ``job``'s rank for ``epoch`` over the split's gids ``split`` (an int n:
+        ``[0, n)``): what the loader streams and ``graphfeed pack`` packs (one place, so both
+        plan alike)."""
         return cls.build(
             split,
             job_seed=job.job_seed,
@@ -133,13 +157,13 @@ class EpochPlan:
     @property
     def num_steps(self) -> int:
         """Minibatches in this epoch for this rank (the same on every rank)."""
-        n = len(self.rank_seeds)
+        n = self.num_rank_seeds
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     @property
     def num_seeds(self) -> int:
         """Seeds this rank trains on this epoch: padding included, dropped tail excluded."""
-        return min(len(self.rank_seeds), self.num_steps * self.batch_size)
+        return min(self.num_rank_seeds, self.num_steps * self.batch_size)
 
     def seeds(self, step: int) -> np.ndarray:
         """The seeds (unique gids, int64) of minibatch ``step``.
@@ -149,4 +173,4 @@ class EpochPlan:
         """
         if not 0 <= step < self.num_steps:
             raise OutOfRange(f"step {step} is outside epoch {self.epoch} of {self.num_steps} steps")
-        return self.rank_seeds[step * self.batch_size : (step + 1) * self.batch_size]
+        return self._seeds_at(step * self.batch_size, min((step + 1) * self.batch_size, self.num_rank_seeds))

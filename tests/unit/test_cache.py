@@ -142,6 +142,19 @@ def test_static_degree_holds_the_highest_degree_nodes(arith_root: Path, arith_pa
     assert np.array_equal(c.tier.cached_ids(), held) and c.tier.evictions == 0
 
 
+def test_lookup_into_puts_the_hits_in_place_and_leaves_the_misses_alone() -> None:
+    t = tier(3)
+    t.insert(np.array([3, 7]), rows([3, 7]), prefetched=True)
+    out = np.full((4, 2), -1, dtype=np.float32)
+    hit = t.lookup_into(np.array([7, 1, 3, 7]), out)
+    assert hit.tolist() == [True, False, True, True]
+    assert np.array_equal(out[hit], rows([7, 3, 7])) and (out[1] == -1).all()
+    assert (t.hits, t.misses, t.prefetch_used) == (3, 1, 2)  # counted as lookup() counts
+    empty = tier(0)
+    out = np.zeros((2, 2), dtype=np.float32)
+    assert not empty.lookup_into(np.array([1, 2]), out).any() and empty.misses == 2
+
+
 def test_prefetched_rows_count_as_used_once_on_their_first_hit() -> None:
     t = tier(4)
     t.insert(np.array([1, 2, 3]), rows([1, 2, 3]), prefetched=True)

@@ -39,7 +39,8 @@ from graphfeed.loader.packs.tier import PackTier
 class FeatureBuffer(ABC):
     """Where one minibatch's features are assembled. :class:`Gatherer` calls, in this order:
     :meth:`look_up`, :meth:`open`, (fetches the misses' rows into what ``open`` returned),
-    :meth:`complete`, :meth:`close`; then :meth:`missed_rows` if the policy admits rows."""
+    :meth:`complete`, :meth:`close` (after whatever of these ran, even if one raised); then
+    :meth:`missed_rows` if the policy admits rows."""
 
     placed: Placed | None = None  # where the features are, when a placement holds them
 
@@ -64,25 +65,26 @@ class FeatureBuffer(ABC):
 
 
 class HostBuffer(FeatureBuffer):
-    """Features in host memory, in the array ``placement`` gives."""
+    """Features in host memory, in the array ``placement`` gives: placed at the look-up, so the
+    cache copies its hits straight to their places."""
 
     def __init__(self, row_shape: Sequence[int], dtype: np.dtype | type, placement: Placement) -> None:
         self._row_shape, self._dtype, self._placement = tuple(row_shape), np.dtype(dtype), placement
         empty: np.ndarray = np.empty(0)
-        self._hit, self._miss_pos, self._hit_rows, self._features = empty, empty, empty, empty
+        self._miss_pos, self._features = empty, empty
+        self._into = RowsInto(empty, empty)
 
     def look_up(self, cache: SharedCache, stream: int, step: int, ids: np.ndarray) -> np.ndarray:
-        self._hit, self._hit_rows = cache.access(stream, step, ids)
-        self._miss_pos = np.flatnonzero(~self._hit)
+        self.placed = self._placement.place((len(ids), *self._row_shape), self._dtype)
+        self._features = self.placed.array
+        self._miss_pos = np.flatnonzero(~cache.access_into(stream, step, ids, self._features))
+        self._into = RowsInto(self._features, self._miss_pos, self.placed.region)
         return self._miss_pos
 
     def open(self) -> RowsInto:
-        self.placed = self._placement.place((len(self._hit), *self._row_shape), self._dtype)
-        self._features = self.placed.array
-        return RowsInto(self._features, self._miss_pos, self.placed.region)
+        return self._into
 
     def complete(self) -> np.ndarray:
-        self._features[self._hit] = self._hit_rows
         return self._features
 
     def missed_rows(self) -> Rows:
@@ -260,8 +262,8 @@ class Gatherer:
         pack and their owners; admitted to the cache where its policy admits rows."""
         cache = self.caches.caches[key]
         buf = self._buffer(key, cache, placement, on_device)
-        miss_pos = buf.look_up(cache, self.caches.stream_of(stream, key), step, ids)
         try:
+            miss_pos = buf.look_up(cache, self.caches.stream_of(stream, key), step, ids)
             into = buf.open()
             packed, got = self._fetch_misses(step, key, ids[miss_pos], into)
             rows = buf.complete()

@@ -114,6 +114,11 @@ class CachePolicy(ABC):
         """``(hit_mask, rows of ids[hit_mask])``."""
         return self.tier.lookup(ids)
 
+    def lookup_into(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Like :meth:`lookup`, writing the hits' rows to ``out[hit_mask]``; returns the mask.
+        A policy that overrides :meth:`lookup` overrides this too."""
+        return self.tier.lookup_into(ids, out)
+
     def on_sampled(self, key: AccessKey, ids: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Step ``key`` of a stream was sampled: ``ids`` will be looked up later; default: nothing."""
 

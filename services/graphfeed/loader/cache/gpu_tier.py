@@ -233,6 +233,11 @@ class GpuTieredCache(DeviceCachePolicy):
         rows[rest[host_hit]] = host_rows
         return hit, rows[hit]
 
+    def lookup_into(self, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        hit, rows = self.lookup(ids)
+        out[hit] = rows
+        return hit
+
     def on_access(self, ids: np.ndarray, hit_mask: np.ndarray, key: AccessKey | None = None) -> None:
         """Forwards the ids the GPU tier does not hold (the host policy never sees the others)."""
         rest = ~self.gpu.contains(ids)

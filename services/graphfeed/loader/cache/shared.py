@@ -76,6 +76,13 @@ class SharedCache:
             self._accessed(stream, step, ids, hit)
             return hit, rows
 
+    def access_into(self, stream: int, step: int, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Like :meth:`access`, writing the hits' rows to ``out[hit_mask]``; returns the mask."""
+        with self.lock:
+            hit = self.policy.lookup_into(ids, out)
+            self._accessed(stream, step, ids, hit)
+            return hit
+
     def access_device(self, stream: int, step: int, ids: np.ndarray) -> tuple[Any, np.ndarray]:
         """Like :meth:`access` into device memory: ``(rows of all ids on the device, positions of
         the misses)``; the misses' rows are to be filled (:meth:`DeviceCachePolicy.fill`).

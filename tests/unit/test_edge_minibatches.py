@@ -21,6 +21,8 @@ from graphfeed.ingest.edge_split import split_edges
 from graphfeed.ingest.graph import GraphData, hetero_graph
 from graphfeed.ingest.partition import write_partitioned
 from graphfeed.loader.core import Loader
+from graphfeed.loader.edges import EdgeSeeds
+from graphfeed.loader.job import JobSpec
 from graphfeed.sampler.core import MultiHopSampler
 from graphfeed.trainer.dataloader import EmbeddedDataLoader
 from tests.graphs import arithmetic_features, arithmetic_graph
@@ -160,6 +162,15 @@ def test_typed_pair_graphs_carry_the_relation_over_typed_output_nodes(typed: tup
 def test_bad_edge_jobs_are_refused(homo: tuple, job: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         _batches(homo[0], **job)
+
+
+def test_an_edge_split_of_two_relations_is_refused(typed: tuple) -> None:
+    schema = typed[0].partitions.info.types
+    rows = np.array([[0, 1, 0, 0, -1], [1, 2, 1, 1, -1]], dtype=np.int64)  # edge types 0 and 1
+    job = JobSpec(fanouts=(2,), batch_size=2, seed_edges=True, split="train")
+    with pytest.raises(InvalidArgument, match=r"mixes edge types \[0, 1\]"):
+        EdgeSeeds(rows, schema, job, None)
+    EdgeSeeds(rows[:1], schema, job, None)  # one relation is fine
 
 
 def test_an_edge_job_needs_an_edge_split(parts: LocalPartitionSet) -> None:

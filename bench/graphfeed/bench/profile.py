@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from graphfeed.bench import edge_systems, harness, systems
+from graphfeed.common.partition import GraphManifest
 
 # Frames that mean "this thread is waiting", not working; their samples are dropped.
 _IDLE = (
@@ -60,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--edges",
         default="",
         metavar="RELATION",
-        help="gf_e2e of edge minibatches of this relation, as `graphfeed bench throughput --edges` runs them",
+        help="edge minibatches of this relation (both systems), as `graphfeed bench throughput --edges` runs them",
     )
     p.add_argument("--num-negatives", type=int, default=1, help="with --edges: negatives per positive (default 1)")
     p.add_argument("--warmup", type=int, default=12, help="minibatches driven before the profilers attach (default 12)")
@@ -107,16 +108,16 @@ def run(args: argparse.Namespace) -> int:
     spies = []
     try:
         assert cluster.sampler is not None
-        if args.system == "gf_sampler":
-            train = harness.load_global(root)[2].numpy()
-            drive = systems.sampler_system(
-                cluster.sampler.address,
-                train,
-                list(args.fanouts),
-                args.batch_size,
-                4,
-                systems.LAYOUTS[args.transport][0],
+        shm = systems.LAYOUTS[args.transport][0]
+        if args.system == "gf_sampler" and args.edges:  # the edge steps `bench throughput --edges` samples
+            rows, schema = harness.edge_rows(root), GraphManifest.load(root).schema()
+            fanouts = list(args.fanouts)
+            drive = edge_systems.sampler_system(
+                cluster.sampler.address, rows, schema, fanouts, args.batch_size, args.num_negatives, 4, shm
             )
+        elif args.system == "gf_sampler":
+            train = harness.load_global(root)[2].numpy()
+            drive = systems.sampler_system(cluster.sampler.address, train, list(args.fanouts), args.batch_size, 4, shm)
         else:
             edge_job = edge_systems.job(args.num_negatives) if args.edges else {}
             drive = systems.loader_system(

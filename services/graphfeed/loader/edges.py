@@ -95,11 +95,12 @@ class EdgeSeeds:
     def __init__(self, rows: np.ndarray, schema: GraphSchema, job: JobSpec, positives: np.ndarray | None) -> None:
         if len(rows) == 0:
             raise InvalidArgument(f"edge split {job.split!r} has no edges: nothing to train on")
-        etypes = np.unique(rows[:, 2])
-        if len(etypes) != 1:
-            raise InvalidArgument(f"edge split {job.split!r} mixes edge types {etypes.tolist()}; one per job")
+        column = rows[:, 2]
+        if column.min() != column.max():  # a sort of 17M rows (np.unique) took 1 s of every stream's start
+            mixed = np.unique(column).tolist()
+            raise InvalidArgument(f"edge split {job.split!r} mixes edge types {mixed}; one per job")
         self.rows = rows
-        self.etype = int(etypes[0])
+        self.etype = int(column[0])
         src_type, _, dst_type = schema.etypes[self.etype]
         self.src_type, self.dst_type = src_type, dst_type
         self.schema = schema

@@ -72,7 +72,7 @@ def test_rows_over_the_plane_equal_the_inline_rows(store_server: tuple[RunningSe
     with closing(GraphStoreClient(running.address, shm_dir="")) as client:
         got = client.get_node_data("feat", ids)
         out = np.zeros((len(ids) + 5, *expected.shape[1:]), expected.dtype)
-        positions = np.arange(len(ids))[::-1] + 5
+        positions = np.arange(len(ids))[::-1] + 5  # read straight into place, a row per iovec
         assert client.read_node_data("feat", ids, RowsInto(out, positions)) == expected.nbytes
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(out[positions], expected)
@@ -205,6 +205,10 @@ def test_the_plane_is_tls_when_the_grpc_port_is(tmp_path: Path, cora_root: Path)
         with closing(GraphStoreClient(running.address, shm_dir="")) as client:
             np.testing.assert_array_equal(client.get_node_data("feat", ids), store.get_node_data("feat", ids))
             assert client._transport.plane is not None and not client._transport.plane.broken
+            out = np.zeros((2 * len(ids), *store.get_node_data("feat", ids[:1]).shape[1:]), np.float32)
+            positions = np.arange(0, 2 * len(ids), 2)  # rows read through TLS, then placed
+            client.read_node_data("feat", ids, RowsInto(out, positions))
+            np.testing.assert_array_equal(out[positions], store.get_node_data("feat", ids))
         assert _metric(running.metrics_port or 0, "graphfeed_rpc_response_plane_bytes_total", "GetNodeData") > 0
         plane = served_plane(running)
         ticket = plane.park([b"secret" * 100_000], 600_000)

@@ -33,7 +33,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -299,8 +299,23 @@ class PlaneClient:
 
     def fetch(self, ticket: bytes, port: int, nbytes: int, host: str = "") -> np.ndarray:
         """The ``nbytes`` parked under ``ticket`` at ``host`` (default: the dialed name)
-        ``:port``, in a pooled uint8 array. A pooled connection that turns out dead (the server
-        restarted) is replaced once.
+        ``:port``, in a pooled uint8 array (:meth:`fetch_into`)."""
+        got: list[np.ndarray] = []
+
+        def read(conn: socket.socket) -> None:
+            got.append(self.buffers.take(nbytes))
+            _recv_exact(conn, got[0].data)
+
+        self.fetch_into(ticket, port, nbytes, host, read)
+        return got[0]
+
+    def fetch_into(
+        self, ticket: bytes, port: int, nbytes: int, host: str, read: Callable[[socket.socket], None]
+    ) -> None:
+        """Has ``read(conn)`` read the ``nbytes`` parked under ``ticket`` at ``host`` (default:
+        the dialed name) ``:port`` from the connection, exactly those bytes, wherever it puts
+        them (e.g. feature rows straight into their minibatch places). A pooled connection
+        that turns out dead (the server restarted) is replaced once.
 
         Raises:
             Unavailable: the plane cannot be reached, the connection broke, or the ticket is
@@ -322,20 +337,17 @@ class PlaneClient:
             except (OSError, ssl.SSLError) as exc2:
                 conn.close()
                 raise Unavailable(f"bulk plane {where[0]}:{port}: {exc2}") from None
-        out = None
         try:
             if length >= 0 and length != nbytes:
                 raise ConnectionError(f"{length} bytes parked, {nbytes} announced")
             if length >= 0:
-                out = self.buffers.take(nbytes)
-                _recv_exact(conn, out.data)
+                read(conn)
         except (OSError, ssl.SSLError) as exc:
             conn.close()
             raise Unavailable(f"bulk plane {where[0]}:{port}: {exc}") from None
         self._give_back(where, conn)
-        if out is None:
+        if length < 0:
             raise Unavailable(f"bulk plane {where[0]}:{port}: the answer expired before it was read; ask again")
-        return out
 
     @staticmethod
     def _ask(conn: socket.socket, ticket: bytes) -> int:

@@ -18,11 +18,11 @@ from graphfeed.common import bulk, codec
 from graphfeed.common.bulk import Received
 from graphfeed.common.errors import DataLoss, FailedPrecondition, GraphfeedError, InvalidArgument, from_rpc_error
 from graphfeed.common.futures import settle, then
-from graphfeed.common.rows import place_rows
 from graphfeed.common.rpc import client_channel, streamed
 from graphfeed.common.schema import DEFAULT_NTYPE, types_from_proto
 from graphfeed.common.transport import ClientTransport
 from graphfeed.graph_store.embeddings.client import EmbeddingCalls
+from graphfeed.graph_store.rows_in_place import deferred, place_chunk
 from graphfeed.graph_store.temporal.types import AppendAck, EdgeBatch, TemporalInfo, TemporalQuery, TemporalSample
 from graphfeed.graph_store.types import (
     Exclusion,
@@ -131,6 +131,9 @@ class GraphStoreClient:
         )
         self._node_data = bulk.unary_stream(
             self._channel, name, "GetNodeData", pb.GetNodeDataRequest, pb.GetNodeDataResponse, self._transport.fetch
+        )
+        self._node_data_in_place = self._channel.unary_stream(
+            f"/{name}/GetNodeData", pb.GetNodeDataRequest.SerializeToString, deferred(pb.GetNodeDataResponse)
         )
         self._temporal = bulk.unary_unary(
             self._channel,
@@ -261,16 +264,10 @@ class GraphStoreClient:
         req = pb.GetNodeDataRequest(name=name)
         codec.encode(np.asarray(ids, dtype=np.int64), req.ids)
         seg, got, nbytes = self._transport.reader(), 0, 0
-        for r in self._node_data_call(req, stream=True):
-            rows = codec.decode(r.message.rows, name, seg, r.bulk)
-            start, n = int(r.message.start), len(rows)
-            if rows.shape[1:] != out.shape[1:] or rows.dtype != out.dtype or not 0 <= start <= len(ids) - n:
-                raise DataLoss(
-                    f"graph-store {self.address}: {name} chunk at {start} of {rows.shape} {rows.dtype} "
-                    f"does not fit {len(ids)} rows of {out.shape[1:]} {out.dtype}"
-                )
-            place_rows(rows, out, positions[start : start + n])
-            got, nbytes = got + n, nbytes + rows.nbytes
+        where = f"graph-store {self.address}: {name}"
+        for r in self._node_data_call(req, stream=True, in_place=True):
+            n, b = place_chunk(r, where, out, positions, self._transport.plane, seg)
+            got, nbytes = got + n, nbytes + b
         if got != len(ids):
             raise DataLoss(f"graph-store {self.address} sent {got} rows of {name} for {len(ids)} ids")
         return nbytes
@@ -285,11 +282,13 @@ class GraphStoreClient:
         return sum(int(r.message.rows_written) for r in self._node_data_call(req))
 
     def _node_data_call(
-        self, req: pb.GetNodeDataRequest, stream: bool = False
+        self, req: pb.GetNodeDataRequest, stream: bool = False, in_place: bool = False
     ) -> Iterable[Received[pb.GetNodeDataResponse]]:
         """The messages of one GetNodeData call (with this client's shared-memory offer): all
-        of them, or with ``stream`` one by one as they arrive (cancelled if not read to the end)."""
-        call = self._node_data(req, timeout=self.timeout_s, metadata=self._transport.metadata)
+        of them, or with ``stream`` one by one as they arrive (cancelled if not read to the end);
+        ``in_place``: bulk-plane bytes left for :func:`place_chunk` to read into their places."""
+        method = self._node_data_in_place if in_place else self._node_data
+        call = method(req, timeout=self.timeout_s, metadata=self._transport.metadata)
         try:
             if not stream:
                 return list(call)

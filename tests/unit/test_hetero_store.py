@@ -17,7 +17,7 @@ from graphfeed.common.limits import MAX_FANOUT
 from graphfeed.common.partition import PartitionReader, part_dir_name
 from graphfeed.common.schema import GraphSchema
 from graphfeed.graph_store.partitions import LocalPartitionSet
-from graphfeed.graph_store.sampling import sample_csr, sample_typed
+from graphfeed.graph_store.sampling import etype_row_ranges, sample_csr, sample_typed
 from graphfeed.graph_store.store import GraphStore
 from graphfeed.graph_store.types import Fanout, SampledNeighbors
 from graphfeed.sampler.core import MultiHopSampler
@@ -238,6 +238,34 @@ def test_typed_sample_is_each_types_sample_row_by_row(fanouts: list[int], replac
         for i in range(len(rows)):
             assert src[offsets[i] : offsets[i + 1]].tolist() == want_src[i].tolist()
             assert eids[offsets[i] : offsets[i + 1]].tolist() == want_eids[i].tolist()
+
+
+def test_row_ranges_skip_only_rows_without_edges_of_a_type() -> None:
+    """Each edge type's edges end in one range of rows (a node type's); sampling with the
+    ranges reads no other rows and draws the same bytes."""
+    rng = np.random.default_rng(9)
+    num_rows, spans = 90, [(0, 30), (30, 75), (75, 90), (0, 0)]  # the last type has no edges here
+    indptr = []
+    for lo, hi in spans:
+        degrees = np.zeros(num_rows, np.int64)
+        degrees[lo:hi] = rng.integers(0, 40, hi - lo)
+        degrees[lo] = max(degrees[lo], 1) if hi > lo else 0
+        indptr.append(np.concatenate([[0], np.cumsum(degrees)]))
+    etype_indptr = np.stack(indptr).astype(np.int64)
+    ranges = etype_row_ranges(etype_indptr)
+    assert ranges[0, 0] == 0 and ranges[1, 0] == 30 and ranges[2, 0] == 75 and ranges[3].tolist() == [0, 0]
+    for r, (lo, hi) in enumerate(spans[:3]):
+        assert lo <= ranges[r, 0] and ranges[r, 1] <= hi and (np.diff(etype_indptr[r])[ranges[r, 1] :] == 0).all()
+    edges = int(etype_indptr[:, -1].max())
+    indices, edge_ids = rng.integers(0, num_rows, edges), rng.permutation(edges)
+    rows = rng.integers(0, num_rows, 300)
+    xrows = np.unique(rows[:20]).astype(np.int64)
+    exclude = (xrows, np.unique(edge_ids[: edges // 4]).astype(np.int64))
+    for fanouts in ([5, 3, -1, 2], [0, 70, 1, 1]):
+        args = (etype_indptr, indices, edge_ids, rows, fanouts, False, 3)
+        plain, ranged = sample_typed(*args, exclude=exclude), sample_typed(*args, exclude=exclude, row_ranges=ranges)
+        for a, b in zip(plain, ranged, strict=True):
+            assert a.tobytes() == b.tobytes()
 
 
 # -- node data per type -------------------------------------------------------------------------

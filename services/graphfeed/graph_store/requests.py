@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from graphfeed.common.errors import InvalidArgument, ResourceExhausted
-from graphfeed.graph_store.sampling import LocalExclusion
+from graphfeed.graph_store.exclusion import LocalExclusion
 from graphfeed.graph_store.types import Exclusion
 
 ANSWER_EDGE_BYTES = 16  # a sampled edge in a SampleNeighbors answer: its source and its edge id (int64 each)
@@ -79,7 +79,7 @@ def check_exclusion(exclude: Exclusion | None) -> Exclusion | None:
 
 
 def local_exclusion(exclude: Exclusion | None, start: int, stop: int, max_pairs: int) -> LocalExclusion | None:
-    """The sampling kernel's exclusion (:data:`~graphfeed.graph_store.sampling.LocalExclusion`:
+    """The sampling kernel's exclusion (:data:`~graphfeed.graph_store.exclusion.LocalExclusion`:
     local rows and edge ids, ascending, unique) from the pairs of ``exclude`` whose dst lies in the
     partition's ``[start, stop)`` (the others belong to other partitions: ignored); None if none.
 

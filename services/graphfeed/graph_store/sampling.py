@@ -17,7 +17,8 @@ Per row of degree ``deg`` and fanout ``k``:
 Excluded edges (DGL's ``exclude_eids``, e.g. a link-prediction minibatch's seed edges) are
 removed before selection: a row holding one is sampled over its other edges, gathered into a
 scratch list, with the same draws, so it still gets ``min(fanout, remaining degree)``. Rows
-without exclusions, and calls without any, run the loop unchanged.
+without exclusions, and calls without any, run the loop unchanged
+(:mod:`graphfeed.graph_store.exclusion`).
 
 Output is "CSR order per seed": row ``i``'s edges are ``[offsets[i], offsets[i+1])`` in
 ascending CSR position. The compiled functions release the GIL, so a graph-store's handler
@@ -33,16 +34,14 @@ import numpy as np
 
 from graphfeed.common.cacheline import prefetch
 from graphfeed.common.seeds import derive_seed
+from graphfeed.graph_store.exclusion import LocalExclusion, holds_excluded, kept, kernel_exclusion
 
 Alloc = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-LocalExclusion = tuple[np.ndarray, np.ndarray]
-"""Edges a sample leaves out: ``(local rows holding one, edge ids)``, int64, ascending, unique."""
 
 # Above this fanout Floyd's O(k^2) per row loses to the reservoir (same constant as sample.cu).
 SMALL_FANOUT = 64
 _AHEAD = 8  # rows prefetched ahead (their indptr entry twice as far): 35 % faster than none
 _PREFETCH_MAX_DEG = 128  # longer neighbor lists are sampled sparsely: not worth whole-list hints
-_ROW_FILTER = 1 << 16  # flags of excluded rows (and edge ids) by their low bits (64 KiB, cache-resident)
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _OUT_DTYPES = {np.dtype(np.int64), np.dtype(np.int32)}  # what the sample may be written into
 
@@ -76,52 +75,23 @@ def _draw(key, j, m):  # noqa: ANN001, ANN202
 
 
 @_jit
-def _contains(sorted_ids, v):  # noqa: ANN001, ANN202
-    """Whether ``v`` is in the ascending ``sorted_ids`` (exclusion sets are small: a binary search)."""
-    k = np.searchsorted(sorted_ids, v)
-    return k < len(sorted_ids) and sorted_ids[k] == v
-
-
-@_jit
-def _holds_excluded(xfilter, xrows, r):  # noqa: ANN001, ANN202
-    """Whether row ``r`` is in ``xrows``: most rows are ruled out by one look-up in ``xfilter``
-    (a few thousand rows flag a few % of it), so few pay the binary search (which alone made a
-    1M-row call with 5000 excluded edges about 1.6x slower than one without)."""
-    return xfilter[r & (len(xfilter) - 1)] and _contains(xrows, r)
-
-
-@_jit
-def _kept(indices, edge_ids, begin, end, xeids, efilter, gather, ind_out, eid_out):  # noqa: ANN001, ANN202
-    """How many edges of CSR positions ``[begin, end)`` have an id not in ``xeids``; with
-    ``gather``, those edges are also copied (in CSR order) to ``ind_out``/``eid_out``. Most ids
-    are ruled out by one look-up in ``efilter`` (flags by low bits): the rows holding excluded
-    edges are the seeds' endpoints, hubs among them, and a binary search per edge of a hub's
-    list made exclusion cost 4x the sample itself (0.15 CPU-s per minibatch per graph-store)."""
-    m = 0
-    mask = len(efilter) - 1
-    for q in range(begin, end):
-        e = edge_ids[q]
-        if not (efilter[e & mask] and _contains(xeids, e)):
-            if gather:
-                ind_out[m] = indices[q]
-                eid_out[m] = edge_ids[q]
-            m += 1
-    return m
-
-
-@_jit
-def _counts(indptr, indices, edge_ids, rows, fanout, replace, excluded):  # noqa: ANN001, ANN202
+def _counts(indptr, indices, edge_ids, rows, fanout, replace, excluded, lo, hi):  # noqa: ANN001, ANN202
+    """Draws per row; rows outside ``[lo, hi)`` have no edges here and are not read (a typed
+    graph's edge type has edges into one node type's rows only)."""
     n = len(rows)
     offsets = np.zeros(n + 1, dtype=np.int64)
     for i in range(n):
-        if i + _AHEAD < n:
+        if i + _AHEAD < n and lo <= rows[i + _AHEAD] < hi:
             prefetch(indptr, rows[i + _AHEAD])
+        if not lo <= rows[i] < hi:
+            offsets[i + 1] = offsets[i]
+            continue
         deg = indptr[rows[i] + 1] - indptr[rows[i]]
         if excluded is not None:  # compiled out when None, as in _sample
             xrows, xeids, x_ind, x_eid, xfilter, efilter = excluded
-            if _holds_excluded(xfilter, xrows, rows[i]):  # its candidates: the edges not excluded (counted)
+            if holds_excluded(xfilter, xrows, rows[i]):  # its candidates: the edges not excluded (counted)
                 begin, end = indptr[rows[i]], indptr[rows[i] + 1]
-                deg = _kept(indices, edge_ids, begin, end, xeids, efilter, False, x_ind, x_eid)
+                deg = kept(indices, edge_ids, begin, end, xeids, efilter, False, x_ind, x_eid)
         if fanout == -1:
             c = deg
         elif replace:
@@ -151,9 +121,10 @@ def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, base, offset
     pos = np.empty(max(fanout, 1), dtype=np.int64)
     n = len(rows)
     for i in range(n):
-        if i + 2 * _AHEAD < n:
+        # Rows with no draws (per the counts) are neither prefetched nor read.
+        if i + 2 * _AHEAD < n and offsets[i + 2 * _AHEAD + 1] > offsets[i + 2 * _AHEAD]:
             prefetch(indptr, rows[i + 2 * _AHEAD])
-        if i + _AHEAD < n:  # the neighbor list of a row ahead (its indptr entry is cached by now)
+        if i + _AHEAD < n and offsets[i + _AHEAD + 1] > offsets[i + _AHEAD]:  # the neighbor list of a row ahead
             b = indptr[rows[i + _AHEAD]]
             e = indptr[rows[i + _AHEAD] + 1]
             if e - b <= _PREFETCH_MAX_DEG:
@@ -164,21 +135,21 @@ def _sample(indptr, indices, edge_ids, rows, fanout, replace, seed, base, offset
                 if e > b:
                     prefetch(indices, e - 1)
                     prefetch(edge_ids, e - 1)
-        begin = indptr[rows[i]]
-        deg = indptr[rows[i] + 1] - begin
-        out = starts[i]
         c = offsets[i + 1] - offsets[i]
         if c == 0:
             continue
+        begin = indptr[rows[i]]
+        deg = indptr[rows[i] + 1] - begin
+        out = starts[i]
         key = _row_key(useed, base + i)
         ind, eid = indices, edge_ids
         # None: numba compiles this branch out, so a call without exclusions is today's loop.
         if excluded is not None:
             xrows, xeids, x_ind, x_eid, xfilter, efilter = excluded
-            if _holds_excluded(xfilter, xrows, rows[i]):
+            if holds_excluded(xfilter, xrows, rows[i]):
                 # Sampled as if the excluded edges were not in the CSR: the same draws over the
                 # gathered list of the others (DGL's exclude_eids: excluded before selection).
-                deg = _kept(indices, edge_ids, begin, begin + deg, xeids, efilter, True, x_ind, x_eid)
+                deg = kept(indices, edge_ids, begin, begin + deg, xeids, efilter, True, x_ind, x_eid)
                 ind, eid, begin = x_ind, x_eid, 0
         if fanout == -1 or (not replace and deg <= fanout):
             for s in range(c):
@@ -263,8 +234,8 @@ def sample_csr(
     _check_draw(fanout, seed, first_position)
     indptr, indices, edge_ids = np.asarray(indptr), np.asarray(indices), np.asarray(edge_ids)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
-    excluded = _excluded(indptr, indices, edge_ids, exclude)
-    offsets = _counts(indptr, indices, edge_ids, rows, int(fanout), bool(replace), excluded)
+    excluded = kernel_exclusion(indptr, indices, edge_ids, exclude)
+    offsets = _counts(indptr, indices, edge_ids, rows, int(fanout), bool(replace), excluded, 0, len(indptr) - 1)
     src, eids = _outputs(offsets, alloc)
     if len(src):
         _sample(
@@ -310,29 +281,18 @@ def _outputs(offsets: np.ndarray, alloc: Alloc | None) -> tuple[np.ndarray, np.n
     return src, eids
 
 
-def _excluded(
-    indptr: np.ndarray, indices: np.ndarray, edge_ids: np.ndarray, exclude: LocalExclusion | None
-) -> tuple[np.ndarray, ...] | None:
-    """The kernels' view of ``exclude``: ``(xrows, xeids, x_ind, x_eid, xfilter, efilter)``:
-    ``x_ind`` and ``x_eid`` room for the longest kept list of an excluded row, of ``indices``' and
-    ``edge_ids``' dtypes (the kernel reads either through one variable), ``xfilter`` and
-    ``efilter`` the rows' and the edge ids' flags by low bits (:func:`_holds_excluded`,
-    :func:`_kept`); None when nothing is excluded."""
-    if exclude is None:
-        return None
-    xrows, xeids = (np.asarray(a) for a in exclude)
-    for name, a in (("rows", xrows), ("edge ids", xeids)):
-        if a.dtype != np.int64 or a.ndim != 1 or (len(a) > 1 and not (a[1:] > a[:-1]).all()):
-            raise ValueError(f"excluded {name} must be 1-D int64, ascending and unique, got {a.dtype} {a.shape}")
-    if not len(xrows) or not len(xeids):
-        return None
-    room = int((indptr[xrows + 1] - indptr[xrows]).max())
-    xfilter = np.zeros(_ROW_FILTER, dtype=np.bool_)
-    xfilter[xrows & (_ROW_FILTER - 1)] = True
-    efilter = np.zeros(_ROW_FILTER, dtype=np.bool_)
-    efilter[xeids & (_ROW_FILTER - 1)] = True
-    x_ind, x_eid = np.empty(room, dtype=indices.dtype), np.empty(room, dtype=edge_ids.dtype)
-    return xrows, xeids, x_ind, x_eid, xfilter, efilter
+def etype_row_ranges(etype_indptr: np.ndarray) -> np.ndarray:
+    """int64 [R, 2]: per edge type, ``[lo, hi)`` holding every row with an edge of that type
+    (``[0, 0)`` for none). In a typed graph an edge type's edges end in one node type's rows, a
+    range of a partition's rows, so the others need not be read (on the MAG-like preset each
+    sampled row is in range for 2-3 of the 8 edge types)."""
+    indptr = np.asarray(etype_indptr)
+    out = np.zeros((len(indptr), 2), dtype=np.int64)
+    for r in range(len(indptr)):
+        rows = np.flatnonzero(indptr[r, 1:] != indptr[r, :-1])
+        if len(rows):
+            out[r] = rows[0], rows[-1] + 1
+    return out
 
 
 def sample_typed(
@@ -346,6 +306,7 @@ def sample_typed(
     alloc: Alloc | None = None,
     first_position: int = 0,
     exclude: LocalExclusion | None = None,
+    row_ranges: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_csr` with a fanout per edge type: up to ``fanouts[r]`` in-neighbors of each
     row through edge type ``r`` (DGL's ``sample_neighbors`` with a ``{etype: k}`` fanout).
@@ -355,7 +316,8 @@ def sample_typed(
     CSR order. With one edge type this is :func:`sample_csr` itself (the same draws); with
     several, type ``r`` draws from ``derive_seed(seed, "etype", r)``, so a type's sample does
     not depend on the other types' fanouts. ``exclude`` is :func:`sample_csr`'s, applied to every
-    edge type (an edge id belongs to one type's CSR only).
+    edge type (an edge id belongs to one type's CSR only). ``row_ranges`` (:func:`etype_row_ranges`
+    of ``etype_indptr``): rows outside type ``r``'s ``[lo, hi)`` are not read for it.
     """
     indptr = np.asarray(etype_indptr)
     if len(indptr) != len(fanouts):
@@ -372,8 +334,9 @@ def sample_typed(
     live = []
     for r, k in enumerate(fanouts):
         if int(k) != 0:
-            excluded = _excluded(indptr[r], indices, edge_ids, exclude)
-            type_offsets = _counts(indptr[r], indices, edge_ids, rows, int(k), bool(replace), excluded)
+            excluded = kernel_exclusion(indptr[r], indices, edge_ids, exclude)
+            lo, hi = (0, indptr.shape[1] - 1) if row_ranges is None else (int(x) for x in row_ranges[r])
+            type_offsets = _counts(indptr[r], indices, edge_ids, rows, int(k), bool(replace), excluded, lo, hi)
             live.append((r, int(k), excluded, type_offsets, np.diff(type_offsets)))
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
     for *_, per_row in live:

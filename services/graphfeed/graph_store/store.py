@@ -24,7 +24,7 @@ from graphfeed.common.partition import EDGE_SPLIT_PREFIX, PartitionReader
 from graphfeed.graph_store.embeddings.store import EmbeddingStore
 from graphfeed.graph_store.requests import check_answer_size, check_draw_position, check_fanouts, local_exclusion
 from graphfeed.graph_store.rowstore import RowSource, RowSources, RowStats
-from graphfeed.graph_store.sampling import Alloc, sample_typed
+from graphfeed.graph_store.sampling import Alloc, etype_row_ranges, sample_typed
 from graphfeed.graph_store.temporal.store import TemporalStore
 from graphfeed.graph_store.types import Exclusion, NodeDataInfo, PartitionInfo, SampledNeighbors
 
@@ -114,6 +114,8 @@ class GraphStore:
         **temporal_limits: int,
     ) -> None:
         self._reader = reader
+        # Typed graphs: the rows each edge type's edges end in (sampling reads no others).
+        self._row_ranges = etype_row_ranges(reader.etype_indptr) if len(reader.etype_indptr) > 1 else None
         self._closed = False
         self.max_ids_per_request = max_ids_per_request
         self.max_fanout = max_fanout
@@ -289,6 +291,7 @@ class GraphStore:
             alloc,
             int(first_position),
             excluded,
+            self._row_ranges,
         )
         return SampledNeighbors(offsets=offsets, src=src, edge_ids=eids)
 

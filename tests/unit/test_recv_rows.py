@@ -8,7 +8,12 @@ import threading
 import numpy as np
 import pytest
 
+from graphfeed.common import codec
+from graphfeed.common.bulk import Received
+from graphfeed.common.errors import DataLoss
 from graphfeed.common.recv_rows import recv_rows_into
+from graphfeed.graph_store.rows_in_place import place_chunk
+from graphfeed.graph_store.v1 import graph_store_pb2 as pb
 
 
 def _send_slowly(sock: socket.socket, data: bytes, piece: int) -> None:
@@ -68,3 +73,15 @@ def test_a_peer_that_closes_early_is_a_connection_error() -> None:
             recv_rows_into(b, out, np.arange(100), 0, 0)
     finally:
         b.close()
+
+
+@pytest.mark.parametrize(("shape", "start"), [([-5, 4], 0), ([3, 4], 8), ([3, 5], 0)])
+def test_a_parked_chunk_that_does_not_fit_is_data_loss_before_any_read(shape: list[int], start: int) -> None:
+    msg = pb.GetNodeDataResponse(start=start, bulk_bytes=1 << 20)
+    msg.rows.dtype = codec.dtype_to_proto(np.dtype(np.float32))
+    msg.rows.shape.extend(shape)
+    msg.rows.bulk.offset = 0
+    msg.bulk_ticket.ticket, msg.bulk_ticket.port = b"t" * 16, 1
+    out = np.zeros((10, 4), dtype=np.float32)
+    with pytest.raises(DataLoss, match="does not fit"):  # no plane is even asked (None would fail otherwise)
+        place_chunk(Received(msg, memoryview(b"")), "graph-store x", out, np.arange(10), None, None)

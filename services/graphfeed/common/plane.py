@@ -39,6 +39,7 @@ import numpy as np
 
 from graphfeed.common.buffers import BufferPool
 from graphfeed.common.errors import Unavailable
+from graphfeed.common.recv_rows import recv_exact
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +50,6 @@ _LENGTH = struct.Struct("<q")
 _CONNECT_TIMEOUT_S = 10.0
 _IO_TIMEOUT_S = 60.0  # a read that makes no progress this long fails (the server is gone)
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 30.0, 600.0  # no offers this long after the plane could not be reached
-
-
-def _recv_exact(conn: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        n = conn.recv_into(view[got:])
-        if n == 0:
-            raise ConnectionError("connection closed")
-        got += n
 
 
 class BulkPlane:
@@ -200,7 +192,7 @@ class BulkPlane:
             ticket = bytearray(TICKET_BYTES)
             while True:
                 try:
-                    _recv_exact(sock, memoryview(ticket))
+                    recv_exact(sock, memoryview(ticket))
                 except (ConnectionError, TimeoutError):
                     return  # the client closed its idle connection (or went away)
                 entry = self._take(bytes(ticket))
@@ -304,7 +296,7 @@ class PlaneClient:
 
         def read(conn: socket.socket) -> None:
             got.append(self.buffers.take(nbytes))
-            _recv_exact(conn, got[0].data)
+            recv_exact(conn, got[0].data)
 
         self.fetch_into(ticket, port, nbytes, host, read)
         return got[0]
@@ -354,7 +346,7 @@ class PlaneClient:
         """Sends ``ticket``; the length the server answers (-1: unknown or expired)."""
         conn.sendall(ticket)
         head = bytearray(_LENGTH.size)
-        _recv_exact(conn, memoryview(head))
+        recv_exact(conn, memoryview(head))
         return int(_LENGTH.unpack(head)[0])
 
     def _connection(self, where: tuple[str, int], fresh: bool = False) -> tuple[socket.socket, bool]:

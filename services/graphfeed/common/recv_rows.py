@@ -1,12 +1,12 @@
 """Receiving feature rows straight into their places in a minibatch: one ``readv`` per 1024 runs.
 
 A loader asks each graph-store for the rows of the input nodes it owns, in input-node order,
-and each row belongs at ``out[positions[i]]`` (positions ascending, interleaved with the other
-owners'). Read into a buffer and then placed (:func:`~graphfeed.common.rows.place_rows`), every
-byte was copied twice after the kernel's copy; the placing alone was a third of the Kubernetes
-layout loader's CPU (240 MB of rows per edge minibatch on the large preset). Here the kernel
-copies the socket's bytes into the rows' places itself: the positions become an ``iovec`` per
-run of consecutive positions, handed to ``readv(2)`` 1024 at a time.
+and each row belongs at ``out[positions[i]]`` (interleaved with the other owners' rows). Read
+into a buffer and then placed (:func:`~graphfeed.common.rows.place_rows`), every byte was copied
+twice after the kernel's copy; the placing alone was a third of the Kubernetes layout loader's
+CPU (240 MB of rows per edge minibatch on the large preset). Here the kernel copies the
+socket's bytes into the rows' places itself: the positions become an ``iovec`` per run of
+consecutive positions, handed to ``readv(2)`` 1024 at a time.
 
 Plain TCP sockets only; a TLS socket's bytes must pass through Python's ``ssl`` reader, so they
 are read into a buffer and placed as before.
@@ -23,7 +23,7 @@ import ssl
 import numba
 import numpy as np
 
-from graphfeed.common.rows import place_rows
+from graphfeed.common.rows import place_rows, run_end
 
 _IOV_MAX = 1024  # iovecs one readv takes (Linux's UIO_MAXIOV)
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -37,11 +37,9 @@ def _runs(base, row_bytes, positions, iov, first):  # noqa: ANN001, ANN202
     """Writes from ``iov[first]`` one (address, length) pair per run of consecutive
     ``positions``; returns the index after the last."""
     k = first
-    i, n = 0, len(positions)
-    while i < n:
-        j = i + 1
-        while j < n and positions[j] == positions[j - 1] + 1:
-            j += 1
+    i = 0
+    while i < len(positions):
+        j = run_end(positions, i)
         iov[k, 0] = base + np.uint64(positions[i]) * row_bytes
         iov[k, 1] = np.uint64(j - i) * row_bytes
         k += 1
@@ -66,7 +64,7 @@ def _consumed(iov, i, got):  # noqa: ANN001, ANN202
 
 def recv_rows_into(conn: socket.socket, out: np.ndarray, positions: np.ndarray, skip: int, after: int) -> None:
     """Reads ``skip`` bytes (discarded), ``len(positions)`` rows of ``out`` (the i-th to
-    ``out[positions[i]]``; ``positions`` ascending, valid and unique: not checked here) and
+    ``out[positions[i]]``, in any order; ``positions`` valid: not checked here) and
     ``after`` bytes (discarded) from ``conn``, blocking as its timeout says.
 
     Raises:
@@ -109,13 +107,22 @@ def _readv_all(conn: socket.socket, iov: np.ndarray) -> None:
                 raise ConnectionError("connection closed")
 
 
-def _recv_buffered(conn: socket.socket, out: np.ndarray, positions: np.ndarray, skip: int, after: int) -> None:
-    buf = np.empty(skip + len(positions) * out[0:1].nbytes + after, dtype=np.uint8)
-    view, got = buf.data, 0
-    while got < len(buf):
+def recv_exact(conn: socket.socket, view: memoryview) -> None:
+    """Fills ``view`` from ``conn``.
+
+    Raises:
+        ConnectionError: the peer closed the connection first.
+    """
+    got = 0
+    while got < len(view):
         n = conn.recv_into(view[got:])
         if n == 0:
             raise ConnectionError("connection closed")
         got += n
+
+
+def _recv_buffered(conn: socket.socket, out: np.ndarray, positions: np.ndarray, skip: int, after: int) -> None:
+    buf = np.empty(skip + len(positions) * out[0:1].nbytes + after, dtype=np.uint8)
+    recv_exact(conn, buf.data)
     rows = buf[skip : len(buf) - after].view(out.dtype).reshape((len(positions), *out.shape[1:]))
     place_rows(rows, out, positions)

@@ -86,6 +86,16 @@ def scatter_rows(table: np.ndarray, rows: np.ndarray, out: np.ndarray, positions
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
+def run_end(positions, i):  # noqa: ANN001, ANN201
+    """The end of the run of consecutive positions that starts at ``positions[i]``: the first
+    ``j > i`` with ``positions[j] != positions[j - 1] + 1`` (or ``len(positions)``)."""
+    j = i + 1
+    while j < len(positions) and positions[j] == positions[j - 1] + 1:
+        j += 1
+    return j
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
 def _place_runs(out, positions, rows):  # noqa: ANN001, ANN202
     """``out[positions[i]] = rows[i]``, each run of consecutive positions as one block copy;
     runs of up to ``_SHORT_RUN`` rows word by word (a slice copy's set-up costs more than such a
@@ -94,9 +104,7 @@ def _place_runs(out, positions, rows):  # noqa: ANN001, ANN202
     width = rows.shape[1]
     i = 0
     while i < n:
-        j = i + 1
-        while j < n and positions[j] == positions[j - 1] + 1:
-            j += 1
+        j = run_end(positions, i)
         start = positions[i]
         if j - i <= _SHORT_RUN:
             for q in range(i, j):

@@ -64,7 +64,7 @@ def place_chunk(
     dtype = codec.dtype_from_proto(t.dtype) if rows is None else rows.dtype
     start, n = int(msg.start), shape[0] if shape else -1
     row_bytes = out.itemsize * int(np.prod(out.shape[1:], dtype=np.int64))
-    if shape[1:] != out.shape[1:] or dtype != out.dtype or not 0 <= start <= len(positions) - n:
+    if shape[1:] != out.shape[1:] or dtype != out.dtype or n < 0 or not 0 <= start <= len(positions) - n:
         raise DataLoss(
             f"{where}: chunk at {start} of {list(shape)} {dtype} does not fit {len(positions)} rows of "
             f"{list(out.shape[1:])} {out.dtype}"

@@ -95,6 +95,27 @@ def test_answers_of_several_partitions_merge_into_frontier_order() -> None:
         np.testing.assert_array_equal(getattr(b, field), getattr(ref, field))
 
 
+@pytest.mark.parametrize("ids_dtype", [np.int32, np.int64])
+def test_narrow_writes_the_same_block_as_int32_where_it_fits(ids_dtype: type) -> None:
+    """narrow=True (the sampler's gRPC answers) compacts the edge arrays as int32; edge ids stay
+    as wide as the partitions sent them (int64 ids may not fit)."""
+    rng = np.random.default_rng(3)
+    dst = rng.permutation(5000)[:300].astype(np.int64)
+    counts = rng.integers(0, 12, size=300)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    src = rng.integers(0, 5000, size=int(offsets[-1])).astype(np.int64)
+    eids: np.ndarray = rng.integers(0, 2**31 - 1, size=len(src)).astype(ids_dtype)
+    args = (dst, np.arange(300, dtype=np.int64), i64(0, 300), [(offsets, src, eids)])
+    wide_nodes, wide = compact_hop(*args, np.full(5000, -1, np.int32))
+    nodes, b = compact_hop(*args, np.full(5000, -1, np.int32), narrow=True)
+    np.testing.assert_array_equal(nodes, wide_nodes)
+    assert nodes.dtype == np.int64
+    assert b.edge_src.dtype == b.edge_dst.dtype == np.int32
+    assert b.edge_ids.dtype == ids_dtype
+    for field in ("edge_src", "edge_dst", "edge_ids"):
+        np.testing.assert_array_equal(getattr(b, field), getattr(wide, field))
+
+
 def test_rejects_gids_outside_the_table_and_leaves_it_clean() -> None:
     from graphfeed.sampler.compact import compact_hop
 

@@ -64,6 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="edge minibatches of this relation (both systems), as `graphfeed bench throughput --edges` runs them",
     )
     p.add_argument("--num-negatives", type=int, default=1, help="with --edges: negatives per positive (default 1)")
+    p.add_argument("--cache-policy", default="none", help="the loader's cache policy (default none)")
+    p.add_argument("--cache-bytes", type=int, default=0, help="the loader's cache bytes (default 0)")
     p.add_argument("--warmup", type=int, default=12, help="minibatches driven before the profilers attach (default 12)")
     p.add_argument(
         "--transport",
@@ -104,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path("bench/results") / f"profile-{args.preset}{edges}-{args.system}-{args.transport}"  # a folder
     out.mkdir(parents=True, exist_ok=True)
     root = harness.ensure_dataset(args)
-    cluster = systems.Cluster.start(root, args.workdir.resolve() / "logs", ["--cache-policy", "none"], args.transport)
+    loader_args = ["--cache-policy", args.cache_policy, "--cache-bytes", str(args.cache_bytes)]
+    cluster = systems.Cluster.start(root, args.workdir.resolve() / "logs", loader_args, args.transport)
     spies = []
     try:
         assert cluster.sampler is not None
@@ -156,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         (
             f"`graphfeed bench profile --preset {args.preset}{' --edges ' + args.edges if args.edges else ''} "
             f"--system {args.system} --transport {args.transport} "
-            f"--steps {args.steps}`: "
+            + (f"--cache-policy {args.cache_policy} --cache-bytes {args.cache_bytes} " if args.cache_bytes else "")
+            + f"--steps {args.steps}`: "
             f"{args.steps / seconds:.2f} minibatches/s while profiled (200 Hz)"
         ),
         "",

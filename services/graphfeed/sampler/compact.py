@@ -26,6 +26,7 @@ _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _AHEAD = 4  # dst nodes whose slot entries are prefetched ahead: compaction 30 % faster
 _PREFETCH_MAX_EDGES = 32
 _OK, _DUP_DST, _BAD_SRC = 0, 1, 2
+_INT32_LIMIT = 2**31
 
 
 @_jit
@@ -127,6 +128,7 @@ def compact_hop(
     parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
     slot_of: np.ndarray,
     alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
+    narrow: bool = False,
 ) -> tuple[np.ndarray, Block]:
     """Merges a hop's answers (one per partition, grouped) into frontier order and compacts them.
 
@@ -143,6 +145,10 @@ def compact_hop(
             arrays ``[max_src]`` (``src_nodes`` is a prefix of it) and three ``[num_edges]``
             (``edge_src``, ``edge_dst``, ``edge_ids``), e.g. in a response's shared-memory
             segment; default: new arrays.
+        narrow: without ``alloc``, the block's edge arrays are written as int32 where their values
+            fit (local indices of fewer than 2**31 nodes; edge ids when every part sent int32), as
+            :func:`graphfeed.common.blocks.to_proto` would narrow them for the wire: written
+            once at half the width instead of written, then copied narrower.
 
     Returns:
         ``(src_nodes, block)``: ``src_nodes`` is ``dst_nodes`` followed by the distinct gids of
@@ -185,7 +191,7 @@ def compact_hop(
     part_of = (np.searchsorted(bounds, where, side="right") - 1).astype(np.int64)
     local_of = where - bounds[part_of]
     num_edges = sum(len(src) for src in srcs)
-    out = _outputs(num_dst + num_edges, num_edges, alloc)
+    out = _outputs(num_dst + num_edges, num_edges, alloc, ids_t if narrow else None)
     n, status, bad = _compact(dst_nodes, part_of, local_of, tuple(offs), tuple(srcs), tuple(eids), slot_of, *out)
     if status == _DUP_DST:
         raise ValueError(f"to_block: dst_nodes must be unique ({bad} repeats)")
@@ -201,9 +207,15 @@ def _common_int(arrays: Sequence[np.ndarray]) -> type:
     return np.int32 if arrays and all(a.dtype == np.int32 for a in arrays) else np.int64
 
 
-def _outputs(max_src: int, num_edges: int, alloc: Callable | None) -> tuple[np.ndarray, ...]:
+def _outputs(max_src: int, num_edges: int, alloc: Callable | None, narrow_ids: type | None) -> tuple[np.ndarray, ...]:
     if alloc is None:
-        return tuple(np.empty(k, dtype=np.int64) for k in (max_src, num_edges, num_edges, num_edges))
+        if narrow_ids is None:
+            return tuple(np.empty(k, dtype=np.int64) for k in (max_src, num_edges, num_edges, num_edges))
+        local = np.int32 if max_src < _INT32_LIMIT else np.int64  # bounds edge_src and edge_dst
+        return tuple(
+            np.empty(k, dtype=t)
+            for k, t in ((max_src, np.int64), (num_edges, local), (num_edges, local), (num_edges, narrow_ids))
+        )
     out = tuple(alloc(max_src, num_edges))
     want = (max_src, num_edges, num_edges, num_edges)
     if len(out) != 4 or any(

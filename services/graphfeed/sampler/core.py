@@ -77,6 +77,7 @@ class MultiHopSampler:
         step: int,
         alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
         exclude: Exclusion | None = None,
+        narrow: bool = False,
     ) -> SampledBlocks:
         """Samples the ``len(fanouts)``-hop neighborhood of ``seeds``.
 
@@ -96,6 +97,9 @@ class MultiHopSampler:
             exclude: edges no hop samples (DGL's ``exclude_eids``, left out before selection, so
                 a node still gets up to its fanout of its other edges): int64 ``(dst, eids)``
                 pairs of equal length, edge ``eids[i]`` an in-edge of node ``dst[i]``.
+            narrow: the blocks' edge arrays int32 where their values fit (for a wire; see
+                :func:`~graphfeed.sampler.compact.compact_hop`); the input layer's too unless
+                ``alloc`` places it.
 
         Returns:
             Blocks ordered input layer first; ``output_nodes`` equals ``seeds``.
@@ -118,7 +122,9 @@ class MultiHopSampler:
             order, bounds, answers = self._sample_hop(frontier, fanout, bool(replace), key, excluded)
             last = hop == len(fanouts) - 1
             with self._slots.lease() as slot_of:
-                frontier, block = compact_hop(frontier, order, bounds, answers, slot_of, alloc if last else None)
+                frontier, block = compact_hop(
+                    frontier, order, bounds, answers, slot_of, alloc if last else None, narrow
+                )
             blocks.append(block)
         blocks.reverse()
         return SampledBlocks(input_nodes=frontier, output_nodes=seeds, blocks=blocks)

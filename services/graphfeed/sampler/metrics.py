@@ -91,10 +91,11 @@ class MeteredSampler:
         step: int,
         alloc: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None,
         exclude: Exclusion | None = None,
+        narrow: bool = False,
     ) -> SampledBlocks:
         """:meth:`MultiHopSampler.sample`, recorded."""
         start = time.perf_counter()
-        sb = self.sampler.sample(seeds, fanouts, replace, job_seed, epoch, step, alloc, exclude)
+        sb = self.sampler.sample(seeds, fanouts, replace, job_seed, epoch, step, alloc, exclude, narrow)
         self._m.sampling_latency.observe(time.perf_counter() - start)
         self._m.sampled_edges.inc(sb.num_sampled_edges)
         self._m.minibatches.inc()

@@ -73,8 +73,11 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
         key = request.step_key
         resp = pb.SampleBlocksResponse()
         with self._transport.response(context, "SampleBlocks") as r:
+            # In shared memory the input layer is compacted where it is sent; on a wire the edge
+            # arrays are compacted as int32 (half the bytes), then encoded.
+            alloc, narrow = (input_layer_into(r), False) if r.shared else (None, True)
             sb = self._sampler.sample(
-                seeds, fanouts, request.replace, key.job_seed, key.epoch, key.step, input_layer_into(r), exclude
+                seeds, fanouts, request.replace, key.job_seed, key.epoch, key.step, alloc, exclude, narrow
             )
-            blocks.to_proto(sb, resp.blocks, r.encode, narrow=not r.shared)  # on the wire: half the bytes
+            blocks.to_proto(sb, resp.blocks, r.encode, narrow=narrow)
         return r.framed(resp)

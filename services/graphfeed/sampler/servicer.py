@@ -40,10 +40,13 @@ def decode_fanouts(request: pb.SampleBlocksRequest, etypes: Sequence[CanonicalEt
     return [flat[i * num_etypes : (i + 1) * num_etypes] for i in range(len(layers))]
 
 
-def input_layer_into(r: Response) -> Callable[[int, int], Arrays4]:
-    """Where the sampler compacts the input layer (most of the bytes: ``input_nodes`` and the
-    first block): arrays of the response, in its segment when shared, so they are encoded where
-    they lie; the rest is encoded afterwards."""
+def compaction_for(r: Response) -> tuple[Callable[[int, int], Arrays4] | None, bool]:
+    """``(alloc, narrow)`` for :meth:`MultiHopSampler.sample` answering through ``r``. In shared
+    memory the input layer (most of the bytes: ``input_nodes`` and the first block) is compacted
+    into the response's segment, where it is sent; on a wire every block's edge arrays are
+    compacted as int32 (half the bytes, written once), then encoded."""
+    if not r.shared:
+        return None, True
 
     def alloc(max_src: int, num_edges: int) -> Arrays4:
         nodes, edge_src, edge_dst, edge_ids = r.empty_many(
@@ -51,7 +54,7 @@ def input_layer_into(r: Response) -> Callable[[int, int], Arrays4]:
         )
         return nodes, edge_src, edge_dst, edge_ids
 
-    return alloc
+    return alloc, False
 
 
 class SamplerServicer(pb_grpc.SamplerServiceServicer):
@@ -73,9 +76,7 @@ class SamplerServicer(pb_grpc.SamplerServiceServicer):
         key = request.step_key
         resp = pb.SampleBlocksResponse()
         with self._transport.response(context, "SampleBlocks") as r:
-            # In shared memory the input layer is compacted where it is sent; on a wire the edge
-            # arrays are compacted as int32 (half the bytes), then encoded.
-            alloc, narrow = (input_layer_into(r), False) if r.shared else (None, True)
+            alloc, narrow = compaction_for(r)
             sb = self._sampler.sample(
                 seeds, fanouts, request.replace, key.job_seed, key.epoch, key.step, alloc, exclude, narrow
             )

@@ -79,7 +79,7 @@ def to_proto(
     return msg
 
 
-_INT32_LIMIT = 2**31
+INT32_LIMIT = 2**31  # values of int32 arrays lie in [-INT32_LIMIT, INT32_LIMIT)
 
 
 def _narrowed(a: np.ndarray, bound: int | None = None) -> np.ndarray:
@@ -87,7 +87,7 @@ def _narrowed(a: np.ndarray, bound: int | None = None) -> np.ndarray:
     non-negative values; else its extremes are read), else ``a`` itself."""
     if a.dtype != np.int64 or not len(a):
         return a
-    fits = bound < _INT32_LIMIT if bound is not None else int(a.min()) >= -_INT32_LIMIT and int(a.max()) < _INT32_LIMIT
+    fits = bound < INT32_LIMIT if bound is not None else int(a.min()) >= -INT32_LIMIT and int(a.max()) < INT32_LIMIT
     return a.astype(np.int32) if fits else a
 
 

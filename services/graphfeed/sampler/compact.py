@@ -19,14 +19,13 @@ from collections.abc import Callable, Iterator, Sequence
 import numba
 import numpy as np
 
-from graphfeed.common.blocks import Block
+from graphfeed.common.blocks import INT32_LIMIT, Block
 from graphfeed.common.cacheline import prefetch
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _AHEAD = 4  # dst nodes whose slot entries are prefetched ahead: compaction 30 % faster
 _PREFETCH_MAX_EDGES = 32
 _OK, _DUP_DST, _BAD_SRC = 0, 1, 2
-_INT32_LIMIT = 2**31
 
 
 @_jit
@@ -211,7 +210,7 @@ def _outputs(max_src: int, num_edges: int, alloc: Callable | None, narrow_ids: t
     if alloc is None:
         if narrow_ids is None:
             return tuple(np.empty(k, dtype=np.int64) for k in (max_src, num_edges, num_edges, num_edges))
-        local = np.int32 if max_src < _INT32_LIMIT else np.int64  # bounds edge_src and edge_dst
+        local = np.int32 if max_src < INT32_LIMIT else np.int64  # bounds edge_src and edge_dst
         return tuple(
             np.empty(k, dtype=t)
             for k, t in ((max_src, np.int64), (num_edges, local), (num_edges, local), (num_edges, narrow_ids))
